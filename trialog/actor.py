@@ -1,0 +1,120 @@
+"""What a user implements to be a Trialog actor (an agent, a scripted bot, a human client).
+
+Two forms, pick the simpler that fits:
+
+1. **decide** — a class whose ``decide(observation)`` returns the action. Optional
+   hooks receive rewards (retroactive ones included, live), messages and the end::
+
+       class Greedy(Agent):
+           def decide(self, observation):
+               return int(np.argmax(observation["values"]))
+
+2. **session** — one coroutine over the typed stream of the actor's events::
+
+       async def run(session: ActorSession) -> None:
+           async for event in session:
+               match event:
+                   case ObservationEvent(observation=obs, final=False):
+                       session.act(policy(obs))
+                   case RewardEvent(tick=t, value=v):
+                       remember(t, v)
+                   case EndEvent():
+                       break
+
+Observations arrive decoded into the actor class's types (NumPy arrays where the
+schema says ``trialog.Tensor``); actions are encoded by the runtime, which raises
+:class:`~trialog.errors.CodecError` when one does not match the action schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from trialog.environment import ActorInfo, TrialInfo
+
+
+@dataclass(frozen=True, slots=True)
+class ObservationEvent:
+    """The observation of ``tick``. ``final`` means the actor's part is over: no action."""
+
+    tick: int
+    observation: Any
+    terminated: bool = False
+    truncated: bool = False
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RewardEvent:
+    """One reward from one sender, for ``tick`` (earlier than the current tick when
+    retroactive). Aggregation (I-4) is :func:`trialog.rewards.aggregate`."""
+
+    tick: int
+    value: float
+    confidence: float
+    sender: str
+    user_data: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEvent:
+    tick: int
+    sender: str
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EndEvent:
+    """The trial is over; ``reason`` is the one logged in ``trial.ended``."""
+
+    tick: int
+    reason: str
+
+
+ActorEvent = ObservationEvent | RewardEvent | MessageEvent | EndEvent
+
+
+class ActorSession(Protocol):
+    """What a session-style actor gets: its trial, itself, its events and its outputs."""
+
+    trial: TrialInfo
+    actor: ActorInfo
+
+    def __aiter__(self) -> AsyncIterator[ActorEvent]: ...
+
+    def act(self, action: Any) -> None:
+        """Answer the latest observation."""
+
+    def reward(self, receiver: str, value: float, *, tick: int | None = None,
+               confidence: float = 1.0, user_data: Mapping[str, Any] | None = None) -> None:
+        """Reward another actor (``name``, ``*`` or ``class.*``) for ``tick`` (default: current)."""
+
+    def message(self, receivers: Sequence[str], payload: Mapping[str, Any]) -> None:
+        """Send a message to actors (or ``env``)."""
+
+
+class Agent:
+    """Base class of decide-style actors. One instance per (trial, actor).
+
+    The runtime calls ``decide`` once per observation, in tick order, and the hooks
+    as events arrive. ``decide`` MUST be deterministic given the trial seed and the
+    observations so far, for recovery to reproduce the same trajectory.
+    """
+
+    def __init__(self, trial: TrialInfo, actor: ActorInfo) -> None:
+        self.trial = trial
+        self.actor = actor
+
+    def decide(self, observation: Any) -> Any:
+        raise NotImplementedError
+
+    def on_reward(self, reward: RewardEvent) -> None:
+        """A reward arrived (live, including retroactive rewards for past ticks)."""
+
+    def on_message(self, message: MessageEvent) -> None:
+        """A message addressed to this actor arrived."""
+
+    def on_end(self, end: EndEvent) -> None:
+        """The trial is over."""

@@ -1,0 +1,12 @@
+"""The Kafka edge: the only place that talks to a broker (or its in-memory stand-in)."""
+
+from trialog.bus.base import Bus, Consumer, Delivered, Record, partition_for
+
+__all__ = ["Bus", "Consumer", "Delivered", "Record", "partition_for", "connect"]
+
+
+def connect(settings) -> Bus:
+    """The bus for a settings object: a real Kafka cluster."""
+    from trialog.bus.kafka import KafkaBus
+
+    return KafkaBus(settings)

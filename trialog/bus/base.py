@@ -1,0 +1,189 @@
+"""The Kafka edge's contract: what runtimes and services may ask of a broker.
+
+Two implementations honour it: :class:`trialog.bus.kafka.KafkaBus` (aiokafka, a real
+cluster) and :class:`trialog.bus.memory.MemoryBus` (in-process, for unit tests).
+Nothing outside ``trialog.bus`` imports aiokafka.
+
+Topics are named by *role* (``control``, ``events``, ``trials``, ``models``,
+``dead-letters``); the bus adds the deployment's prefix.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from aiokafka.partitioner import murmur2  # pure function: Kafka's default key hash
+
+from trialog.codec import SchemaStore
+from trialog.events import DeadLetter, Event, EventCodec
+from trialog.settings import Settings
+from trialog.topics import DEAD_LETTERS
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One consumed record; ``role`` is the topic's role, not its full name."""
+
+    role: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+    timestamp_ms: int
+
+    def header(self, name: str) -> str | None:
+        for k, v in self.headers:
+            if k == name:
+                return v.decode(errors="replace") if v is not None else None
+        return None
+
+    @property
+    def trial_id(self) -> str:
+        return self.key.decode(errors="replace") if self.key else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """Where a published record landed."""
+
+    role: str
+    partition: int
+    offset: int
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """Kafka's default partitioner for a keyed record (murmur2, positive, modulo)."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+# Called with the set of (role, partition) assigned or revoked, inside the poll loop.
+AssignmentCallback = Callable[[set[tuple[str, int]]], Awaitable[None]]
+
+
+class Consumer(abc.ABC):
+    """A consumer of one or more roles, in a group (partitions shared) or not (all partitions)."""
+
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def stop(self) -> None: ...
+
+    @abc.abstractmethod
+    async def poll(self, timeout_ms: int = 100, max_records: int | None = None) -> list[Record]:
+        """Records in partition order (interleaved across partitions), possibly none."""
+
+    @abc.abstractmethod
+    def seek(self, role: str, partition: int, offset: int) -> None: ...
+
+    @abc.abstractmethod
+    def position_hint(self, role: str, partition: int) -> int | None:
+        """The next offset this consumer will return for a partition, if known."""
+
+    @abc.abstractmethod
+    async def committed(self, role: str, partition: int) -> int | None: ...
+
+    @abc.abstractmethod
+    async def commit(self, offsets: dict[tuple[str, int], int]) -> None: ...
+
+    @abc.abstractmethod
+    async def end_offsets(self, parts: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]: ...
+
+    @abc.abstractmethod
+    def assignment(self) -> set[tuple[str, int]]: ...
+
+    async def __aenter__(self) -> Consumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+class Bus(abc.ABC):
+    """Producer, consumers and topic admin for one deployment (one settings object)."""
+
+    def __init__(self, settings: Settings, store: SchemaStore | None = None):
+        self.settings = settings
+        self.codec = EventCodec(store)
+
+    @property
+    def store(self) -> SchemaStore:
+        return self.codec.store
+
+    # --- lifecycle ---------------------------------------------------------------------
+    @abc.abstractmethod
+    async def start(self) -> None: ...
+
+    @abc.abstractmethod
+    async def stop(self) -> None: ...
+
+    async def __aenter__(self) -> Bus:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- producing -------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def send_many(self, items: Sequence[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]) -> list[Delivered]:
+        """Send (role, key, value, headers) records; return once all are acknowledged,
+        in order. Records for one partition keep their order (idempotent producer)."""
+
+    async def publish(self, role: str, event: Event) -> Delivered:
+        """Encode one event and send it, keyed by its trial ID; wait for the acknowledgement."""
+        return (await self.publish_all(role, (event,)))[0]
+
+    async def publish_all(self, role: str, events: Iterable[Event]) -> list[Delivered]:
+        """Encode and send several events at once (one round trip, order kept)."""
+        items = [(role, e.trial_id.encode(), self.codec.encode(e), e.headers()) for e in events]
+        return await self.send_many(items) if items else []
+
+    async def dead_letter(self, record: Record, reason: str, service: str) -> None:
+        """Park a record a service cannot use, with the reason (I-8: never vanish)."""
+        letter = DeadLetter(
+            topic=self.settings.topic(record.role),
+            partition=record.partition,
+            offset=record.offset,
+            key=record.key,
+            value=record.value,
+            headers={k: (v or b"") for k, v in record.headers},
+            reason=reason,
+            service=service,
+            timestamp_ms=record.timestamp_ms,
+        )
+        value = self.codec.encode(letter)
+        await self.send_many([(DEAD_LETTERS, record.key or b"", value, letter.headers_list())])
+
+    def partition_of(self, trial_id: str) -> int:
+        return partition_for(trial_id.encode(), self.settings.partitions)
+
+    # --- consuming -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def consumer(
+        self,
+        roles: Sequence[str],
+        *,
+        group: str | None = None,
+        on_assigned: AssignmentCallback | None = None,
+        on_revoked: AssignmentCallback | None = None,
+        partitions: Iterable[int] | None = None,
+        from_start: bool = True,
+    ) -> Consumer:
+        """A consumer of ``roles``. With ``group`` (a name without the prefix) the
+        partitions are shared with the group's other members and offsets can be
+        committed; without, it reads ``partitions`` (default all) from the start
+        (or the end with ``from_start=False``)."""
+
+    # --- admin -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def create_topics(self) -> list[str]:
+        """Create the deployment's topics if missing (idempotent); return the ones created."""
+
+    @abc.abstractmethod
+    async def describe_topics(self) -> dict[str, dict]:
+        """Partitions and configs of the deployment's topics (for checks and tests)."""

@@ -1,0 +1,395 @@
+"""Avro encoding of everything Trialog writes, readable by any standard Avro library.
+
+Every value on a Trialog topic, and every payload nested inside one (observations,
+actions), is an Avro **single-object encoding** (Avro specification, "Single
+object encoding"): the two marker bytes ``C3 01``, the 8-byte little-endian
+CRC-64-AVRO fingerprint of the writer schema's parsing canonical form, then the
+Avro binary body. A reader in any language looks the fingerprint up among the
+schemas it knows (the files in ``schemas/`` and the actor-class schemas carried by
+``trial.started``) and decodes with its own Avro library.
+
+Schema evolution follows Avro's resolution rules: a :class:`SchemaStore` knows
+every writer schema by fingerprint and, per full name, the *reader* schema the
+application wants (the newest registered); decoding resolves writer → reader, so
+a reader with an added field (with a default) reads old records.
+
+NumPy arrays travel as ``trialog.Tensor`` (dtype name, shape, C-order
+little-endian bytes). Wherever a schema says ``trialog.Tensor``, :meth:`Schema.encode`
+accepts an ``ndarray`` and :meth:`Schema.decode` returns one.
+
+Every failure — bad bytes, an unknown schema, a value that does not match its
+schema — raises :class:`trialog.errors.CodecError`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import numpy as np
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from trialog.errors import CodecError
+
+MAGIC = b"\xc3\x01"
+HEADER_SIZE = 10  # 2 marker bytes + 8 fingerprint bytes
+TENSOR = "trialog.Tensor"
+
+# The dtypes a Tensor may carry. Names are NumPy's; bytes are always little-endian.
+SUPPORTED_DTYPES = (
+    "bool",
+    "int8", "int16", "int32", "int64",
+    "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64",
+    "complex64", "complex128",
+)  # fmt: skip
+_DTYPES = {name: np.dtype(name).newbyteorder("<") for name in SUPPORTED_DTYPES}
+
+
+def schemas_dir() -> Path:
+    """The folder holding Trialog's own ``.avsc`` files (repository or installed package)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_schemas", here.parent / "schemas"):
+        if candidate.is_dir():
+            return candidate
+    raise CodecError("Trialog's schema files are missing: expected trialog/_schemas or schemas/ next to the package")
+
+
+# --- tensors -------------------------------------------------------------------
+
+
+def tensor_to_record(array: Any) -> dict[str, Any]:
+    """A NumPy array (or anything ``np.asarray`` takes) as a ``trialog.Tensor`` record."""
+    arr = np.asarray(array)
+    name = arr.dtype.name
+    if name not in _DTYPES:
+        raise CodecError(f"dtype {name!r} cannot travel as a trialog.Tensor; supported: {', '.join(SUPPORTED_DTYPES)}")
+    data = np.ascontiguousarray(arr, dtype=_DTYPES[name]).tobytes()
+    return {"dtype": name, "shape": list(arr.shape), "data": data}
+
+
+def record_to_tensor(record: dict[str, Any]) -> np.ndarray:
+    """A ``trialog.Tensor`` record as a NumPy array in native byte order."""
+    name = record["dtype"]
+    dtype = _DTYPES.get(name)
+    if dtype is None:
+        raise CodecError(f"tensor dtype {name!r} is not one of {', '.join(SUPPORTED_DTYPES)}")
+    shape = tuple(record["shape"])
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if len(record["data"]) != expected:
+        raise CodecError(f"tensor of dtype {name} and shape {shape} needs {expected} bytes, got {len(record['data'])}")
+    return np.frombuffer(record["data"], dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="), copy=False)
+
+
+# --- schema-directed conversion of NumPy values --------------------------------
+# Built once per schema. ``None`` means "nothing to convert", which keeps the common
+# case (no tensors, plain Python values) free of any per-value walk.
+
+Convert = Callable[[Any], Any] | None
+
+
+def _python_scalar(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _encoder_for(schema: Any, seen: set[str]) -> Convert:
+    if isinstance(schema, str):
+        if schema == TENSOR:
+            return tensor_to_record
+        if schema in ("int", "long", "float", "double", "boolean"):
+            return _python_scalar
+        return None
+    if isinstance(schema, list):
+        branches = [(_branch_test(b), _encoder_for(b, seen)) for b in schema]
+        if all(conv is None for _, conv in branches):
+            return None
+
+        def convert_union(value: Any) -> Any:
+            if isinstance(value, np.ndarray):
+                for test, conv in branches:
+                    if test == "tensor":
+                        return conv(value)
+            if isinstance(value, np.generic):
+                return value.item()
+            if isinstance(value, dict):
+                for test, conv in branches:
+                    if test == "record" and conv is not None:
+                        return conv(value)
+            return value
+
+        return convert_union
+    kind = schema.get("type")
+    name = schema.get("name")
+    if kind == "record":
+        if name == TENSOR:
+            return tensor_to_record
+        if name in seen:  # recursive type: don't loop; values of it pass through unconverted
+            return None
+        seen = seen | {name}
+        fields = [(f["name"], _encoder_for(f["type"], seen)) for f in schema["fields"]]
+        fields = [(n, c) for n, c in fields if c is not None]
+        if not fields:
+            return None
+
+        def convert_record(value: Any) -> Any:
+            if not isinstance(value, dict):
+                return value
+            out = dict(value)
+            for field_name, conv in fields:
+                if field_name in out:
+                    out[field_name] = conv(out[field_name])
+            return out
+
+        return convert_record
+    if kind == "array":
+        item = _encoder_for(schema["items"], seen)
+        if item is None:
+            return lambda value: value.tolist() if isinstance(value, np.ndarray) else value
+        return lambda value: [item(v) for v in value]
+    if kind == "map":
+        item = _encoder_for(schema["values"], seen)
+        if item is None:
+            return None
+        return lambda value: {k: item(v) for k, v in value.items()}
+    if kind in ("int", "long", "float", "double", "boolean"):
+        return _python_scalar
+    return None
+
+
+def _branch_test(schema: Any) -> str:
+    if schema == TENSOR or (isinstance(schema, dict) and schema.get("name") == TENSOR):
+        return "tensor"
+    if isinstance(schema, dict) and schema.get("type") == "record":
+        return "record"
+    return "other"
+
+
+def _decoder_for(schema: Any, seen: set[str]) -> Convert:
+    if isinstance(schema, str):
+        return record_to_tensor if schema == TENSOR else None
+    if isinstance(schema, list):
+        branches = [b for b in schema if _branch_test(b) == "tensor"]
+        if not branches:
+            others = [_decoder_for(b, seen) for b in schema]
+            records = [c for c in others if c is not None]
+            if not records:
+                return None
+            # Only records nested in a union can need conversion here; try each.
+            return lambda value: records[0](value) if isinstance(value, dict) else value
+
+        def convert_union(value: Any) -> Any:
+            if isinstance(value, dict) and set(value) == {"dtype", "shape", "data"}:
+                return record_to_tensor(value)
+            return value
+
+        return convert_union
+    kind = schema.get("type")
+    name = schema.get("name")
+    if kind == "record":
+        if name == TENSOR:
+            return record_to_tensor
+        if name in seen:
+            return None
+        seen = seen | {name}
+        fields = [(f["name"], _decoder_for(f["type"], seen)) for f in schema["fields"]]
+        fields = [(n, c) for n, c in fields if c is not None]
+        if not fields:
+            return None
+
+        def convert_record(value: Any) -> Any:
+            for field_name, conv in fields:
+                value[field_name] = conv(value[field_name])
+            return value
+
+        return convert_record
+    if kind == "array":
+        item = _decoder_for(schema["items"], seen)
+        return None if item is None else (lambda value: [item(v) for v in value])
+    if kind == "map":
+        item = _decoder_for(schema["values"], seen)
+        return None if item is None else (lambda value: {k: item(v) for k, v in value.items()})
+    return None
+
+
+# --- schemas -------------------------------------------------------------------
+
+
+class Schema:
+    """One parsed Avro schema with its fingerprint, ready to encode and decode."""
+
+    __slots__ = ("name", "parsed", "canonical", "fingerprint", "header", "_to_avro", "_from_avro")
+
+    def __init__(self, parsed: Any):
+        self.parsed = parsed
+        self.name = _full_name(parsed)
+        self.canonical = to_parsing_canonical_form(parsed)
+        self.fingerprint = bytes.fromhex(fingerprint(self.canonical, "CRC-64-AVRO"))  # little-endian, as on the wire
+        self.header = MAGIC + self.fingerprint
+        self._to_avro = _encoder_for(parsed, set())
+        self._from_avro = _decoder_for(parsed, set())
+
+    @property
+    def json(self) -> str:
+        """The self-contained schema (named types expanded) as JSON text, for the log and other languages."""
+        return self.canonical
+
+    def encode(self, value: Any) -> bytes:
+        """Single-object encoding of ``value``; raises CodecError if it does not match."""
+        if self._to_avro is not None:
+            try:
+                value = self._to_avro(value)
+            except CodecError:
+                raise
+            except Exception as exc:
+                raise CodecError(f"value does not match schema {self.name}: {exc}") from exc
+        buf = io.BytesIO()
+        buf.write(self.header)
+        try:
+            fastavro.schemaless_writer(buf, self.parsed, value, strict=True, strict_allow_default=True)
+        except Exception as exc:
+            raise CodecError(f"value does not match schema {self.name}: {_describe(exc)}") from exc
+        return buf.getvalue()
+
+    def decode_body(self, data: bytes | memoryview, offset: int, reader: Schema | None = None) -> Any:
+        """Decode the Avro body starting at ``offset`` (after the single-object header)."""
+        buf = io.BytesIO(data)
+        buf.seek(offset)
+        target = reader or self
+        try:
+            if reader is None or reader.fingerprint == self.fingerprint:
+                value = fastavro.schemaless_reader(buf, self.parsed)
+            else:
+                value = fastavro.schemaless_reader(buf, self.parsed, reader.parsed)
+        except Exception as exc:
+            raise CodecError(f"bytes do not decode as {self.name}: {_describe(exc)}") from exc
+        if buf.tell() != len(data):
+            raise CodecError(f"bytes do not decode as {self.name}: {len(data) - buf.tell()} trailing bytes")
+        if target._from_avro is not None:
+            value = target._from_avro(value)
+        return value
+
+    def __repr__(self) -> str:
+        return f"Schema({self.name}, fingerprint={self.fingerprint.hex()})"
+
+
+def _full_name(parsed: Any) -> str:
+    if isinstance(parsed, dict):
+        return parsed.get("name") or parsed.get("type", "?")
+    if isinstance(parsed, list):
+        return "union"
+    return str(parsed)
+
+
+def _describe(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) < 400 else text[:400] + "…"
+
+
+class SchemaStore:
+    """Every schema a process knows: writer schemas by fingerprint, reader schemas by name.
+
+    Trialog's own schemas are loaded from ``schemas/``; actor-class schemas are
+    added as trials start (they travel inside ``trial.started``).
+    """
+
+    def __init__(self) -> None:
+        self._named: dict[str, Any] = {}
+        self._by_fingerprint: dict[bytes, Schema] = {}
+        self._by_name: dict[str, Schema] = {}
+
+    @classmethod
+    def with_builtin(cls) -> SchemaStore:
+        store = cls()
+        store.load_dir(schemas_dir())
+        return store
+
+    def load_dir(self, folder: Path) -> list[Schema]:
+        """Register every ``.avsc`` file of a folder, in whatever order their references need."""
+        pending = {p: json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.avsc"))}
+        loaded: list[Schema] = []
+        while pending:
+            progress = False
+            for path, raw in list(pending.items()):
+                try:
+                    loaded.append(self.register(raw))
+                except CodecError as exc:
+                    if "unknown type" not in str(exc).lower():
+                        raise CodecError(f"{path.name}: {exc}") from exc
+                    continue
+                del pending[path]
+                progress = True
+            if not progress:
+                names = ", ".join(p.name for p in pending)
+                raise CodecError(f"schemas refer to types that no file defines: {names}")
+        return loaded
+
+    def register(self, schema: Any, *, reader: bool = True) -> Schema:
+        """Parse and remember a schema (dict, JSON text or type name).
+
+        ``reader=True`` makes it the schema values of its name decode *into* (the
+        newest one wins), which is how an application upgrades its reading side.
+        """
+        if isinstance(schema, str) and schema.lstrip().startswith(("{", "[", '"')):
+            try:
+                schema = json.loads(schema)
+            except json.JSONDecodeError as exc:
+                raise CodecError(f"schema is not valid JSON: {exc}") from exc
+        named = dict(self._named)
+        try:
+            parsed = fastavro.parse_schema(schema, named_schemas=named)
+        except Exception as exc:
+            raise CodecError(f"invalid Avro schema: {_describe(exc)}") from exc
+        compiled = Schema(parsed)
+        existing = self._by_fingerprint.get(compiled.fingerprint)
+        if existing is not None:
+            compiled = existing
+        else:
+            self._by_fingerprint[compiled.fingerprint] = compiled
+        # Named types defined here become usable by later schemas (latest definition wins).
+        self._named.update({k: v for k, v in named.items() if k not in self._named or reader})
+        if reader:
+            self._by_name[compiled.name] = compiled
+        return compiled
+
+    def get(self, name: str) -> Schema:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise CodecError(f"unknown schema {name!r}; known: {', '.join(sorted(self._by_name)) or 'none'}") from None
+
+    def by_fingerprint(self, fp: bytes) -> Schema:
+        try:
+            return self._by_fingerprint[fp]
+        except KeyError:
+            raise CodecError(f"unknown schema fingerprint {bytes(fp).hex()}") from None
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    def names(self) -> Iterable[str]:
+        return self._by_name.keys()
+
+    def writer_of(self, data: bytes | memoryview) -> Schema:
+        """The writer schema of a single-object-encoded value."""
+        if len(data) < HEADER_SIZE or bytes(data[:2]) != MAGIC:
+            raise CodecError("not an Avro single-object encoding (bad marker bytes)")
+        return self.by_fingerprint(bytes(data[2:HEADER_SIZE]))
+
+    def decode(self, data: bytes | memoryview, reader: Schema | str | None = None) -> Any:
+        """Decode a single-object-encoded value, resolved into ``reader`` (default: the
+        newest schema registered under the writer's name)."""
+        if data is None:
+            raise CodecError("no bytes to decode (empty record value)")
+        writer = self.writer_of(data)
+        if isinstance(reader, str):
+            reader = self.get(reader)
+        if reader is None:
+            reader = self._by_name.get(writer.name, writer)
+        return writer.decode_body(data, HEADER_SIZE, reader)
+
+    def encode(self, name: str, value: Any) -> bytes:
+        return self.get(name).encode(value)

@@ -1,0 +1,136 @@
+"""What a user implements to be a Trialog environment.
+
+An environment implementation owns the state of the world for one trial. The
+environment runtime (``trialog.runtime.environment``) creates one instance per
+trial, calls :meth:`Environment.start` once, then :meth:`Environment.update` once
+per tick with the actions of every active actor, and :meth:`Environment.end`
+when the trial is over. The runtime does everything else: the tick barrier,
+response timeouts, writing observations and rewards to the log, recovery.
+
+The contract (checked by ``trialog.check.check_environment``):
+
+- ``start`` MUST return an observation for every actor of the trial.
+- ``update`` MUST return an observation for every actor still in the trial.
+- For the same seed, config and actions, ``start`` and ``update`` MUST return the
+  same observations and rewards: recovery and ``replay --verify`` rely on it.
+- Payloads MUST match the actor class's Avro schema; NumPy arrays are welcome
+  wherever the schema says ``trialog.Tensor``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ActorInfo:
+    """One actor of a trial, as resolved by the orchestrator."""
+
+    name: str
+    actor_class: str
+    implementation: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+    client: bool = False
+
+
+@dataclass(frozen=True)
+class TrialInfo:
+    """What an environment (or actor) knows about its trial when it starts."""
+
+    trial_id: str
+    seed: int
+    config: Mapping[str, Any]
+    actors: tuple[ActorInfo, ...]
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    max_ticks: int | None = None
+
+    @property
+    def actor_names(self) -> list[str]:
+        return [a.name for a in self.actors]
+
+
+@dataclass(frozen=True)
+class RewardOut:
+    """A reward the environment gives for the tick it just computed.
+
+    ``receiver`` is an actor name, ``*`` (everyone) or ``class.*``. ``source`` names
+    where it comes from inside the environment (e.g. one reward component); the
+    log keeps every source apart so the breakdown is never lost.
+    """
+
+    receiver: str
+    value: float
+    confidence: float = 1.0
+    source: str | None = None
+    user_data: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class MessageOut:
+    """A message from the environment to actors (names, ``*`` or ``class.*``)."""
+
+    receivers: Sequence[str]
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one ``update`` produced.
+
+    ``rewards`` may be a mapping actor name → value (one source, confidence 1) or
+    a sequence of :class:`RewardOut`. ``terminated`` and ``truncated`` stay
+    distinct, per actor, as in PettingZoo. ``done`` ends the trial after this tick;
+    it is implied when every actor is terminated or truncated.
+    """
+
+    observations: Mapping[str, Any]
+    rewards: Mapping[str, float] | Sequence[RewardOut] = field(default_factory=dict)
+    terminated: Mapping[str, bool] = field(default_factory=dict)
+    truncated: Mapping[str, bool] = field(default_factory=dict)
+    done: bool = False
+    messages: Sequence[MessageOut] = ()
+
+
+class Environment:
+    """Base class for environment implementations (subclassing is optional: any
+    object with these methods will do).
+
+    The constructor receives the trial's :class:`TrialInfo`; keep all randomness
+    behind ``trial.seed``.
+    """
+
+    def __init__(self, trial: TrialInfo) -> None:
+        self.trial = trial
+
+    def start(self) -> Mapping[str, Any]:
+        """Return the tick-0 observation of every actor."""
+        raise NotImplementedError
+
+    def update(self, actions: Mapping[str, Any]) -> Step:
+        """Apply one action per active actor; return the next observations and rewards."""
+        raise NotImplementedError
+
+    def end(self) -> None:
+        """Release resources; called once when the trial is over, whatever the reason."""
+
+    def on_message(self, sender: str, payload: Mapping[str, Any]) -> None:
+        """A message addressed to the environment arrived (optional)."""
+
+    def set_parameters(self, parameters: Mapping[str, Any]) -> None:
+        """Trial parameters changed during the trial through a logged event (optional).
+
+        Called at a tick boundary, before the next ``update``, so that replay
+        reproduces the change at the same tick.
+        """
+
+    @classmethod
+    def describe(cls, config: Mapping[str, Any], actor_class: str) -> Mapping[str, Any]:
+        """Optional: Avro schemas for an actor class declared ``auto`` in the spec.
+
+        Return ``{"observation": avro_schema, "action": avro_schema}`` (each a parsed
+        Avro schema: a dict, or a name such as ``"long"``). Adapters (PettingZoo,
+        Gymnasium) implement it from the env's spaces.
+        """
+        raise NotImplementedError(f"{cls.__name__} cannot describe actor class {actor_class!r}")

@@ -1,0 +1,55 @@
+"""One error family for everything Trialog raises on purpose.
+
+Every error says what went wrong and, where it can, what to do about it.
+``retriable`` tells a caller whether trying again later may succeed (as in aiokafka).
+"""
+
+from __future__ import annotations
+
+
+class TrialogError(Exception):
+    """Base class of every error Trialog raises on purpose."""
+
+    retriable: bool = False
+
+
+class SettingsError(TrialogError):
+    """A setting is missing or malformed (flag, environment variable or file)."""
+
+
+class SpecError(TrialogError):
+    """The spec file is invalid; the message names the file, the path inside it and the problem."""
+
+    def __init__(self, message: str, *, file: str | None = None, path: str | None = None):
+        where = ""
+        if file:
+            where = f"{file}"
+        if path:
+            where = f"{where}: {path}" if where else path
+        super().__init__(f"{where}: {message}" if where else message)
+        self.file = file
+        self.path = path
+        self.problem = message
+
+
+class CodecError(TrialogError):
+    """Bytes that cannot be decoded, an unknown schema, or a value that does not match its schema."""
+
+
+class BrokerError(TrialogError):
+    """The local development broker could not be fetched, started or reached."""
+
+
+class TransportError(TrialogError):
+    """Kafka could not be reached or refused a request."""
+
+    retriable = True
+
+
+class TrialError(TrialogError):
+    """A trial was rejected, failed, or was asked for something it cannot do."""
+
+    def __init__(self, message: str, *, trial_id: str | None = None, reason: str | None = None):
+        super().__init__(message)
+        self.trial_id = trial_id
+        self.reason = reason

@@ -1,0 +1,191 @@
+"""The one settings object every Trialog command and service reads.
+
+Each setting is declared once below, with its type, default and help. It can be
+given, from weakest to strongest, by
+
+1. a YAML file (``--settings FILE`` or ``TRIALOG_SETTINGS``) with the field names as keys,
+2. an environment variable ``TRIALOG_<NAME>`` (e.g. ``TRIALOG_BOOTSTRAP_SERVERS``),
+3. a command-line flag ``--<name>`` (e.g. ``--bootstrap-servers``).
+
+``trialog settings`` prints the resolved values (secrets masked) and where each
+came from. The same object drives a laptop broker and a SASL/TLS cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trialog.errors import SettingsError
+
+ENV_PREFIX = "TRIALOG_"
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _setting(default: Any, help: str, *, secret: bool = False, choices: tuple[str, ...] | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "secret": secret, "choices": choices})
+
+
+@dataclass(frozen=True)
+class Settings:
+    bootstrap_servers: str = _setting("127.0.0.1:9092", "Kafka bootstrap servers, comma-separated host:port.")
+    topic_prefix: str = _setting("trialog.", "Prefix of every topic and consumer group, so deployments can share a cluster.")
+    partitions: int = _setting(
+        4, "Partitions of control and events (always equal: I-2); bounds how many instances of one service share the work."
+    )
+    replication_factor: int = _setting(1, "Replication factor of the topics Trialog creates.")
+    events_retention_ms: int = _setting(-1, "Retention of the events topic (the datalog); -1 keeps everything.")
+    client_id: str = _setting("trialog", "Kafka client id prefix, shown in broker logs and metrics.")
+    security_protocol: str = _setting("PLAINTEXT", "How to talk to Kafka.", choices=SECURITY_PROTOCOLS)
+    sasl_mechanism: str = _setting("PLAIN", "SASL mechanism when the protocol is SASL_*.", choices=SASL_MECHANISMS)
+    sasl_username: str = _setting("", "SASL user name.")
+    sasl_password: str = _setting("", "SASL password.", secret=True)
+    ssl_cafile: str = _setting("", "CA bundle (PEM) to verify the brokers, for SSL/SASL_SSL.")
+    ssl_certfile: str = _setting("", "Client certificate (PEM) for mutual TLS.")
+    ssl_keyfile: str = _setting("", "Client private key (PEM) for mutual TLS.")
+    spec: str = _setting("", "Path of the spec YAML file (actor classes, implementations, trial defaults).")
+
+    # --- derived names -----------------------------------------------------------
+    def topic(self, role: str) -> str:
+        """Full topic name of a role: control, events, trials, models, dead-letters."""
+        return f"{self.topic_prefix}{role}"
+
+    def group(self, name: str) -> str:
+        """Full consumer-group name (prefixed like the topics, for prefix ACLs)."""
+        return f"{self.topic_prefix}{name}"
+
+    def kafka_client_options(self) -> dict[str, Any]:
+        """Keyword arguments common to aiokafka producers, consumers and admin clients."""
+        options: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers, "security_protocol": self.security_protocol}
+        if self.security_protocol.startswith("SASL"):
+            options.update(
+                sasl_mechanism=self.sasl_mechanism,
+                sasl_plain_username=self.sasl_username,
+                sasl_plain_password=self.sasl_password,
+            )
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            from aiokafka.helpers import create_ssl_context
+
+            options["ssl_context"] = create_ssl_context(
+                cafile=self.ssl_cafile or None,
+                certfile=self.ssl_certfile or None,
+                keyfile=self.ssl_keyfile or None,
+            )
+        return options
+
+    # --- loading ---------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        flags: Mapping[str, Any] | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        file: str | os.PathLike[str] | None = None,
+    ) -> Settings:
+        """Resolve settings from file < environment < flags, validating each value."""
+        environ = os.environ if environ is None else environ
+        flags = {k: v for k, v in (flags or {}).items() if v is not None}
+        file = file or flags.pop("settings", None) or environ.get(ENV_PREFIX + "SETTINGS")
+        values: dict[str, Any] = {}
+        for name, raw in _read_file(file).items():
+            values[name] = _coerce(name, raw, f"{file}: {name}")
+        for f in dataclasses.fields(cls):
+            var = ENV_PREFIX + f.name.upper()
+            if var in environ:
+                values[f.name] = _coerce(f.name, environ[var], f"environment variable {var}")
+        for name, raw in flags.items():
+            if name in _FIELDS:
+                values[name] = _coerce(name, raw, f"--{name.replace('_', '-')}")
+        settings = cls(**values)
+        settings._validate()
+        return settings
+
+    def _validate(self) -> None:
+        if not self.bootstrap_servers.strip():
+            raise SettingsError("bootstrap_servers is empty: set TRIALOG_BOOTSTRAP_SERVERS or --bootstrap-servers")
+        for server in self.bootstrap_servers.split(","):
+            host, _, port = server.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise SettingsError(f"bootstrap server {server!r} is not host:port")
+        if self.partitions < 1 or self.replication_factor < 1:
+            raise SettingsError("partitions and replication_factor must be at least 1")
+        if self.security_protocol.startswith("SASL") and not self.sasl_username:
+            raise SettingsError(f"security_protocol {self.security_protocol} needs sasl_username (TRIALOG_SASL_USERNAME)")
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            path = getattr(self, name)
+            if path and not Path(path).is_file():
+                raise SettingsError(f"{name} {path!r} is not a file")
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """(name, value, help) rows, secrets masked — for ``trialog settings``."""
+        rows = []
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            shown = "****" if f.metadata["secret"] and value else str(value)
+            rows.append((f.name, shown, f.metadata["help"]))
+        return rows
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
+
+
+def _read_file(path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except OSError as exc:
+        raise SettingsError(f"cannot read settings file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"settings file {path} is not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise SettingsError(f"settings file {path} must be a mapping of setting names to values")
+    unknown = sorted(set(data) - set(_FIELDS))
+    if unknown:
+        raise SettingsError(f"settings file {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(_FIELDS)}")
+    return data
+
+
+def _coerce(name: str, raw: Any, where: str) -> Any:
+    f = _FIELDS[name]
+    kind = type(f.default)
+    if kind is int:
+        try:
+            value: Any = int(raw)
+        except (TypeError, ValueError):
+            raise SettingsError(f"{where}: expected a whole number, got {raw!r}") from None
+    else:
+        value = "" if raw is None else str(raw)
+    choices = f.metadata["choices"]
+    if choices:
+        value = value.upper()
+        if value not in choices:
+            raise SettingsError(f"{where}: {raw!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per setting (plus ``--settings FILE``) to a parser."""
+    group = parser.add_argument_group("connection settings (also TRIALOG_<NAME> variables or a --settings file)")
+    group.add_argument("--settings", metavar="FILE", help="YAML file of settings (TRIALOG_SETTINGS)")
+    for f in dataclasses.fields(Settings):
+        group.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            dest=f.name,
+            default=None,
+            metavar=f.name.upper(),
+            help=f"{f.metadata['help']} [{ENV_PREFIX}{f.name.upper()}, default {f.default!r}]",
+        )
+
+
+def from_args(args: argparse.Namespace) -> Settings:
+    return Settings.load(vars(args))

@@ -1,0 +1,52 @@
+"""The topics of a Trialog deployment (DESIGN.md, "Topics") and their configs.
+
+``control`` and ``events`` always get the same partition count, so that Kafka's
+default partitioner puts a trial in the same partition number of both (I-2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trialog.settings import Settings
+
+CONTROL = "control"
+EVENTS = "events"
+TRIALS = "trials"
+MODELS = "models"
+DEAD_LETTERS = "dead-letters"
+ROLES = (CONTROL, EVENTS, TRIALS, MODELS, DEAD_LETTERS)
+
+WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class TopicPlan:
+    role: str
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: dict[str, str]
+
+
+def plan(settings: Settings) -> list[TopicPlan]:
+    """What ``trialog topics create`` makes, with the configs each topic needs."""
+    p, rf = settings.partitions, settings.replication_factor
+    common = {"min.insync.replicas": str(min(2, rf))}
+    return [
+        TopicPlan(CONTROL, settings.topic(CONTROL), p, rf, {**common, "cleanup.policy": "delete", "retention.ms": str(WEEK_MS)}),
+        # The datalog: kept as long as the deployment says (forever by default).
+        TopicPlan(
+            EVENTS,
+            settings.topic(EVENTS),
+            p,
+            rf,
+            {**common, "cleanup.policy": "delete", "retention.ms": str(settings.events_retention_ms), "retention.bytes": "-1"},
+        ),
+        # An index: trial ID -> latest TrialRecord. Compaction keeps the latest only.
+        TopicPlan(TRIALS, settings.topic(TRIALS), p, rf, {**common, "cleanup.policy": "compact"}),
+        TopicPlan(MODELS, settings.topic(MODELS), 1, rf, {**common, "cleanup.policy": "compact"}),
+        TopicPlan(
+            DEAD_LETTERS, settings.topic(DEAD_LETTERS), 1, rf, {**common, "cleanup.policy": "delete", "retention.ms": str(4 * WEEK_MS)}
+        ),
+    ]
