@@ -218,24 +218,67 @@ def _decoder_for(schema: Any, seen: set[str]) -> Convert:
 # --- schemas -------------------------------------------------------------------
 
 
+_PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
+
+
+def self_contained(schema: Any, named: dict[str, Any], namespace: str = "") -> Any:
+    """The schema with every named type it references defined once, at first use
+    (later uses stay names) — valid for any Avro parser, custom properties kept."""
+    defined: set[str] = set()
+
+    def full(name: str, ns: str) -> str:
+        return name if "." in name or not ns else f"{ns}.{name}"
+
+    def walk(node: Any, ns: str) -> Any:
+        if isinstance(node, str):
+            if node in _PRIMITIVES:
+                return node
+            name = node if node in named else full(node, ns)
+            if name in defined or name not in named:
+                return name
+            return walk(named[name], ns)
+        if isinstance(node, list):
+            return [walk(b, ns) for b in node]
+        if not isinstance(node, dict):
+            return node
+        node = {k: v for k, v in node.items() if not k.startswith("__")}
+        kind = node.get("type")
+        if kind in ("record", "error", "enum", "fixed"):
+            own_ns = node.get("namespace", ns)
+            name = full(node["name"], own_ns)
+            defined.add(name)
+            inner_ns = name.rpartition(".")[0]
+            if kind in ("record", "error"):
+                node["fields"] = [{**f, "type": walk(f["type"], inner_ns)} for f in node["fields"]]
+            return node
+        if kind == "array":
+            return {**node, "items": walk(node["items"], ns)}
+        if kind == "map":
+            return {**node, "values": walk(node["values"], ns)}
+        if isinstance(kind, (dict, list)) or (isinstance(kind, str) and kind not in _PRIMITIVES):
+            return {**node, "type": walk(kind, ns)}
+        return node
+
+    return walk(schema, namespace)
+
+
 class Schema:
     """One parsed Avro schema with its fingerprint, ready to encode and decode."""
 
-    __slots__ = ("name", "parsed", "canonical", "fingerprint", "header", "_to_avro", "_from_avro")
+    __slots__ = ("name", "parsed", "canonical", "fingerprint", "header", "json", "_to_avro", "_from_avro")
 
-    def __init__(self, parsed: Any):
+    def __init__(self, parsed: Any, json_text: str | None = None):
         self.parsed = parsed
+        #: The self-contained schema as JSON text (custom properties kept), for the log and other languages.
+        self.json = json_text
         self.name = _full_name(parsed)
         self.canonical = to_parsing_canonical_form(parsed)
         self.fingerprint = bytes.fromhex(fingerprint(self.canonical, "CRC-64-AVRO"))  # little-endian, as on the wire
         self.header = MAGIC + self.fingerprint
+        if self.json is None:
+            self.json = self.canonical
         self._to_avro = _encoder_for(parsed, set())
         self._from_avro = _decoder_for(parsed, set())
-
-    @property
-    def json(self) -> str:
-        """The self-contained schema (named types expanded) as JSON text, for the log and other languages."""
-        return self.canonical
 
     def encode(self, value: Any) -> bytes:
         """Single-object encoding of ``value``; raises CodecError if it does not match."""
@@ -249,7 +292,7 @@ class Schema:
         buf = io.BytesIO()
         buf.write(self.header)
         try:
-            fastavro.schemaless_writer(buf, self.parsed, value, strict=True, strict_allow_default=True)
+            fastavro.schemaless_writer(buf, self.parsed, value, strict_allow_default=True)
         except Exception as exc:
             raise CodecError(f"value does not match schema {self.name}: {_describe(exc)}") from exc
         return buf.getvalue()
@@ -343,7 +386,11 @@ class SchemaStore:
             parsed = fastavro.parse_schema(schema, named_schemas=named)
         except Exception as exc:
             raise CodecError(f"invalid Avro schema: {_describe(exc)}") from exc
-        compiled = Schema(parsed)
+        # Fingerprints need the canonical form of the *self-contained* schema: fastavro
+        # leaves references to earlier named types unexpanded, which other Avro
+        # implementations would fingerprint differently.
+        standalone = self_contained(schema, named)
+        compiled = Schema(fastavro.parse_schema(standalone, named_schemas={}), json.dumps(standalone, separators=(",", ":"), sort_keys=True))
         existing = self._by_fingerprint.get(compiled.fingerprint)
         if existing is not None:
             compiled = existing

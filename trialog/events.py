@@ -35,6 +35,7 @@ HEADER_TICK = "tick"
 HEADER_SENDER = "sender"
 HEADER_RECEIVER = "receiver"
 HEADER_SCHEMA = "schema"
+HEADER_ID = "id"  # the discriminator, present only when an event has one (messages)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +68,17 @@ class Event:
         return (self.KIND, self.event_tick(), self.event_sender(), self.event_receiver(), getattr(self, "message_id", ""))
 
     def headers(self) -> list[tuple[str, bytes]]:
-        return [
+        headers = [
             (HEADER_KIND, self.KIND.encode()),
             (HEADER_TICK, str(self.event_tick()).encode()),
             (HEADER_SENDER, self.event_sender().encode()),
             (HEADER_RECEIVER, self.event_receiver().encode()),
             (HEADER_SCHEMA, self.SCHEMA.encode()),
         ]
+        discriminator = getattr(self, "message_id", "")
+        if discriminator:
+            headers.append((HEADER_ID, discriminator.encode()))
+        return headers
 
 
 def _to_avro(value: Any) -> Any:
@@ -430,6 +435,16 @@ class EventCodec:
             return cls(**kwargs)
         except TypeError as exc:
             raise CodecError(f"{writer.name} record does not fit {cls.__name__}: {exc}") from exc
+
+
+def identity_from_headers(headers: Sequence[tuple[str, bytes]]) -> tuple[str, int, str, str, str]:
+    """The event identity read from headers alone (no decoding), as :attr:`Event.identity`."""
+    h = decode_headers(headers)
+    try:
+        tick = int(h.get(HEADER_TICK, "-1"))
+    except ValueError:
+        tick = -1
+    return (h.get(HEADER_KIND, ""), tick, h.get(HEADER_SENDER, ""), h.get(HEADER_RECEIVER, ""), h.get(HEADER_ID, ""))
 
 
 def decode_headers(headers: Sequence[tuple[str, bytes]] | None) -> dict[str, str]:

@@ -200,7 +200,10 @@ class KafkaConsumer(Consumer):
                 if self.from_start:
                     await self._consumer.seek_to_beginning(*tps)
                 else:
-                    await self._consumer.seek_to_end(*tps)
+                    # Pin "the end" now, not at the first fetch: a reader started before
+                    # a request is sent must see the answer.
+                    for tp, offset in (await self._consumer.end_offsets(tps)).items():
+                        self._consumer.seek(tp, offset)
         except (KafkaError, TransportError) as exc:
             consumer, self._consumer = self._consumer, None
             await consumer.stop()

@@ -146,7 +146,9 @@ class MemoryConsumer(Consumer):
             if remaining <= 0:
                 return []
             try:
-                await asyncio.wait_for(self.bus.changed.wait(), remaining)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
+                async with asyncio.timeout(remaining):
+                    await self.bus.changed.wait()
             except TimeoutError:
                 return []
 

@@ -1,0 +1,1 @@
+"""Small games shipped with Trialog for demos and tests."""

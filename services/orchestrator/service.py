@@ -1,0 +1,281 @@
+"""The orchestrator: the live interpreter of the spec.
+
+A consumer group over ``control`` and ``events`` (partition p of both together,
+I-2). It validates start requests, runs pre-trial hooks, writes
+``trial.started`` (or ``trial.rejected`` with the reason), waits for client
+actors to join, keeps the ``trials`` index, and ends trials — on the
+environment's word, max ticks, terminate requests, inactivity and wall-clock
+limits — each with its reason in ``trial.ended``.
+
+It keeps a few numbers per live trial (no spec, no payloads), and rebuilds them
+from the log when it takes over a partition (I-7). It is also the one service
+that dead-letters undecodable records and events for trials that are not live,
+so each bad record is reported once.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from trialog.bus.base import Record
+from trialog.errors import TrialError
+from trialog.events import (
+    HEADER_TICK,
+    ActorJoined,
+    EnvironmentDone,
+    Event,
+    ResolvedTrial,
+    StartRequest,
+    TerminateRequest,
+    TrialEnded,
+    TrialPending,
+    TrialRecord,
+    TrialRejected,
+    TrialStarted,
+    TrialTerminating,
+)
+from trialog.logs import get_logger
+from trialog.runtime.service import Handler
+from trialog.spec import Spec
+from trialog.topics import CONTROL, EVENTS, TRIALS
+
+from services.orchestrator.resolve import resolve
+
+log = get_logger(__name__)
+
+# Kinds that only count as activity (read from headers, never decoded here).
+_ACTIVITY = frozenset({"observation", "action", "actor.timeout", "actor.left", "parameters.changed"})
+_RECENTLY_ENDED = 10_000  # ended trial IDs remembered to ignore stragglers quietly
+
+
+@dataclass(slots=True)
+class _Live:
+    partition: int
+    spec: str
+    start_offset: int
+    created_ms: int
+    status: str  # pending | running | ending
+    max_ticks: int | None
+    inactivity_ms: int | None
+    wall_clock_ms: int | None
+    join_deadline_ms: int | None
+    implementations: dict[str, str]
+    last_activity: float = field(default_factory=time.monotonic)
+    tick: int = 0
+    waiting_for: set[str] = field(default_factory=set)
+    pending: TrialPending | None = None  # kept only while client actors join
+    end_sent: bool = False
+
+
+class OrchestratorHandler(Handler):
+    roles = (CONTROL, EVENTS)
+    kinds = frozenset(
+        {StartRequest.KIND, TerminateRequest.KIND, TrialPending.KIND, TrialStarted.KIND, TrialRejected.KIND,
+         EnvironmentDone.KIND, TrialEnded.KIND, ActorJoined.KIND, TrialTerminating.KIND}
+    )  # fmt: skip
+    dead_letters = True
+    service_name = "orchestrator"
+
+    def __init__(self, specs: Mapping[str, Spec]):
+        self.specs = dict(specs)
+        self.live_trials: dict[str, _Live] = {}
+        self.requested: dict[str, int] = {}  # trial ID -> partition, answered but not yet read back
+        self.ended: OrderedDict[str, None] = OrderedDict()
+        self.deferred: dict[int, list[tuple[Record, Event]]] = {}
+
+    # --- dispatch ------------------------------------------------------------------------------
+    def handle(self, record: Record, event: Event) -> None:
+        if record.role == CONTROL:
+            if not self.loop.is_live(EVENTS, record.partition):
+                # Answer requests only once the trials of this partition are rebuilt,
+                # or a request already answered before a crash would be answered twice.
+                self.deferred.setdefault(record.partition, []).append((record, event))
+                return
+            self._control(record, event)
+            return
+        trial = self.live_trials.get(event.trial_id)
+        match event:
+            case TrialPending() | TrialStarted():
+                self._on_resolved(record, event)
+            case TrialRejected():
+                self.requested.pop(event.trial_id, None)
+                self._remember_ended(event.trial_id)
+                self.loop.emit(TrialRecord(event.trial_id, status="rejected", partition=record.partition, reason=event.reason,
+                                           created_ms=record.timestamp_ms, updated_ms=record.timestamp_ms), TRIALS)  # fmt: skip
+            case ActorJoined() if trial is not None:
+                trial.last_activity = time.monotonic()
+                trial.waiting_for.discard(event.actor)
+                if trial.status == "pending" and not trial.waiting_for and trial.pending is not None:
+                    self.loop.emit(TrialStarted(**{f: getattr(trial.pending, f) for f in trial.pending.__dataclass_fields__}))
+            case EnvironmentDone() if trial is not None:
+                self._end(event.trial_id, trial, event.reason, event.tick, event.details)
+            case TrialEnded():
+                self._on_ended(record, event)
+            case TrialTerminating() if trial is not None:
+                trial.last_activity = time.monotonic()
+            case _ if trial is None:
+                self._not_live(record, event.KIND)
+
+    def glance(self, record: Record, kind: str) -> None:
+        trial = self.live_trials.get(record.trial_id)
+        if trial is None:
+            if kind in _ACTIVITY:
+                self._not_live(record, kind)
+            return
+        trial.last_activity = time.monotonic()
+        if kind == "observation":
+            try:
+                trial.tick = max(trial.tick, int(record.header(HEADER_TICK) or 0))
+            except ValueError:
+                pass
+            # A backstop only: the environment runtime ends trials at max_ticks itself.
+            if trial.max_ticks is not None and trial.tick > trial.max_ticks:
+                self._end(record.trial_id, trial, "max_ticks", trial.tick, "the environment went past max_ticks")
+
+    def _not_live(self, record: Record, kind: str) -> None:
+        if not self.loop.is_live(EVENTS, record.partition) or record.trial_id in self.ended or record.trial_id in self.requested:
+            return  # catching up (older trials), or stragglers of a trial that just ended
+        self.loop.dead_letter(record, f"{kind} for trial {record.trial_id!r}, which is not live (unknown or ended)")
+
+    # --- control -----------------------------------------------------------------------------
+    def _control(self, record: Record, event: Event) -> None:
+        match event:
+            case StartRequest():
+                self._start(record, event)
+            case TerminateRequest():
+                trial = self.live_trials.get(event.trial_id)
+                if trial is None:
+                    log.info("terminate request for a trial that is not live", trial=event.trial_id)
+                elif event.hard or trial.status == "pending":
+                    self._end(event.trial_id, trial, "terminated", trial.tick, event.reason or "hard terminate")
+                elif trial.status == "running":
+                    trial.status = "ending"
+                    self.loop.emit(TrialTerminating(event.trial_id, reason=event.reason, requested_by=event.requested_by))
+            case _:
+                self.loop.dead_letter(record, f"{event.KIND} does not belong on the control topic")
+
+    def _start(self, record: Record, request: StartRequest) -> None:
+        tid = request.trial_id
+        if tid in self.live_trials or tid in self.requested or tid in self.ended:
+            log.info("duplicate start request ignored", trial=tid)
+            return
+        self.requested[tid] = record.partition
+        spec = self.specs.get(request.spec)
+        try:
+            if spec is None:
+                raise TrialError(f"unknown spec {request.spec!r}; this orchestrator serves {', '.join(self.specs) or 'none'}")
+            started = resolve(spec, request)
+        except TrialError as exc:
+            log.info("start request rejected", trial=tid, reason=str(exc))
+            self.loop.emit(TrialRejected(tid, reason=str(exc), requested_by=request.requested_by))
+            return
+        if any(a.client for a in started.actors):
+            self.loop.emit(TrialPending(**{f: getattr(started, f) for f in started.__dataclass_fields__}))
+        else:
+            self.loop.emit(started)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    def _on_resolved(self, record: Record, event: ResolvedTrial) -> None:
+        tid = event.trial_id
+        self.requested.pop(tid, None)
+        trial = self.live_trials.get(tid)
+        if trial is None:
+            if tid in self.ended:
+                return
+            trial = _Live(
+                partition=record.partition,
+                spec=event.spec,
+                start_offset=record.offset,
+                created_ms=record.timestamp_ms,
+                status="pending",
+                max_ticks=event.max_ticks,
+                inactivity_ms=event.inactivity_timeout_ms,
+                wall_clock_ms=event.wall_clock_limit_ms,
+                join_deadline_ms=None,
+                implementations={a.name: a.implementation for a in event.actors},
+            )
+            self.live_trials[tid] = trial
+        trial.last_activity = time.monotonic()
+        if isinstance(event, TrialPending):
+            trial.pending = event
+            trial.waiting_for = {a.name for a in event.actors if a.client}
+            trial.join_deadline_ms = record.timestamp_ms + event.join_timeout_ms
+        else:
+            if trial.status == "running":
+                return
+            trial.status, trial.pending, trial.join_deadline_ms = "running", None, None
+            trial.created_ms = record.timestamp_ms  # the wall clock runs from the start proper
+        self._index(tid, trial, trial.status)
+
+    def _end(self, tid: str, trial: _Live, reason: str, tick: int, details: str = "") -> None:
+        if trial.end_sent:
+            return
+        trial.end_sent = True
+        self.loop.emit(TrialEnded(tid, tick=tick, reason=reason, details=details))
+
+    def _on_ended(self, record: Record, event: TrialEnded) -> None:
+        trial = self.live_trials.pop(event.trial_id, None)
+        self._remember_ended(event.trial_id)
+        if trial is None:
+            return
+        self.loop.emit(
+            TrialRecord(event.trial_id, status="ended", spec=trial.spec, partition=trial.partition, start_offset=trial.start_offset,
+                        end_offset=record.offset, ticks=event.tick, reason=event.reason, implementations=trial.implementations,
+                        created_ms=trial.created_ms, updated_ms=record.timestamp_ms),
+            TRIALS,
+        )  # fmt: skip
+
+    def _index(self, tid: str, trial: _Live, status: str) -> None:
+        self.loop.emit(
+            TrialRecord(tid, status=status, spec=trial.spec, partition=trial.partition, start_offset=trial.start_offset,
+                        ticks=trial.tick, implementations=trial.implementations, created_ms=trial.created_ms,
+                        updated_ms=int(time.time() * 1000)),
+            TRIALS,
+        )  # fmt: skip
+
+    def _remember_ended(self, tid: str) -> None:
+        self.ended[tid] = None
+        while len(self.ended) > _RECENTLY_ENDED:
+            self.ended.popitem(last=False)
+
+    # --- timers and partitions ---------------------------------------------------------------------
+    def periodic(self, now: float) -> None:
+        now_ms = int(now * 1000)
+        mono = time.monotonic()
+        for tid, trial in list(self.live_trials.items()):
+            if trial.end_sent or not self.loop.is_live(EVENTS, trial.partition):
+                continue
+            if trial.status == "pending":
+                if trial.join_deadline_ms is not None and now_ms > trial.join_deadline_ms:
+                    self._end(tid, trial, "join_timeout", 0, f"still waiting for {', '.join(sorted(trial.waiting_for))}")
+                continue
+            if trial.wall_clock_ms is not None and now_ms - trial.created_ms > trial.wall_clock_ms:
+                self._end(tid, trial, "wall_clock", trial.tick, f"ran longer than {trial.wall_clock_ms} ms")
+            elif trial.inactivity_ms is not None and (mono - trial.last_activity) * 1000 > trial.inactivity_ms:
+                self._end(tid, trial, "inactivity", trial.tick, f"no event for {trial.inactivity_ms} ms")
+
+    def live(self, role: str, partition: int) -> None:
+        if role == EVENTS:
+            now = time.monotonic()
+            for trial in self.live_trials.values():
+                if trial.partition == partition:
+                    trial.last_activity = now  # inactivity is measured from when we took over
+            for record, event in self.deferred.pop(partition, []):
+                self._control(record, event)
+
+    def revoked(self, role: str, partition: int) -> None:
+        if role == EVENTS:
+            for tid in [t for t, trial in self.live_trials.items() if trial.partition == partition]:
+                del self.live_trials[tid]
+        self.deferred.pop(partition, None)
+
+    def safe_offset(self, role: str, partition: int) -> int | None:
+        if role == CONTROL:
+            # Answered requests are acknowledged before any commit; deferred ones are not answered yet.
+            waiting = [r.offset for r, _ in self.deferred.get(partition, [])]
+            return min(waiting) if waiting else None
+        starts = [t.start_offset for t in self.live_trials.values() if t.partition == partition]
+        return min(starts) if starts else None

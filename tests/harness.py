@@ -1,0 +1,60 @@
+"""Run a whole deployment (orchestrator, environment and actor hosts) inside one
+test's event loop, on either bus: the same scenario runs in memory and on Kafka."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from services.actors.host import loops_for as actor_loops
+from services.environment.host import loops_for as env_loops
+from services.orchestrator.main import loop_for as orchestrator_loop
+from trialog.bus.base import Bus
+from trialog.controller import Controller
+from trialog.runtime.service import ServiceLoop
+from trialog.spec import Spec
+
+
+class Deployment:
+    def __init__(self, bus: Bus, spec: Spec):
+        self.bus = bus
+        self.spec = spec
+        self.loops: list[ServiceLoop] = []
+        self.tasks: list[asyncio.Task] = []
+
+    def add(self, loops: list[ServiceLoop]) -> list[ServiceLoop]:
+        for loop in loops:
+            self.loops.append(loop)
+            self.tasks.append(asyncio.create_task(loop.run()))
+        return loops
+
+    async def ready(self, timeout: float = 30) -> None:
+        await asyncio.wait_for(asyncio.gather(*(loop.ready.wait() for loop in self.loops)), timeout)
+
+    async def stop(self) -> None:
+        for loop in self.loops:
+            loop.stop()
+        results = await asyncio.gather(*self.tasks, return_exceptions=True)
+        for r in results:
+            if isinstance(r, Exception):
+                raise r
+
+
+@contextlib.asynccontextmanager
+async def deployment(bus: Bus, spec: Spec, *, env=True, actors=True, orchestrator=True) -> AsyncIterator[tuple[Deployment, Controller]]:
+    await bus.create_topics()
+    async with bus:
+        d = Deployment(bus, spec)
+        if orchestrator:
+            d.add([orchestrator_loop(bus, [spec])])
+        if env:
+            d.add(env_loops(bus, spec))
+        if actors:
+            d.add(actor_loops(bus, spec))
+        try:
+            await d.ready()
+            async with Controller(bus) as ctl:
+                yield d, ctl
+        finally:
+            await d.stop()

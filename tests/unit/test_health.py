@@ -1,0 +1,187 @@
+"""The health endpoints answer real HTTP requests the way Kubernetes probes expect.
+
+Each test starts :func:`trialog.health.serve_health` on a free port and talks to
+it with a real HTTP client (urllib, in a worker thread so the server's event
+loop keeps running) or with raw sockets for the malformed cases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from trialog.health import Health, serve_health
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _get(url: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    """One blocking HTTP request; error statuses are answers, not exceptions."""
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, dict(error.headers), error.read()
+
+
+def _with_server(health: Health, scenario: Callable[[str], Awaitable[None]]) -> None:
+    """Serve ``health`` on a free loopback port, run ``scenario(base_url)``, close."""
+
+    async def main() -> None:
+        server = await serve_health(health, host="127.0.0.1", port=0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            await scenario(f"http://127.0.0.1:{port}")
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
+
+
+async def _fetch(url: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    return await asyncio.to_thread(_get, url, method)
+
+
+def test_a_new_service_is_live_but_not_ready() -> None:
+    health = Health()
+
+    async def scenario(base: str) -> None:
+        status, headers, body = await _fetch(base + "/livez")
+        assert status == 200
+        assert headers["Content-Type"] == "application/json"
+        assert json.loads(body) == {"status": "ok", "reason": ""}
+
+        status, _, body = await _fetch(base + "/readyz")
+        assert status == 503
+        assert json.loads(body) == {"status": "unavailable", "reason": "starting"}
+
+    _with_server(health, scenario)
+
+
+def test_readiness_follows_set_ready_with_its_reason() -> None:
+    health = Health()
+
+    async def scenario(base: str) -> None:
+        health.set_ready(True, "owns 4 partitions")
+        status, _, body = await _fetch(base + "/readyz")
+        assert (status, json.loads(body)) == (200, {"status": "ok", "reason": "owns 4 partitions"})
+
+        health.set_ready(False, "partitions revoked by a rebalance")
+        status, _, body = await _fetch(base + "/readyz")
+        assert (status, json.loads(body)) == (
+            503,
+            {"status": "unavailable", "reason": "partitions revoked by a rebalance"},
+        )
+
+    _with_server(health, scenario)
+
+
+def test_a_loop_that_stops_beating_is_neither_live_nor_ready() -> None:
+    clock = FakeClock()
+    health = Health(liveness_timeout_s=30, clock=clock)
+    health.set_ready(True)
+
+    async def scenario(base: str) -> None:
+        clock.now += 29
+        assert (await _fetch(base + "/livez"))[0] == 200
+
+        clock.now += 2  # 31 s since the last beat
+        status, _, body = await _fetch(base + "/livez")
+        assert status == 503
+        assert json.loads(body) == {"status": "unavailable", "reason": "no heartbeat for 31.0s (limit 30s)"}
+        status, _, body = await _fetch(base + "/readyz")
+        assert status == 503
+        assert json.loads(body)["reason"].startswith("not live: no heartbeat")
+
+        health.beat()
+        assert (await _fetch(base + "/livez"))[0] == 200
+        assert (await _fetch(base + "/readyz"))[0] == 200
+
+    _with_server(health, scenario)
+
+
+def test_status_reports_both_probes() -> None:
+    clock = FakeClock()
+    health = Health(liveness_timeout_s=10, clock=clock)
+    clock.now += 2.5
+    assert health.status() == {
+        "live": True,
+        "ready": False,
+        "liveness_reason": "",
+        "readiness_reason": "starting",
+        "seconds_since_beat": 2.5,
+        "liveness_timeout_s": 10,
+    }
+
+
+def test_query_strings_and_head_requests_are_probes_too() -> None:
+    health = Health()
+    health.set_ready(True)
+
+    async def scenario(base: str) -> None:
+        status, _, body = await _fetch(base + "/readyz?verbose=1")
+        assert (status, json.loads(body)["status"]) == (200, "ok")
+        status, headers, body = await _fetch(base + "/livez", method="HEAD")
+        assert (status, body) == (200, b"")
+        assert int(headers["Content-Length"]) > 0
+
+    _with_server(health, scenario)
+
+
+def test_unknown_paths_are_404_and_other_methods_405() -> None:
+    health = Health()
+
+    async def scenario(base: str) -> None:
+        status, _, body = await _fetch(base + "/metrics")
+        assert status == 404
+        assert "/livez" in json.loads(body)["reason"]
+        status, headers, _ = await _fetch(base + "/livez", method="POST")
+        assert status == 405
+        assert headers["Allow"] == "GET, HEAD"
+
+    _with_server(health, scenario)
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"NONSENSE\r\n\r\n",
+        b"GET /livez HTTP/1.1\r\nX-Filler: " + b"x" * 20000 + b"\r\n\r\n",
+    ],
+    ids=["malformed request line", "oversized headers"],
+)
+def test_garbage_gets_400_and_the_server_keeps_serving(request_bytes: bytes) -> None:
+    health = Health()
+
+    async def scenario(base: str) -> None:
+        host, port = base.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(request_bytes)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n")
+        assert (await _fetch(base + "/livez"))[0] == 200
+
+    _with_server(health, scenario)
+
+
+def test_the_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="liveness_timeout_s must be positive"):
+        Health(liveness_timeout_s=0)

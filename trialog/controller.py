@@ -1,0 +1,326 @@
+"""Controllers: whoever asks for trials to start or end — a script, the CLI, a campaign.
+
+.. code-block:: python
+
+    async with Controller(connect(settings)) as ctl:
+        trial_id = await ctl.start_trial("rps", seed=7, implementations={"bob": "scripted"})
+        ended = await ctl.wait_ended(trial_id)
+        print(ended.reason, ended.tick)
+
+A start request goes to ``control``; the answer (``trial.started`` or
+``trial.rejected`` with the reason) comes back on ``events`` and is never
+silently dropped: :meth:`Controller.wait_started` raises :class:`TrialError` with
+the orchestrator's reason. Rewards, messages and parameter changes from outside
+(an evaluator, a person) go straight to the trial's events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from trialog.bus.base import Bus, Consumer, Record
+from trialog.errors import TrialError
+from trialog.events import (
+    HEADER_KIND,
+    HEADER_TICK,
+    Event,
+    Message,
+    ParametersChanged,
+    Reward,
+    StartRequest,
+    TerminateRequest,
+    TrialEnded,
+    TrialPending,
+    TrialRecord,
+    TrialRejected,
+    TrialStarted,
+)
+from trialog.topics import CONTROL, EVENTS, TRIALS
+
+LIFECYCLE = frozenset({TrialPending.KIND, TrialStarted.KIND, TrialRejected.KIND, TrialEnded.KIND})
+
+
+def new_trial_id(prefix: str = "trial") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+@dataclass
+class _Watch:
+    started: asyncio.Future
+    ended: asyncio.Future
+
+
+class Controller:
+    """Starts, watches and ends trials through the log."""
+
+    def __init__(self, bus: Bus, name: str = "controller"):
+        self.bus = bus
+        self.name = name
+        self._watches: dict[str, _Watch] = {}
+        self._listeners: list[asyncio.Queue] = []
+        self._consumer: Consumer | None = None
+        self._task: asyncio.Task | None = None
+        self.ticks_seen = 0  # observations read (one per actor per tick), for progress figures
+        self._last_tick: dict[str, int] = {}
+
+    async def __aenter__(self) -> Controller:
+        await self.bus.start()
+        self._consumer = self.bus.consumer([EVENTS], from_start=False)
+        await self._consumer.start()
+        self._task = asyncio.create_task(self._watch_loop())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._consumer:
+            await self._consumer.stop()
+
+    # --- requests -----------------------------------------------------------------------------
+    async def start_trial(
+        self,
+        spec: str,
+        *,
+        trial_id: str | None = None,
+        seed: int | None = None,
+        implementations: Mapping[str, str] | None = None,
+        parameters: Mapping[str, Any] | None = None,
+        environment: str | None = None,
+        environment_config: Mapping[str, Any] | None = None,
+        actors: Sequence[Mapping[str, Any]] | None = None,
+        max_ticks: int | None = None,
+    ) -> str:
+        """Ask for a trial; returns its ID at once (use :meth:`wait_started`/:meth:`wait_ended`)."""
+        trial_id = trial_id or new_trial_id()
+        self._watch(trial_id)
+        await self.bus.publish(
+            CONTROL,
+            StartRequest(
+                trial_id,
+                spec=spec,
+                requested_by=self.name,
+                seed=seed,
+                environment=environment,
+                environment_config=orjson.dumps(environment_config).decode() if environment_config else None,
+                implementations=dict(implementations or {}),
+                actors=orjson.dumps(list(actors)).decode() if actors else None,
+                max_ticks=max_ticks,
+                parameters=orjson.dumps(dict(parameters or {})).decode(),
+            ),
+        )
+        return trial_id
+
+    async def terminate(self, trial_id: str, *, hard: bool = False, reason: str = "") -> None:
+        """Soft: the trial ends at its next tick boundary. Hard: now."""
+        await self.bus.publish(CONTROL, TerminateRequest(trial_id, hard=hard, reason=reason, requested_by=self.name))
+
+    async def send_reward(
+        self, trial_id: str, receiver: str, value: float, *, tick: int, confidence: float = 1.0,
+        sender: str | None = None, user_data: Mapping[str, Any] | None = None,
+    ) -> None:  # fmt: skip
+        """A reward from outside (an evaluator, a person) for ``tick`` — past ticks included."""
+        await self.bus.publish(
+            EVENTS,
+            Reward(trial_id, tick=tick, receiver=receiver, value=float(value), confidence=float(confidence),
+                   sender=sender or self.name, user_data=None if user_data is None else orjson.dumps(user_data).decode()),
+        )  # fmt: skip
+
+    async def send_message(self, trial_id: str, receivers: Sequence[str], payload: Mapping[str, Any], *, tick: int = 0, sender: str | None = None) -> None:
+        await self.bus.publish(
+            EVENTS,
+            Message(trial_id, tick=tick, sender=sender or self.name, receivers=tuple(receivers),
+                    message_id=uuid.uuid4().hex, payload=orjson.dumps(payload).decode()),
+        )  # fmt: skip
+
+    async def change_parameters(self, trial_id: str, parameters: Mapping[str, Any], *, tick: int = 0) -> None:
+        """Parameters take effect at the environment's next update (logged, so replay reproduces it)."""
+        await self.bus.publish(EVENTS, ParametersChanged(trial_id, tick=tick, sender=self.name, parameters=orjson.dumps(parameters).decode()))
+
+    # --- answers ------------------------------------------------------------------------------
+    def _watch(self, trial_id: str) -> _Watch:
+        w = self._watches.get(trial_id)
+        if w is None:
+            loop = asyncio.get_running_loop()
+            w = self._watches[trial_id] = _Watch(loop.create_future(), loop.create_future())
+        return w
+
+    async def wait_started(self, trial_id: str, timeout: float | None = 60) -> TrialStarted:
+        """The resolved trial; raises :class:`TrialError` with the reason if it was rejected."""
+        return await asyncio.wait_for(asyncio.shield(self._watch(trial_id).started), timeout)
+
+    async def wait_ended(self, trial_id: str, timeout: float | None = None) -> TrialEnded:
+        return await asyncio.wait_for(asyncio.shield(self._watch(trial_id).ended), timeout)
+
+    def last_tick(self, trial_id: str) -> int:
+        return self._last_tick.get(trial_id, 0)
+
+    async def watch(self) -> AsyncIterator[Event]:
+        """Lifecycle events (pending, started, rejected, ended) of every trial, as they happen."""
+        queue: asyncio.Queue = asyncio.Queue()
+        self._listeners.append(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._listeners.remove(queue)
+
+    async def _watch_loop(self) -> None:
+        assert self._consumer is not None
+        while True:
+            for record in await self._consumer.poll(timeout_ms=500):
+                self._see(record)
+
+    def _see(self, record: Record) -> None:
+        kind = record.header(HEADER_KIND)
+        if kind == "observation":
+            self.ticks_seen += 1
+            tick = int(record.header(HEADER_TICK) or 0)
+            if tick > self._last_tick.get(record.trial_id, -1):
+                self._last_tick[record.trial_id] = tick
+            return
+        if kind not in LIFECYCLE:
+            return
+        try:
+            event = self.bus.codec.decode(record.value, kind)
+        except Exception:
+            return  # the orchestrator dead-letters bad records; a watcher just skips them
+        for q in self._listeners:
+            q.put_nowait(event)
+        w = self._watches.get(event.trial_id)
+        if w is None:
+            return
+        if isinstance(event, TrialStarted) and not w.started.done():
+            w.started.set_result(event)
+        elif isinstance(event, TrialRejected):
+            error = TrialError(f"trial {event.trial_id} rejected: {event.reason}", trial_id=event.trial_id, reason=event.reason)
+            for f in (w.started, w.ended):
+                if not f.done():
+                    f.set_exception(error)
+                    f.exception()  # mark retrieved: a caller may wait on only one of them
+        elif isinstance(event, TrialEnded):
+            if not w.started.done():
+                w.started.set_exception(TrialError(f"trial {event.trial_id} ended before it started: {event.reason}", trial_id=event.trial_id, reason=event.reason))
+                w.started.exception()
+            if not w.ended.done():
+                w.ended.set_result(event)
+
+    # --- the index ------------------------------------------------------------------------------
+    async def list_trials(self) -> list[TrialRecord]:
+        """The latest record of every trial in the ``trials`` index."""
+        consumer = self.bus.consumer([TRIALS])
+        await consumer.start()
+        try:
+            ends = await consumer.end_offsets(consumer.assignment())
+            latest: dict[str, TrialRecord] = {}
+            done = {rp for rp, end in ends.items() if end == 0}
+            while len(done) < len(ends):
+                for record in await consumer.poll(timeout_ms=500):
+                    if record.value:
+                        try:
+                            latest[record.trial_id] = self.bus.codec.decode(record.value, TrialRecord.KIND)
+                        except Exception:
+                            pass
+                    if record.offset + 1 >= ends[(record.role, record.partition)]:
+                        done.add((record.role, record.partition))
+            return sorted(latest.values(), key=lambda r: r.created_ms)
+        finally:
+            await consumer.stop()
+
+
+# --- campaigns ------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrialOutcome:
+    trial_id: str
+    overrides: dict[str, Any]
+    reason: str = ""
+    ticks: int = 0
+    error: str = ""
+    seconds: float = 0.0
+
+
+@dataclass
+class CampaignResult:
+    outcomes: list[TrialOutcome] = field(default_factory=list)
+    seconds: float = 0.0
+    observations: int = 0
+
+    def by_reason(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for o in self.outcomes:
+            counts[o.reason or "rejected"] += 1
+        return dict(counts)
+
+    @property
+    def ticks(self) -> int:
+        return sum(o.ticks for o in self.outcomes)
+
+
+Progress = Callable[[int, int, int, float], None]  # done, running, total, ticks per second
+
+
+async def run_campaign(
+    ctl: Controller,
+    spec: str,
+    trials: int,
+    concurrency: int,
+    *,
+    overrides: Callable[[int], Mapping[str, Any]] | None = None,
+    on_progress: Progress | None = None,
+    trial_timeout: float | None = 600,
+) -> CampaignResult:
+    """Run ``trials`` trials of ``spec``, at most ``concurrency`` at once."""
+    result = CampaignResult()
+    semaphore = asyncio.Semaphore(concurrency)
+    running = 0
+    start = time.monotonic()
+    seen_at_start = ctl.ticks_seen
+
+    def report() -> None:
+        if on_progress:
+            elapsed = max(time.monotonic() - start, 1e-9)
+            on_progress(len(result.outcomes), running, trials, (ctl.ticks_seen - seen_at_start) / elapsed)
+
+    async def one(i: int) -> None:
+        nonlocal running
+        extra = dict(overrides(i)) if overrides else {}
+        async with semaphore:
+            running += 1
+            t0 = time.monotonic()
+            outcome = TrialOutcome("", extra)
+            try:
+                outcome.trial_id = await ctl.start_trial(spec, **extra)
+                ended = await ctl.wait_ended(outcome.trial_id, timeout=trial_timeout)
+                outcome.reason, outcome.ticks = ended.reason, ended.tick
+            except TrialError as exc:
+                outcome.error = exc.reason or str(exc)
+            except TimeoutError:
+                outcome.error = f"no end within {trial_timeout} s"
+            outcome.seconds = time.monotonic() - t0
+            running -= 1
+            result.outcomes.append(outcome)
+            report()
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            report()
+
+    progress_task = asyncio.create_task(ticker())
+    try:
+        await asyncio.gather(*(one(i) for i in range(trials)))
+    finally:
+        progress_task.cancel()
+    result.seconds = time.monotonic() - start
+    result.observations = ctl.ticks_seen - seen_at_start
+    return result

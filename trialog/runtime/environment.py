@@ -1,0 +1,288 @@
+"""The environment runtime: the tick barrier around a user's :class:`~trialog.environment.Environment`.
+
+Per trial it waits for the actions of tick t from every active actor, applies the
+response-timeout policy to latecomers, calls ``update`` and writes the
+observations of tick t+1 (I-6: two hops per tick, nothing in between).
+
+Every decision that changes a trial is taken *from the log*: a timeout is
+written as ``actor.timeout`` and applied when read back, a parameter change is
+applied when its ``parameters.changed`` is read. So replaying a trial's events
+into a fresh environment with the logged seed reproduces it exactly — which is
+how another instance takes over a trial after a crash (see
+:mod:`trialog.runtime.service`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from trialog.bus.base import Record
+from trialog.errors import CodecError
+from trialog.environment import RewardOut, Step
+from trialog.events import (
+    Action,
+    ActorLeft,
+    ActorTimeout,
+    EnvironmentDone,
+    Event,
+    Message,
+    Observation,
+    ParametersChanged,
+    Reward,
+    TrialEnded,
+    TrialStarted,
+    TrialTerminating,
+)
+from trialog.logs import get_logger
+from trialog.runtime.service import Handler
+from trialog.runtime.trial import ClassSchemas, class_schemas, dumps, loads, trial_info
+from trialog.spec import load_entry
+from trialog.topics import EVENTS
+
+log = get_logger(__name__)
+
+EnvFactory = Callable[[Any], Any]  # TrialInfo -> environment instance
+
+
+@dataclass
+class _Trial:
+    started: TrialStarted
+    env: Any
+    partition: int
+    start_offset: int
+    schemas: dict[str, ClassSchemas]
+    actor_class: dict[str, str]
+    tick: int = 0
+    active: set[str] = field(default_factory=set)
+    actions: dict[str, Any] = field(default_factory=dict)
+    waiting_since: float = 0.0
+    timed_out: bool = False  # actor.timeout written for this tick
+    terminating: bool = False
+    done: bool = False
+    pending_parameters: list[dict] = field(default_factory=list)
+
+
+class EnvironmentHandler(Handler):
+    """Hosts every trial whose environment implementation is one of ``implementations``."""
+
+    kinds = frozenset(
+        {TrialStarted.KIND, Action.KIND, ActorTimeout.KIND, TrialTerminating.KIND, TrialEnded.KIND, Message.KIND, ParametersChanged.KIND}
+    )
+    service_name = "environment"
+
+    def __init__(self, implementations: Mapping[str, str | EnvFactory]):
+        """``implementations``: name → import path (``module:Class``) or factory."""
+        self.factories: dict[str, EnvFactory] = {}
+        for name, entry in implementations.items():
+            self.factories[name] = load_entry(entry, what=f"environment {name}") if isinstance(entry, str) else entry
+        self.trials: dict[str, _Trial] = {}
+
+    # --- log events ------------------------------------------------------------------------
+    def handle(self, record: Record, event: Event) -> None:
+        if isinstance(event, TrialStarted):
+            if event.environment in self.factories and event.trial_id not in self.trials:
+                self._start(record, event)
+            return
+        trial = self.trials.get(event.trial_id)
+        if trial is None:
+            return
+        match event:
+            case Action():
+                self._on_action(trial, record, event)
+            case ActorTimeout():
+                self._on_timeout(trial, event)
+            case ParametersChanged():
+                trial.pending_parameters.append(loads(event.parameters))
+            case Message() if "env" in event.receivers or "*" in event.receivers:
+                trial.env.on_message(event.sender, loads(event.payload))
+            case TrialTerminating():
+                trial.terminating = True
+            case TrialEnded():
+                self._close(trial)
+
+    def _start(self, record: Record, started: TrialStarted) -> None:
+        info = trial_info(started)
+        schemas = class_schemas(self.loop.bus.store, started)
+        trial = _Trial(
+            started=started,
+            env=None,
+            partition=record.partition,
+            start_offset=record.offset,
+            schemas=schemas,
+            actor_class={a.name: a.actor_class for a in started.actors},
+            active={a.name for a in started.actors},
+        )
+        self.trials[started.trial_id] = trial
+        try:
+            trial.env = self.factories[started.environment](info)
+            observations = trial.env.start()
+        except Exception as exc:  # the user's environment failed: the trial ends with reason error
+            self._fail(trial, f"environment start failed: {type(exc).__name__}: {exc}")
+            return
+        self._emit_observations(trial, 0, observations, {}, {}, final=False)
+        self._begin_wait(trial)
+
+    def _on_action(self, trial: _Trial, record: Record, action: Action) -> None:
+        if trial.done or action.tick != trial.tick or action.actor not in trial.active or action.actor in trial.actions:
+            return  # late, duplicate or from an actor not (or no longer) in the trial: the log keeps it
+        schema = trial.schemas[trial.actor_class[action.actor]].action
+        try:
+            trial.actions[action.actor] = self.loop.bus.store.decode(action.payload, schema)
+        except CodecError as exc:
+            self.loop.dead_letter(record, f"action of {action.actor} at tick {action.tick} does not match its schema: {exc}")
+            return
+        self._maybe_step(trial)
+
+    def _on_timeout(self, trial: _Trial, timeout: ActorTimeout) -> None:
+        if trial.done or timeout.tick != trial.tick or timeout.actor not in trial.active or timeout.actor in trial.actions:
+            return
+        schemas = trial.schemas[trial.actor_class[timeout.actor]]
+        if timeout.policy == "default_action" and schemas.has_default_action:
+            trial.actions[timeout.actor] = schemas.default_action
+        else:
+            trial.active.discard(timeout.actor)
+        self._maybe_step(trial)
+
+    # --- the tick ------------------------------------------------------------------------------
+    def _maybe_step(self, trial: _Trial) -> None:
+        if trial.done or any(a not in trial.actions for a in trial.active):
+            return
+        if not trial.active:
+            self._finish(trial, trial.tick, "environment", "every actor left the trial")
+            return
+        for params in trial.pending_parameters:
+            trial.env.set_parameters(params)
+        trial.pending_parameters.clear()
+        tick = trial.tick
+        actions, trial.actions = trial.actions, {}
+        try:
+            step = trial.env.update(actions)
+            if not isinstance(step, Step):
+                raise TypeError(f"update must return trialog.environment.Step, got {type(step).__name__}")
+        except Exception as exc:
+            self._fail(trial, f"environment update failed at tick {tick}: {type(exc).__name__}: {exc}")
+            return
+        self._emit_rewards(trial, tick, step.rewards)
+        for i, m in enumerate(step.messages):
+            self.loop.emit(
+                Message(trial.started.trial_id, tick=tick, sender="env", receivers=tuple(m.receivers), message_id=f"env-{tick}-{i}", payload=dumps(m.payload))
+            )
+        trial.tick = next_tick = tick + 1
+        ended_now = {a for a in trial.active if step.terminated.get(a) or step.truncated.get(a)}
+        max_ticks = trial.started.max_ticks
+        reason = None
+        if step.done or ended_now >= trial.active:
+            reason = "environment"
+        elif max_ticks is not None and next_tick >= max_ticks:
+            reason = "max_ticks"
+        elif trial.terminating:
+            reason = "terminated"
+        self._emit_observations(trial, next_tick, step.observations, step.terminated, step.truncated, final=reason is not None, ended=ended_now)
+        if reason is not None:
+            self._finish(trial, next_tick, reason)
+            return
+        trial.active -= ended_now
+        self._begin_wait(trial)
+
+    def _emit_observations(self, trial, tick, observations, terminated, truncated, *, final: bool, ended=frozenset()) -> None:
+        missing = [a for a in trial.active if a not in observations]
+        if missing:
+            self._fail(trial, f"environment returned no observation at tick {tick} for {', '.join(sorted(missing))}")
+            return
+        out = []
+        for actor in sorted(trial.active):
+            schema = trial.schemas[trial.actor_class[actor]].observation
+            try:
+                payload = schema.encode(observations[actor])
+            except CodecError as exc:
+                self._fail(trial, f"observation for {actor} at tick {tick} does not match its schema: {exc}")
+                return
+            out.append(
+                Observation(
+                    trial.started.trial_id,
+                    tick=tick,
+                    actor=actor,
+                    payload=payload,
+                    terminated=bool(terminated.get(actor, False)),
+                    truncated=bool(truncated.get(actor, False)),
+                    final=final or actor in ended,
+                )
+            )
+        for obs in out:
+            self.loop.emit(obs)
+
+    def _emit_rewards(self, trial: _Trial, tick: int, rewards: Mapping[str, float] | Any) -> None:
+        items = (
+            [RewardOut(name, value) for name, value in rewards.items()] if isinstance(rewards, Mapping) else list(rewards)
+        )
+        for r in items:
+            sender = f"env/{r.source}" if r.source else "env"
+            self.loop.emit(
+                Reward(
+                    trial.started.trial_id,
+                    tick=tick,
+                    receiver=r.receiver,
+                    value=float(r.value),
+                    confidence=float(r.confidence),
+                    sender=sender,
+                    user_data=dumps(r.user_data) if r.user_data is not None else None,
+                )
+            )
+
+    def _begin_wait(self, trial: _Trial) -> None:
+        trial.waiting_since = time.monotonic()
+        trial.timed_out = False
+
+    def _finish(self, trial: _Trial, tick: int, reason: str, details: str = "") -> None:
+        trial.done = True
+        self.loop.emit(EnvironmentDone(trial.started.trial_id, tick=tick, reason=reason, details=details))
+        self._end_env(trial)
+
+    def _fail(self, trial: _Trial, details: str) -> None:
+        log.error("trial failed in its environment", trial=trial.started.trial_id, details=details)
+        self._finish(trial, trial.tick, "error", details)
+
+    def _end_env(self, trial: _Trial) -> None:
+        if trial.env is not None:
+            try:
+                trial.env.end()
+            except Exception:
+                log.exception("environment end() failed", trial=trial.started.trial_id)
+            trial.env = None
+
+    def _close(self, trial: _Trial) -> None:
+        self._end_env(trial)
+        self.trials.pop(trial.started.trial_id, None)
+
+    # --- timers, partitions ----------------------------------------------------------------------
+    def periodic(self, now: float) -> None:
+        mono = time.monotonic()
+        for trial in list(self.trials.values()):
+            if trial.done or trial.timed_out or not self.loop.is_live(EVENTS, trial.partition):
+                continue
+            if mono - trial.waiting_since < trial.started.response_timeout_ms / 1000:
+                continue
+            trial.timed_out = True
+            policy = trial.started.timeout_policy
+            for actor in sorted(trial.active - set(trial.actions)):
+                self.loop.emit(ActorTimeout(trial.started.trial_id, tick=trial.tick, actor=actor, policy=policy))
+                schemas = trial.schemas[trial.actor_class[actor]]
+                if policy != "default_action" or not schemas.has_default_action:
+                    self.loop.emit(ActorLeft(trial.started.trial_id, tick=trial.tick, actor=actor, reason="response timeout"))
+
+    def live(self, role: str, partition: int) -> None:
+        for trial in self.trials.values():
+            if trial.partition == partition:
+                self._begin_wait(trial)  # response timeouts restart from now: the old clock died with the old owner
+
+    def revoked(self, role: str, partition: int) -> None:
+        for trial in [t for t in self.trials.values() if t.partition == partition]:
+            self._end_env(trial)
+            del self.trials[trial.started.trial_id]
+
+    def safe_offset(self, role: str, partition: int) -> int | None:
+        starts = [t.start_offset for t in self.trials.values() if t.partition == partition]
+        return min(starts) if starts else None

@@ -1,0 +1,50 @@
+"""Running service loops as a long-lived process: signals, health, clean shutdown.
+
+Readiness (``/readyz``) means: connected to Kafka, the consumer owns its
+partitions, and catch-up from the log is finished for all of them. Liveness
+(``/livez``) means the loop keeps turning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Sequence
+
+from trialog.bus.base import Bus
+from trialog.health import Health, serve_health
+from trialog.logs import get_logger
+from trialog.runtime.service import ServiceLoop, run_until_stopped
+
+log = get_logger(__name__)
+
+
+async def serve(bus: Bus, loops: Sequence[ServiceLoop], *, name: str, health_port: int = 0, stop: asyncio.Event | None = None) -> None:
+    """Run ``loops`` until SIGTERM/SIGINT (or ``stop``); serve health on ``health_port`` (0: off)."""
+    stop = stop or asyncio.Event()
+    running = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        try:
+            running.add_signal_handler(sig, stop.set)
+        except (NotImplementedError, RuntimeError):  # not the main thread (tests)
+            pass
+    health = Health()
+    server = await serve_health(health, port=health_port) if health_port else None
+    watcher = asyncio.create_task(_watch_health(health, loops))
+    log.info("service starting", service=name, bootstrap=bus.settings.bootstrap_servers, health_port=health_port or None)
+    try:
+        async with bus:
+            await run_until_stopped(loops, stop)
+    finally:
+        watcher.cancel()
+        if server is not None:
+            server.close()
+        log.info("service stopped", service=name)
+
+
+async def _watch_health(health: Health, loops: Sequence[ServiceLoop]) -> None:
+    while True:
+        health.beat()
+        waiting = [loop.handler.service_name for loop in loops if not loop.ready.is_set()]
+        health.set_ready(not waiting, f"catching up or waiting for partitions: {', '.join(waiting)}" if waiting else "")
+        await asyncio.sleep(1.0)

@@ -1,0 +1,314 @@
+"""The loop every Trialog service runs: consume, handle, emit — and rebuild from the log.
+
+A service is a consumer group over some topics plus a :class:`Handler` holding the
+state of the trials on the partitions it owns. This module does the parts that are
+the same for the orchestrator, environment hosts and actor hosts:
+
+**Rebuilding (I-7).** A service commits, per partition, not "what I have read" but
+the *safe point*: the offset of the oldest live trial's first event. When a
+partition is assigned (start, crash of another instance, rebalance), the loop
+seeks to that safe point and replays the log up to the end offset it found at
+assignment — the *catch-up*. During catch-up the handler runs exactly as live,
+but what it emits is not sent: it is set aside as *expected*, and crossed off
+when the same event (same trial and identity, I-8) shows up in the log. When
+catch-up ends, whatever was expected and never logged — the work the dead
+instance did not finish — is sent. Replayed outputs that differ from the logged
+ones are reported (the environment's determinism check).
+
+**Emitting.** ``emit`` buffers; one flusher sends buffered events in order in one
+round trip, so a handler that emits several events for one input costs one hop.
+
+**Bad records (I-8).** Records that do not decode are dead-lettered by the
+service that owns the job (``dead_letters=True``) and skipped by the others;
+nothing stops the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from trialog.bus.base import Bus, Consumer, Record
+from trialog.errors import CodecError, TransportError, TrialogError
+from trialog.events import HEADER_KIND, Event, identity_from_headers
+from trialog.logs import get_logger
+from trialog.topics import EVENTS
+
+log = get_logger(__name__)
+
+
+class Handler:
+    """What a service implements. All methods are plain (not async): they change
+    local state and call :meth:`ServiceLoop.emit`; only the loop does I/O."""
+
+    roles: tuple[str, ...] = (EVENTS,)
+    kinds: frozenset[str] | None = None  # kinds worth decoding; None = all
+    dead_letters: bool = False  # this service reports undecodable records
+    service_name: str = "service"
+
+    loop: ServiceLoop
+
+    def handle(self, record: Record, event: Event) -> None: ...
+
+    def glance(self, record: Record, kind: str) -> None:
+        """A record of a kind this handler does not decode (headers only, cheap)."""
+
+    def assigned(self, role: str, partition: int) -> None:
+        """A partition is ours; its catch-up begins."""
+
+    def revoked(self, role: str, partition: int) -> None:
+        """A partition is no longer ours: forget its trials."""
+
+    def live(self, role: str, partition: int) -> None:
+        """Catch-up of a partition is over: arm timers for its trials."""
+
+    def safe_offset(self, role: str, partition: int) -> int | None:
+        """The offset to resume from for this partition (None: the current position)."""
+        return None
+
+    def periodic(self, now: float) -> None:
+        """Called about every ``tick_interval`` seconds, for timers and sweeps."""
+
+
+@dataclass
+class _Partition:
+    end: int  # end offset when assigned: catching up until the position reaches it
+    position: int = 0
+    live: bool = False
+    expected: dict[tuple, bytes] = field(default_factory=dict)  # (trial, identity) -> encoded value
+    expected_order: list[tuple[tuple, Event]] = field(default_factory=list)
+    mismatches: int = 0
+
+
+class ServiceLoop:
+    """Runs one handler over one consumer group until stopped."""
+
+    def __init__(self, bus: Bus, handler: Handler, group: str | None, *, tick_interval: float = 0.2):
+        self.bus = bus
+        self.handler = handler
+        self.group = group
+        self.tick_interval = tick_interval
+        handler.loop = self
+        self.parts: dict[tuple[str, int], _Partition] = {}
+        self._out: list[tuple[str, Event]] = []
+        self._flushing: asyncio.Task | None = None
+        self._stopping = asyncio.Event()
+        self.consumer: Consumer | None = None
+        self.ready = asyncio.Event()  # set once the first assignment's catch-up is done
+        self.stats = {"records": 0, "emitted": 0, "replayed_matches": 0, "dead_letters": 0}
+
+    # --- what handlers call ------------------------------------------------------------------
+    def emit(self, event: Event, role: str = EVENTS) -> None:
+        """Send an event (set aside instead while its partition is catching up)."""
+        if role == EVENTS:
+            part = self.parts.get((EVENTS, self.bus.partition_of(event.trial_id)))
+            if part is not None and not part.live:
+                key = (event.trial_id, event.identity)
+                if key not in part.expected:
+                    part.expected[key] = self.bus.codec.encode(event)
+                    part.expected_order.append((key, event))
+                return
+        self._out.append((role, event))
+        self.stats["emitted"] += 1
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+
+    def is_live(self, role: str, partition: int) -> bool:
+        part = self.parts.get((role, partition))
+        return part is not None and part.live
+
+    def owns(self, role: str, partition: int) -> bool:
+        return (role, partition) in self.parts
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    # --- the loop ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        self.consumer = self.bus.consumer(
+            self.handler.roles, group=self.group, on_assigned=self._on_assigned, on_revoked=self._on_revoked
+        )
+        await self.consumer.start()
+        if self.group is None:  # a plain reader owns everything from the start
+            await self._on_assigned(self.consumer.assignment())
+        last_periodic = 0.0
+        last_commit = time.monotonic()
+        try:
+            while not self._stopping.is_set():
+                records = await self.consumer.poll(timeout_ms=int(self.tick_interval * 1000))
+                for record in records:
+                    self._process(record)
+                self._check_caught_up()
+                now = time.monotonic()
+                if now - last_periodic >= self.tick_interval:
+                    last_periodic = now
+                    self.handler.periodic(time.time())
+                if now - last_commit >= 1.0 and self.group:
+                    last_commit = now
+                    await self._commit()
+        finally:
+            await self._drain()
+            if self.group:
+                try:
+                    await self._commit()
+                except TrialogError:
+                    pass
+            await self.consumer.stop()
+
+    def _process(self, record: Record) -> None:
+        self.stats["records"] += 1
+        key = (record.role, record.partition)
+        part = self.parts.get(key)
+        if part is None:  # revoked meanwhile
+            return
+        part.position = record.offset + 1
+        if not part.live and part.expected and record.role == EVENTS:
+            self._cross_off(part, record)
+        kind = record.header(HEADER_KIND)
+        if self.handler.kinds is not None and kind is not None and kind not in self.handler.kinds:
+            self.handler.glance(record, kind)
+            return
+        try:
+            event = self.bus.codec.decode(record.value, kind)
+        except CodecError as exc:
+            self._bad_record(record, f"undecodable record: {exc}")
+            return
+        try:
+            self.handler.handle(record, event)
+        except TrialogError as exc:
+            log.warning("event rejected", service=self.handler.service_name, trial=record.trial_id, kind=kind, error=str(exc))
+        except Exception:  # a bug in user code must not stop a service that hosts many trials
+            log.exception("handler failed", service=self.handler.service_name, trial=record.trial_id, kind=kind)
+
+    def _cross_off(self, part: _Partition, record: Record) -> None:
+        key = (record.trial_id, identity_from_headers(record.headers))
+        expected = part.expected.pop(key, None)
+        if expected is None:
+            return
+        self.stats["replayed_matches"] += 1
+        if expected != record.value:
+            part.mismatches += 1
+            log.warning(
+                "replayed event differs from the log (non-deterministic environment or actor?)",
+                trial=record.trial_id,
+                identity=key[1],
+                offset=record.offset,
+            )
+
+    def _bad_record(self, record: Record, reason: str) -> None:
+        if not self.handler.dead_letters:
+            return
+        self.stats["dead_letters"] += 1
+        asyncio.get_running_loop().create_task(self._dead_letter(record, reason))
+
+    async def _dead_letter(self, record: Record, reason: str) -> None:
+        try:
+            await self.bus.dead_letter(record, reason, self.handler.service_name)
+            log.warning("record dead-lettered", reason=reason, topic=record.role, partition=record.partition, offset=record.offset)
+        except TrialogError as exc:
+            log.error("could not dead-letter a record", reason=reason, error=str(exc))
+
+    def dead_letter(self, record: Record, reason: str) -> None:
+        """For handlers: park a record they cannot use (e.g. an action that does not match its schema)."""
+        self.stats["dead_letters"] += 1
+        asyncio.get_running_loop().create_task(self._dead_letter(record, reason))
+
+    def _check_caught_up(self) -> None:
+        for (role, p), part in self.parts.items():
+            if not part.live and part.position >= part.end:
+                self._go_live(role, p, part)
+        if self.parts and all(part.live for part in self.parts.values()):
+            self.ready.set()
+
+    def _go_live(self, role: str, p: int, part: _Partition) -> None:
+        part.live = True
+        unsent = [(k, e) for k, e in part.expected_order if k in part.expected]
+        part.expected.clear()
+        part.expected_order.clear()
+        if unsent:
+            log.info("catch-up finished; sending work the previous owner did not", partition=p, events=len(unsent))
+        for _, event in unsent:
+            self.emit(event)
+        if part.mismatches:
+            log.warning("catch-up found differences with the log", partition=p, mismatches=part.mismatches)
+        self.handler.live(role, p)
+
+    async def _on_assigned(self, assigned: set[tuple[str, int]]) -> None:
+        assert self.consumer is not None
+        ends = await self.consumer.end_offsets(assigned)
+        for role, p in sorted(assigned):
+            start = await self.consumer.committed(role, p) if self.group else 0
+            start = start or 0
+            self.consumer.seek(role, p, start)
+            self.parts[(role, p)] = _Partition(end=ends[(role, p)], position=start)
+            self.handler.assigned(role, p)
+            log.info("partition assigned", service=self.handler.service_name, topic=role, partition=p, resume_from=start, catch_up_to=ends[(role, p)])
+        self.ready.clear()
+
+    async def _on_revoked(self, revoked: set[tuple[str, int]]) -> None:
+        await self._drain()
+        if self.group:
+            try:
+                await self._commit()
+            except TrialogError:
+                pass
+        for role, p in revoked:
+            self.parts.pop((role, p), None)
+            self.handler.revoked(role, p)
+
+    async def _commit(self) -> None:
+        assert self.consumer is not None
+        if self._out or (self._flushing and not self._flushing.done()):
+            return  # outputs not yet acknowledged: committing now could lose them in a crash
+        offsets = {}
+        for (role, p), part in self.parts.items():
+            if not part.live:
+                continue
+            safe = self.handler.safe_offset(role, p)
+            offsets[(role, p)] = min(part.position, safe) if safe is not None else part.position
+        try:
+            await self.consumer.commit(offsets)
+        except TransportError as exc:
+            log.info("commit skipped", reason=str(exc))
+
+    async def _flush(self) -> None:
+        while self._out:
+            batch, self._out = self._out, []
+            by_role: dict[str, list[Event]] = {}
+            order: list[str] = []
+            for role, event in batch:
+                if role not in by_role:
+                    order.append(role)
+                by_role.setdefault(role, []).append(event)
+            for attempt in range(10):
+                try:
+                    for role in order:
+                        await self.bus.publish_all(role, by_role[role])
+                    break
+                except TransportError as exc:
+                    log.warning("publish failed; retrying", error=str(exc), attempt=attempt)
+                    await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
+            else:
+                log.error("publish failed for good; the next owner of these partitions will redo the work", events=len(batch))
+
+    async def _drain(self) -> None:
+        while self._flushing is not None and not self._flushing.done():
+            await self._flushing
+
+
+async def run_until_stopped(loops: Iterable[ServiceLoop], stop: asyncio.Event) -> None:
+    """Run several loops (e.g. one per implementation) until ``stop`` is set or one fails."""
+    tasks = [asyncio.create_task(loop.run()) for loop in loops]
+    waiter = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            if t is not waiter and t.exception():
+                raise t.exception()
+    finally:
+        for loop in loops:
+            loop.stop()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        waiter.cancel()

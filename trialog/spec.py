@@ -1,0 +1,337 @@
+"""The spec: one YAML file naming actor classes, implementations and trial defaults
+(the seeds' ``cogment.yaml``). Every error names the file, the path inside it and
+what is wrong.
+
+.. code-block:: yaml
+
+    name: rps                        # start requests name the spec
+    actor_classes:
+      player:
+        observation: {type: record, name: RpsObservation, fields: [...]}   # Avro, inline
+        action: schemas/rps_action.avsc                                    # or a file, relative to the spec
+        default_action: 0            # used when the actor misses its response timeout
+      cook:
+        observation: auto            # derived from the environment (adapters)
+        action: auto
+    environments:
+      rps: {entry: "trialog.examples.rps:RockPaperScissors", config: {rounds: 10}}
+    actors:                          # actor implementations
+      random: {entry: "services.actors.agents.random_agent:RandomAgent"}
+      human: {client: true}          # joins from outside (a browser, a script)
+    trial:                           # defaults; a start request may override them
+      environment: rps
+      environment_config: {}
+      actors:
+        - {name: alice, class: player, implementation: random}
+        - {name: bob, class: player, implementation: scripted, config: {move: rock}}
+      max_ticks: 100
+      seed: null                     # null: derived from the trial ID
+      response_timeout_ms: 10000
+      timeout_policy: default_action # or drop
+      inactivity_timeout_ms: 60000
+      wall_clock_limit_ms: null
+      join_timeout_ms: 60000
+      parameters: {}
+      pre_trial_hooks: ["my_module:my_hook"]
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trialog.codec import SchemaStore
+from trialog.errors import CodecError, SpecError
+
+TIMEOUT_POLICIES = ("default_action", "drop")
+
+
+@dataclass(frozen=True)
+class ActorClass:
+    name: str
+    observation_schema: str  # self-contained Avro JSON
+    action_schema: str
+    default_action: Any = None
+    has_default_action: bool = False
+
+
+@dataclass(frozen=True)
+class Implementation:
+    name: str
+    entry: str = ""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    client: bool = False
+    classes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ActorDefault:
+    name: str
+    actor_class: str
+    implementation: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrialDefaults:
+    environment: str
+    environment_config: Mapping[str, Any]
+    actors: tuple[ActorDefault, ...]
+    max_ticks: int | None = None
+    seed: int | None = None
+    response_timeout_ms: int = 10_000
+    timeout_policy: str = "default_action"
+    inactivity_timeout_ms: int | None = 60_000
+    wall_clock_limit_ms: int | None = None
+    join_timeout_ms: int = 60_000
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+    pre_trial_hooks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Spec:
+    name: str
+    file: str
+    actor_classes: Mapping[str, ActorClass]
+    environments: Mapping[str, Implementation]
+    actors: Mapping[str, Implementation]
+    trial: TrialDefaults
+
+    def error(self, message: str, path: str | None = None) -> SpecError:
+        return SpecError(message, file=self.file, path=path)
+
+
+def load_entry(entry: str, *, what: str = "entry") -> Any:
+    """Import ``module:attribute`` (dots allowed in the attribute)."""
+    module_name, sep, attr = entry.partition(":")
+    if not sep or not module_name or not attr:
+        raise SpecError(f"{what} {entry!r} must look like 'package.module:Name'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SpecError(f"{what} {entry!r}: cannot import {module_name}: {exc}") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise SpecError(f"{what} {entry!r}: {module_name} has no attribute {attr!r}") from None
+    return obj
+
+
+class _Reader:
+    """Walks the YAML tree, remembering where it is for error messages."""
+
+    def __init__(self, file: str):
+        self.file = file
+
+    def fail(self, path: str, message: str) -> SpecError:
+        return SpecError(message, file=self.file, path=path)
+
+    def mapping(self, value: Any, path: str, *, required: bool = True) -> dict[str, Any]:
+        if value is None and not required:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(path, f"expected a mapping, got {_kind(value)}")
+        return value
+
+    def keys(self, value: dict[str, Any], path: str, allowed: set[str], required: set[str] = frozenset()) -> None:
+        unknown = sorted(set(value) - allowed)
+        if unknown:
+            raise self.fail(f"{path}.{unknown[0]}" if path else unknown[0], f"unknown key; allowed here: {', '.join(sorted(allowed))}")
+        for key in sorted(required):
+            if key not in value:
+                raise self.fail(f"{path}.{key}" if path else key, "required key is missing")
+
+    def string(self, value: Any, path: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(path, f"expected a non-empty string, got {_kind(value)}")
+        return value
+
+    def integer(self, value: Any, path: str, *, optional: bool = False, minimum: int = 0) -> int | None:
+        if value is None and optional:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(path, f"expected a whole number, got {_kind(value)}")
+        if value < minimum:
+            raise self.fail(path, f"must be at least {minimum}, got {value}")
+        return value
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    return f"{type(value).__name__} {value!r}" if isinstance(value, str | int | float | bool) else type(value).__name__
+
+
+def load_spec(path: str | Path, store: SchemaStore | None = None) -> Spec:
+    """Load and validate a spec file; schemas are registered in ``store``."""
+    path = Path(path)
+    file = str(path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise SpecError(f"cannot read: {exc.strerror}", file=file) from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else None
+        raise SpecError(f"not valid YAML: {getattr(exc, 'problem', exc)}", file=file, path=where) from exc
+    return parse_spec(raw, file=file, base_dir=path.parent, store=store)
+
+
+def parse_spec(raw: Any, *, file: str = "<spec>", base_dir: Path | None = None, store: SchemaStore | None = None) -> Spec:
+    store = store or SchemaStore.with_builtin()
+    r = _Reader(file)
+    top = r.mapping(raw, "(top level)")
+    r.keys(top, "", {"name", "actor_classes", "environments", "actors", "trial"}, {"name", "actor_classes", "environments", "actors", "trial"})
+    name = r.string(top["name"], "name")
+
+    environments = {
+        key: _implementation(r, key, value, f"environments.{key}", allow_client=False)
+        for key, value in r.mapping(top["environments"], "environments").items()
+    }
+    if not environments:
+        raise r.fail("environments", "declare at least one environment implementation")
+    actors = {key: _implementation(r, key, value, f"actors.{key}", allow_client=True) for key, value in r.mapping(top["actors"], "actors").items()}
+    if not actors:
+        raise r.fail("actors", "declare at least one actor implementation")
+
+    trial = _trial_defaults(r, r.mapping(top["trial"], "trial"), environments, actors)
+    classes_raw = r.mapping(top["actor_classes"], "actor_classes")
+    if not classes_raw:
+        raise r.fail("actor_classes", "declare at least one actor class")
+    env_impl = environments[trial.environment]
+    actor_classes = {
+        key: _actor_class(r, key, value, f"actor_classes.{key}", base_dir, store, env_impl, trial.environment_config)
+        for key, value in classes_raw.items()
+    }
+    for i, actor in enumerate(trial.actors):
+        if actor.actor_class not in actor_classes:
+            raise r.fail(f"trial.actors[{i}].class", f"unknown actor class {actor.actor_class!r}; declared: {', '.join(actor_classes)}")
+        impl = actors[actor.implementation]
+        if impl.classes and actor.actor_class not in impl.classes:
+            raise r.fail(f"trial.actors[{i}].implementation", f"{actor.implementation!r} does not play class {actor.actor_class!r}")
+    return Spec(name, file, actor_classes, environments, actors, trial)
+
+
+def _implementation(r: _Reader, name: str, value: Any, path: str, *, allow_client: bool) -> Implementation:
+    v = r.mapping(value, path)
+    allowed = {"entry", "config", "classes"} | ({"client"} if allow_client else set())
+    r.keys(v, path, allowed)
+    client = bool(v.get("client", False))
+    if not client and "entry" not in v:
+        raise r.fail(f"{path}.entry", "required key is missing (an import path like 'package.module:Name')")
+    entry = r.string(v["entry"], f"{path}.entry") if "entry" in v else ""
+    if entry and ":" not in entry:
+        raise r.fail(f"{path}.entry", f"{entry!r} must look like 'package.module:Name'")
+    classes = v.get("classes") or []
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        raise r.fail(f"{path}.classes", "expected a list of actor class names")
+    return Implementation(name, entry, r.mapping(v.get("config"), f"{path}.config", required=False), client, tuple(classes))
+
+
+def _trial_defaults(r: _Reader, v: dict[str, Any], environments, actors) -> TrialDefaults:
+    allowed = {
+        "environment", "environment_config", "actors", "max_ticks", "seed", "response_timeout_ms", "timeout_policy",
+        "inactivity_timeout_ms", "wall_clock_limit_ms", "join_timeout_ms", "parameters", "pre_trial_hooks",
+    }  # fmt: skip
+    r.keys(v, "trial", allowed, {"environment", "actors"})
+    env = r.string(v["environment"], "trial.environment")
+    if env not in environments:
+        raise r.fail("trial.environment", f"unknown environment implementation {env!r}; declared: {', '.join(environments)}")
+    actor_list = parse_actor_list(r, v["actors"], "trial.actors", actors)
+    policy = v.get("timeout_policy", "default_action")
+    if policy not in TIMEOUT_POLICIES:
+        raise r.fail("trial.timeout_policy", f"{policy!r} is not one of {', '.join(TIMEOUT_POLICIES)}")
+    hooks = v.get("pre_trial_hooks") or []
+    if not isinstance(hooks, list) or not all(isinstance(h, str) and ":" in h for h in hooks):
+        raise r.fail("trial.pre_trial_hooks", "expected a list of import paths like 'package.module:function'")
+    return TrialDefaults(
+        environment=env,
+        environment_config=r.mapping(v.get("environment_config"), "trial.environment_config", required=False),
+        actors=actor_list,
+        max_ticks=r.integer(v.get("max_ticks"), "trial.max_ticks", optional=True, minimum=1),
+        seed=r.integer(v.get("seed"), "trial.seed", optional=True),
+        response_timeout_ms=r.integer(v.get("response_timeout_ms", 10_000), "trial.response_timeout_ms", minimum=1),
+        timeout_policy=policy,
+        inactivity_timeout_ms=r.integer(v.get("inactivity_timeout_ms", 60_000), "trial.inactivity_timeout_ms", optional=True, minimum=1),
+        wall_clock_limit_ms=r.integer(v.get("wall_clock_limit_ms"), "trial.wall_clock_limit_ms", optional=True, minimum=1),
+        join_timeout_ms=r.integer(v.get("join_timeout_ms", 60_000), "trial.join_timeout_ms", minimum=1),
+        parameters=r.mapping(v.get("parameters"), "trial.parameters", required=False),
+        pre_trial_hooks=tuple(hooks),
+    )
+
+
+def parse_actor_list(r: _Reader | None, value: Any, path: str, actors: Mapping[str, Implementation]) -> tuple[ActorDefault, ...]:
+    """Validate a list of trial actors (from the spec or a start request's override)."""
+    r = r or _Reader("<start request>")
+    if not isinstance(value, list) or not value:
+        raise r.fail(path, "expected a non-empty list of actors")
+    out = []
+    seen: set[str] = set()
+    for i, item in enumerate(value):
+        p = f"{path}[{i}]"
+        a = r.mapping(item, p)
+        r.keys(a, p, {"name", "class", "implementation", "config"}, {"name", "class", "implementation"})
+        name = r.string(a["name"], f"{p}.name")
+        if name in seen:
+            raise r.fail(f"{p}.name", f"actor name {name!r} is used twice")
+        if name in ("env", "*") or "," in name or name.endswith(".*"):
+            raise r.fail(f"{p}.name", f"{name!r} is reserved or contains ','")
+        seen.add(name)
+        impl = r.string(a["implementation"], f"{p}.implementation")
+        if impl not in actors:
+            raise r.fail(f"{p}.implementation", f"unknown actor implementation {impl!r}; declared: {', '.join(actors)}")
+        out.append(ActorDefault(name, r.string(a["class"], f"{p}.class"), impl, r.mapping(a.get("config"), f"{p}.config", required=False)))
+    return tuple(out)
+
+
+def _actor_class(r, name, value, path, base_dir, store, env_impl: Implementation, env_config) -> ActorClass:
+    v = r.mapping(value, path)
+    r.keys(v, path, {"observation", "action", "default_action"}, {"observation", "action"})
+    described: Mapping[str, Any] | None = None
+    schemas = {}
+    for part in ("observation", "action"):
+        raw = v[part]
+        if raw == "auto":
+            if described is None:
+                described = _describe(r, f"{path}.{part}", env_impl, env_config, name)
+            raw = described.get(part)
+        elif isinstance(raw, str) and raw.endswith(".avsc"):
+            file = (base_dir or Path(".")) / raw
+            try:
+                raw = json.loads(file.read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise r.fail(f"{path}.{part}", f"cannot read schema file {file}: {exc}") from exc
+        try:
+            schemas[part] = store.register(raw).json
+        except CodecError as exc:
+            raise r.fail(f"{path}.{part}", str(exc)) from exc
+    has_default = "default_action" in v
+    default = v.get("default_action")
+    if has_default:
+        try:
+            store.register(schemas["action"]).encode(default)
+        except CodecError as exc:
+            raise r.fail(f"{path}.default_action", f"does not match the action schema: {exc}") from exc
+    return ActorClass(name, schemas["observation"], schemas["action"], default, has_default)
+
+
+def _describe(r: _Reader, path: str, impl: Implementation, env_config, actor_class: str) -> Mapping[str, Any]:
+    try:
+        cls = load_entry(impl.entry, what=f"environment {impl.name}")
+    except SpecError as exc:
+        raise r.fail(path, f"'auto' needs the environment to describe its spaces: {exc}") from exc
+    describe = getattr(cls, "describe", None)
+    if describe is None:
+        raise r.fail(path, f"'auto' needs {impl.entry} to have a describe(config, actor_class) classmethod")
+    config = {**impl.config, **env_config}
+    try:
+        return describe(config, actor_class)
+    except Exception as exc:  # the user's code: report whatever it raised
+        raise r.fail(path, f"{impl.entry}.describe failed: {type(exc).__name__}: {exc}") from exc
