@@ -70,6 +70,9 @@ class Controller:
         self._task: asyncio.Task | None = None
         self.ticks_seen = 0  # observations read (one per actor per tick), for progress figures
         self._last_tick: dict[str, int] = {}
+        # Rewards of the trials this controller started: (receiver, tick) -> rewards, for returns.
+        self._rewards: dict[str, dict[tuple[str, int], list[Reward]]] = {}
+        self._actors: dict[str, tuple[tuple[str, str], ...]] = {}
 
     async def __aenter__(self) -> Controller:
         await self.bus.start()
@@ -84,6 +87,7 @@ class Controller:
             await asyncio.gather(self._task, return_exceptions=True)
         if self._consumer:
             await self._consumer.stop()
+        await self.bus.stop()
 
     # --- requests -----------------------------------------------------------------------------
     async def start_trial(
@@ -102,6 +106,7 @@ class Controller:
         """Ask for a trial; returns its ID at once (use :meth:`wait_started`/:meth:`wait_ended`)."""
         trial_id = trial_id or new_trial_id()
         self._watch(trial_id)
+        self._rewards[trial_id] = defaultdict(list)
         await self.bus.publish(
             CONTROL,
             StartRequest(
@@ -160,6 +165,22 @@ class Controller:
     async def wait_ended(self, trial_id: str, timeout: float | None = None) -> TrialEnded:
         return await asyncio.wait_for(asyncio.shield(self._watch(trial_id).ended), timeout)
 
+    def returns(self, trial_id: str) -> dict[str, float]:
+        """Per actor, the sum over ticks of the aggregated reward (I-4) seen so far
+        (trials started by this controller)."""
+        from trialog.rewards import aggregate
+        from trialog.runtime.trial import matches
+
+        per_tick: dict[tuple[str, int], list[Reward]] = defaultdict(list)
+        for (receiver, tick), rewards in self._rewards.get(trial_id, {}).items():
+            for name, actor_class in self._actors.get(trial_id, ()):
+                if matches(receiver, name, actor_class):
+                    per_tick[(name, tick)].extend(rewards)
+        totals = {name: 0.0 for name, _ in self._actors.get(trial_id, ())}
+        for (name, _tick), rewards in per_tick.items():
+            totals[name] += aggregate(rewards)
+        return totals
+
     def last_tick(self, trial_id: str) -> int:
         return self._last_tick.get(trial_id, 0)
 
@@ -187,6 +208,13 @@ class Controller:
             if tick > self._last_tick.get(record.trial_id, -1):
                 self._last_tick[record.trial_id] = tick
             return
+        if kind == Reward.KIND and record.trial_id in self._rewards:
+            try:
+                r = self.bus.codec.decode(record.value, kind)
+            except Exception:
+                return
+            self._rewards[record.trial_id][(r.receiver, r.tick)].append(r)
+            return
         if kind not in LIFECYCLE:
             return
         try:
@@ -199,6 +227,7 @@ class Controller:
         if w is None:
             return
         if isinstance(event, TrialStarted) and not w.started.done():
+            self._actors[event.trial_id] = tuple((a.name, a.actor_class) for a in event.actors)
             w.started.set_result(event)
         elif isinstance(event, TrialRejected):
             error = TrialError(f"trial {event.trial_id} rejected: {event.reason}", trial_id=event.trial_id, reason=event.reason)

@@ -52,7 +52,7 @@ class Settings:
     ssl_cafile: str = _setting("", "CA bundle (PEM) to verify the brokers, for SSL/SASL_SSL.")
     ssl_certfile: str = _setting("", "Client certificate (PEM) for mutual TLS.")
     ssl_keyfile: str = _setting("", "Client private key (PEM) for mutual TLS.")
-    spec: str = _setting("", "Path of the spec YAML file (actor classes, implementations, trial defaults).")
+    spec: str = _setting("", "Spec YAML file(s) a service serves (the orchestrator takes several, comma-separated).")
 
     # --- derived names -----------------------------------------------------------
     def topic(self, role: str) -> str:

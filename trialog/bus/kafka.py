@@ -40,8 +40,10 @@ class KafkaBus(Bus):
     """Producer, consumers and admin client against ``settings.bootstrap_servers``."""
 
     _producer: AIOKafkaProducer | None = None
+    _users = 0  # start/stop pairs: the producer closes when its last user stops
 
     async def start(self) -> None:
+        self._users += 1
         if self._producer is not None:
             return
         self._producer = AIOKafkaProducer(
@@ -56,10 +58,12 @@ class KafkaBus(Bus):
             await self._producer.start()
         except KafkaError as exc:
             self._producer = None
+            self._users -= 1
             raise TransportError(f"cannot reach Kafka at {self.settings.bootstrap_servers}: {exc}") from exc
 
     async def stop(self) -> None:
-        if self._producer is not None:
+        self._users = max(0, self._users - 1)
+        if self._producer is not None and self._users == 0:
             producer, self._producer = self._producer, None
             await producer.stop()
 

@@ -1,0 +1,179 @@
+"""``trialog run``: a campaign of trials from a spec file, with progress and a summary,
+optionally with the spec's services run locally (``--serve``) for its duration."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from trialog.errors import TrialogError
+from trialog.settings import Settings
+from trialog.spec import Spec, load_spec
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _settings_env(settings: Settings) -> dict[str, str]:
+    env = dict(os.environ)
+    for name, value, _ in settings.describe():
+        if name == "sasl_password":
+            value = settings.sasl_password
+        env[f"TRIALOG_{name.upper()}"] = str(value)
+    env.setdefault("TRIALOG_LOG_FORMAT", "json")
+    return env
+
+
+@contextlib.contextmanager
+def local_services(
+    settings: Settings, spec_file: str, *, environment_processes: int = 1, actor_processes: int = 1,
+    archive_dir: str | None = None, log_dir: str | None = None,
+) -> Iterator[list[subprocess.Popen]]:  # fmt: skip
+    """Run the orchestrator, environment and actor services (and the logger, when an
+    archive folder is given) as child processes; wait until each reports ready."""
+    log_dir = log_dir or tempfile.mkdtemp(prefix="trialog-services-")
+    env = _settings_env(settings)
+    commands: list[tuple[str, list[str]]] = [("orchestrator", ["orchestrator"])]
+    commands += [(f"environment-{i}", ["environment"]) for i in range(environment_processes)]
+    commands += [(f"actors-{i}", ["actors"]) for i in range(actor_processes)]
+    if archive_dir:
+        commands.append(("logger", ["logger", "--archive-dir", archive_dir]))
+    procs: list[subprocess.Popen] = []
+    ports: list[tuple[str, int]] = []
+    try:
+        for name, args in commands:
+            port = _free_port()
+            log_file = open(Path(log_dir) / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+            cmd = [sys.executable, "-m", "trialog.cli", "serve", *args, "--spec", spec_file, "--health-port", str(port)]
+            procs.append(subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT))
+            ports.append((name, port))
+        _wait_ready(procs, ports, log_dir)
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _wait_ready(procs: list[subprocess.Popen], ports: list[tuple[str, int]], log_dir: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    pending = dict(ports)
+    while pending:
+        for proc, (name, port) in zip(procs, ports):
+            if name not in pending:
+                continue
+            if proc.poll() is not None:
+                tail = (Path(log_dir) / f"{name}.log").read_text(errors="replace")[-2000:]
+                raise TrialogError(f"service {name} exited with code {proc.returncode} while starting:\n{tail}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as response:
+                    if response.status == 200:
+                        del pending[name]
+            except OSError:
+                pass
+        if time.monotonic() > deadline:
+            raise TrialogError(f"services not ready after {timeout:.0f} s: {', '.join(pending)} (logs in {log_dir})")
+        time.sleep(0.2)
+
+
+def _progress(done: int, running: int, total: int, tps: float) -> None:
+    width = 30
+    filled = int(width * done / total) if total else width
+    bar = "#" * filled + "." * (width - filled)
+    print(f"\r[{bar}] {done}/{total} done, {running} running, {tps:,.0f} obs/s ", end="", file=sys.stderr, flush=True)
+
+
+def pairing(spec: Spec, implementations: dict[str, str]) -> str:
+    """A campaign row label: the implementation of each actor, in the spec's order."""
+    return " + ".join(implementations.get(a.name, a.implementation) for a in spec.trial.actors)
+
+
+async def campaign(settings: Settings, spec: Spec, trials: int, concurrency: int, overrides_for, *, quiet: bool = False):
+    from trialog.bus import connect
+    from trialog.controller import Controller, run_campaign
+
+    async with Controller(connect(settings), name="campaign") as ctl:
+        result = await run_campaign(ctl, spec.name, trials, concurrency, overrides=overrides_for, on_progress=None if quiet else _progress)
+        returns = {o.trial_id: ctl.returns(o.trial_id) for o in result.outcomes if o.trial_id}
+    if not quiet:
+        print(file=sys.stderr)
+    return result, returns
+
+
+def summary_table(spec: Spec, result, returns: dict[str, dict[str, float]]) -> str:
+    rows: dict[str, list[tuple[dict[str, float], int]]] = defaultdict(list)
+    for o in result.outcomes:
+        label = pairing(spec, o.overrides.get("implementations", {}))
+        rows[label].append((returns.get(o.trial_id, {}), o.ticks))
+    actors = [a.name for a in spec.trial.actors]
+    lines = [f"{'pairing':34} {'trials':>6} {'ticks':>7} " + " ".join(f"{'return ' + a:>16}" for a in actors) + f" {'total':>9}"]
+    for label, items in sorted(rows.items()):
+        n = len(items)
+        means = {a: sum(r.get(a, 0.0) for r, _ in items) / n for a in actors}
+        ticks = sum(t for _, t in items) / n
+        lines.append(f"{label:34} {n:>6} {ticks:>7.1f} " + " ".join(f"{means[a]:>16.2f}" for a in actors) + f" {sum(means.values()):>9.2f}")
+    reasons = ", ".join(f"{k}: {v}" for k, v in sorted(result.by_reason().items()))
+    failed = [o for o in result.outcomes if o.error]
+    lines.append("")
+    lines.append(f"{len(result.outcomes)} trials in {result.seconds:.1f} s — {result.ticks} ticks ({result.ticks / max(result.seconds, 1e-9):,.0f} ticks/s) — end reasons: {reasons}")
+    for o in failed[:5]:
+        lines.append(f"  {o.trial_id or '(no id)'}: {o.error}")
+    return "\n".join(lines)
+
+
+def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] | None = None, archive_dir: str | None = None) -> int:
+    from trialog.cli import _overrides
+
+    spec = load_spec(args.spec_file)
+    base = _overrides(args)
+    seed_base = base.pop("seed", 0)
+
+    def overrides_for(i: int) -> dict[str, Any]:
+        extra = dict(base, seed=seed_base + i)
+        if pairings:
+            extra["implementations"] = {**pairings[i % len(pairings)], **base.get("implementations", {})}
+        return extra
+
+    async def go():
+        from trialog.bus import connect
+
+        await connect(settings).create_topics()
+        return await campaign(settings, spec, args.trials, args.concurrency, overrides_for)
+
+    if args.serve:
+        print(f"starting services for {spec.name} ({args.environment_processes} environment, {args.actor_processes} actor process(es))…", file=sys.stderr)
+        asyncio.run(_create_topics(settings))
+        with local_services(
+            settings, str(Path(args.spec_file).resolve()), environment_processes=args.environment_processes,
+            actor_processes=args.actor_processes, archive_dir=archive_dir,
+        ):  # fmt: skip
+            result, returns = asyncio.run(go())
+    else:
+        result, returns = asyncio.run(go())
+    print(summary_table(spec, result, returns))
+    return 0 if not any(o.error for o in result.outcomes) else 1
+
+
+async def _create_topics(settings: Settings) -> None:
+    from trialog.bus import connect
+
+    await connect(settings).create_topics()
