@@ -17,9 +17,9 @@ from trialog.spec import Spec
 
 
 class Deployment:
-    def __init__(self, bus: Bus, spec: Spec):
+    def __init__(self, bus: Bus, specs: list[Spec]):
         self.bus = bus
-        self.spec = spec
+        self.specs = specs
         self.loops: list[ServiceLoop] = []
         self.tasks: list[asyncio.Task] = []
 
@@ -42,16 +42,19 @@ class Deployment:
 
 
 @contextlib.asynccontextmanager
-async def deployment(bus: Bus, spec: Spec, *, env=True, actors=True, orchestrator=True) -> AsyncIterator[tuple[Deployment, Controller]]:
+async def deployment(bus: Bus, specs: Spec | list[Spec], *, env=True, actors=True, orchestrator=True) -> AsyncIterator[tuple[Deployment, Controller]]:
+    """Services for ``specs`` (environment and actor hosts for every implementation
+    of the first spec; the orchestrator serves them all) and a controller."""
+    specs = specs if isinstance(specs, list) else [specs]
     await bus.create_topics()
     async with bus:
-        d = Deployment(bus, spec)
+        d = Deployment(bus, specs)
         if orchestrator:
-            d.add([orchestrator_loop(bus, [spec])])
+            d.add([orchestrator_loop(bus, specs)])
         if env:
-            d.add(env_loops(bus, spec))
+            d.add(env_loops(bus, specs[0]))
         if actors:
-            d.add(actor_loops(bus, spec))
+            d.add(actor_loops(bus, specs[0]))
         try:
             await d.ready()
             async with Controller(bus) as ctl:

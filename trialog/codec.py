@@ -391,11 +391,9 @@ class SchemaStore:
         # implementations would fingerprint differently.
         standalone = self_contained(schema, named)
         compiled = Schema(fastavro.parse_schema(standalone, named_schemas={}), json.dumps(standalone, separators=(",", ":"), sort_keys=True))
-        existing = self._by_fingerprint.get(compiled.fingerprint)
-        if existing is not None:
-            compiled = existing
-        else:
-            self._by_fingerprint[compiled.fingerprint] = compiled
+        # Two schemas may share a fingerprint yet differ in custom properties (which the
+        # canonical form drops): each registration keeps its own JSON.
+        self._by_fingerprint.setdefault(compiled.fingerprint, compiled)
         # Named types defined here become usable by later schemas (latest definition wins).
         self._named.update({k: v for k, v in named.items() if k not in self._named or reader})
         if reader:

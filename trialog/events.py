@@ -161,6 +161,10 @@ class ResolvedTrial(Event):
     join_timeout_ms: int = 60_000
     parameters: str = "{}"
 
+    def as_kind(self, cls: type[ResolvedTrial]) -> ResolvedTrial:
+        """The same resolved trial as another kind (pending → started)."""
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
     def actor(self, name: str) -> ActorSpec:
         for a in self.actors:
             if a.name == name:

@@ -109,7 +109,7 @@ class OrchestratorHandler(Handler):
                 trial.last_activity = time.monotonic()
                 trial.waiting_for.discard(event.actor)
                 if trial.status == "pending" and not trial.waiting_for and trial.pending is not None:
-                    self.loop.emit(TrialStarted(**{f: getattr(trial.pending, f) for f in trial.pending.__dataclass_fields__}))
+                    self.loop.emit(trial.pending.as_kind(TrialStarted))
             case EnvironmentDone() if trial is not None:
                 self._end(event.trial_id, trial, event.reason, event.tick, event.details)
             case TrialEnded():
@@ -173,7 +173,7 @@ class OrchestratorHandler(Handler):
             self.loop.emit(TrialRejected(tid, reason=str(exc), requested_by=request.requested_by))
             return
         if any(a.client for a in started.actors):
-            self.loop.emit(TrialPending(**{f: getattr(started, f) for f in started.__dataclass_fields__}))
+            self.loop.emit(started.as_kind(TrialPending))
         else:
             self.loop.emit(started)
 

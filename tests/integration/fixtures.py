@@ -1,0 +1,58 @@
+"""Environments and actors that exercise the runtime's corners in integration tests."""
+
+from __future__ import annotations
+
+import time
+
+from services.environment.games.rps import RockPaperScissors
+from trialog.actor import Agent, EndEvent, MessageEvent, ObservationEvent, RewardEvent
+from trialog.environment import Environment
+
+# What session actors saw, by (trial, actor) — the tests run these actors in-process.
+SEEN: dict[tuple[str, str], list] = {}
+
+
+class SlowRps(RockPaperScissors):
+    """RPS that takes a while per tick, so a test can act mid-trial."""
+
+    def update(self, actions):
+        time.sleep(float(self.trial.config.get("delay_s", 0.05)))
+        return super().update(actions)
+
+
+class Exploding(RockPaperScissors):
+    def update(self, actions):
+        if self.round >= 2:
+            raise RuntimeError("boom at round 2")
+        return super().update(actions)
+
+
+class Silent(Agent):
+    """Never answers: the response-timeout policy decides."""
+
+    def decide(self, observation):
+        raise RuntimeError("silent actor does not act")
+
+
+async def rewarding_player(session) -> None:
+    """Plays ROCK, rewards the other player every tick (confidence 0.5), says hello
+    once, answers messages, and records every event it sees."""
+    seen = SEEN.setdefault((session.trial.trial_id, session.actor.name), [])
+    other = next(n for n in session.trial.actor_names if n != session.actor.name)
+    async for event in session:
+        seen.append(event)
+        match event:
+            case ObservationEvent(tick=0, final=False):
+                session.message([other], {"hello": session.actor.name})
+                session.act("ROCK")
+            case ObservationEvent(final=False):
+                session.reward(other, 2.0, confidence=0.5)
+                session.act("ROCK")
+            case MessageEvent(payload={"hello": sender}):
+                session.message([sender], {"reply": session.actor.name})
+            case EndEvent():
+                break
+
+
+class NoEnvironment(Environment):
+    pass

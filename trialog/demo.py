@@ -1,0 +1,63 @@
+"""``trialog demo``: the front door — a real campaign on a local broker it starts itself.
+
+Starts the local Kafka broker (fetching it the first time), creates the topics,
+runs the services of the demo spec as local processes, runs a campaign over
+several implementation pairings with progress, and prints returns per pairing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from trialog.settings import Settings
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+# spec file -> implementation pairings compared by the campaign
+DEMOS = {
+    "rps": ("rps.yaml", [{"alice": "random", "bob": "counter"}, {"alice": "counter", "bob": "counter"}, {"alice": "random", "bob": "random"}]),
+    "overcooked": ("overcooked.yaml", [{"cook_a": "planner", "cook_b": "planner"}, {"cook_a": "planner", "cook_b": "random"}]),
+}
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("demo", help="Start a local broker and run a demo campaign end to end.", description=__doc__)
+    p.add_argument("--game", choices=sorted(DEMOS), default=default_game(), help="which demo (default: %(default)s)")
+    p.add_argument("--trials", type=int, default=8)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--archive-dir", default="trialog-archive", help="where the logger archives trials (if the logger is installed)")
+    p.set_defaults(func=run)
+
+
+def default_game() -> str:
+    return "overcooked" if (EXAMPLES / "overcooked.yaml").exists() else "rps"
+
+
+def run(args) -> int:
+    from trialog import broker
+    from trialog.campaign import run_from_cli
+
+    bootstrap = broker.start()
+    print(f"broker ready at {bootstrap}", file=sys.stderr)
+    settings = Settings.load({"bootstrap_servers": bootstrap, "topic_prefix": "trialog-demo."})
+    spec_file, pairings = DEMOS[args.game]
+    campaign_args = argparse.Namespace(
+        spec_file=str(EXAMPLES / spec_file), trials=args.trials, concurrency=args.concurrency, serve=True,
+        environment_processes=1, actor_processes=1, seed=None, implementation=[], param=[], max_ticks=None,
+    )  # fmt: skip
+    archive = args.archive_dir if _logger_available() else None
+    code = run_from_cli(campaign_args, settings, pairings=pairings, archive_dir=archive)
+    if archive:
+        print(f"archive: {Path(archive).resolve()}")
+    print("the broker keeps running (the log is the datalog); stop it with `trialog broker stop`", file=sys.stderr)
+    return code
+
+
+def _logger_available() -> bool:
+    try:
+        import services.logger.cli  # noqa: F401
+    except ImportError:
+        return False
+    return True
