@@ -38,49 +38,57 @@ def _settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+def start_service(settings: Settings, spec_file: str, args: list[str], log_file: Path) -> tuple[subprocess.Popen, int]:
+    """One ``trialog serve ...`` child process with its health port (for readiness)."""
+    port = _free_port()
+    cmd = [sys.executable, "-m", "trialog.cli", "serve", *args, "--spec", spec_file, "--health-port", str(port)]
+    with open(log_file, "ab") as out:
+        proc = subprocess.Popen(cmd, env=_settings_env(settings), stdout=out, stderr=subprocess.STDOUT)
+    return proc, port
+
+
 @contextlib.contextmanager
 def local_services(
     settings: Settings, spec_file: str, *, environment_processes: int = 1, actor_processes: int = 1,
     archive_dir: str | None = None, log_dir: str | None = None,
-) -> Iterator[list[subprocess.Popen]]:  # fmt: skip
+) -> Iterator[dict[str, subprocess.Popen]]:  # fmt: skip
     """Run the orchestrator, environment and actor services (and the logger, when an
     archive folder is given) as child processes; wait until each reports ready."""
     log_dir = log_dir or tempfile.mkdtemp(prefix="trialog-services-")
-    env = _settings_env(settings)
     commands: list[tuple[str, list[str]]] = [("orchestrator", ["orchestrator"])]
     commands += [(f"environment-{i}", ["environment"]) for i in range(environment_processes)]
     commands += [(f"actors-{i}", ["actors"]) for i in range(actor_processes)]
     if archive_dir:
         commands.append(("logger", ["logger", "--archive-dir", archive_dir]))
-    procs: list[subprocess.Popen] = []
-    ports: list[tuple[str, int]] = []
+    procs: dict[str, subprocess.Popen] = {}
+    ports: dict[str, int] = {}
     try:
         for name, args in commands:
-            port = _free_port()
-            log_file = open(Path(log_dir) / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-            cmd = [sys.executable, "-m", "trialog.cli", "serve", *args, "--spec", spec_file, "--health-port", str(port)]
-            procs.append(subprocess.Popen(cmd, env=env, stdout=log_file, stderr=subprocess.STDOUT))
-            ports.append((name, port))
-        _wait_ready(procs, ports, log_dir)
+            procs[name], ports[name] = start_service(settings, spec_file, args, Path(log_dir) / f"{name}.log")
+        wait_ready(procs, ports, log_dir)
         yield procs
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_services(procs.values())
 
 
-def _wait_ready(procs: list[subprocess.Popen], ports: list[tuple[str, int]], log_dir: str, timeout: float = 90) -> None:
+def stop_services(procs) -> None:
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def wait_ready(procs: dict[str, subprocess.Popen], ports: dict[str, int], log_dir: str | Path, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
     pending = dict(ports)
     while pending:
-        for proc, (name, port) in zip(procs, ports):
-            if name not in pending:
-                continue
+        for name, port in list(pending.items()):
+            proc = procs[name]
             if proc.poll() is not None:
                 tail = (Path(log_dir) / f"{name}.log").read_text(errors="replace")[-2000:]
                 raise TrialogError(f"service {name} exited with code {proc.returncode} while starting:\n{tail}")

@@ -38,8 +38,9 @@ def configure(fmt: str | None = None, level: str | None = None) -> None:
     structlog.configure(
         processors=[*shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=True,
+        # Resolve sys.stderr at each logger creation (not once): test runners swap it.
+        logger_factory=lambda *args: structlog.PrintLogger(sys.stderr),
+        cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     # aiokafka is chatty about routine coordinator moves; its warnings stay, its info goes.

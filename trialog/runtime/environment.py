@@ -126,14 +126,18 @@ class EnvironmentHandler(Handler):
         self._begin_wait(trial)
 
     def _on_action(self, trial: _Trial, record: Record, action: Action) -> None:
-        if trial.done or action.tick != trial.tick or action.actor not in trial.active or action.actor in trial.actions:
-            return  # late, duplicate or from an actor not (or no longer) in the trial: the log keeps it
+        if action.actor not in trial.actor_class:
+            self.loop.dead_letter(record, f"action from {action.actor!r}, who is not an actor of this trial")
+            return
         schema = trial.schemas[trial.actor_class[action.actor]].action
         try:
-            trial.actions[action.actor] = self.loop.bus.store.decode(action.payload, schema)
+            value = self.loop.bus.store.decode(action.payload, schema)
         except CodecError as exc:
             self.loop.dead_letter(record, f"action of {action.actor} at tick {action.tick} does not match its schema: {exc}")
             return
+        if trial.done or action.tick != trial.tick or action.actor not in trial.active or action.actor in trial.actions:
+            return  # late, duplicate or from an actor no longer in the trial: the log keeps it
+        trial.actions[action.actor] = value
         self._maybe_step(trial)
 
     def _on_timeout(self, trial: _Trial, timeout: ActorTimeout) -> None:
@@ -282,6 +286,9 @@ class EnvironmentHandler(Handler):
         for trial in [t for t in self.trials.values() if t.partition == partition]:
             self._end_env(trial)
             del self.trials[trial.started.trial_id]
+
+    def owns(self, record: Record) -> bool:
+        return record.trial_id in self.trials
 
     def safe_offset(self, role: str, partition: int) -> int | None:
         starts = [t.start_offset for t in self.trials.values() if t.partition == partition]

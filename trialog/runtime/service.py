@@ -61,6 +61,10 @@ class Handler:
     def revoked(self, role: str, partition: int) -> None:
         """A partition is no longer ours: forget its trials."""
 
+    def owns(self, record: Record) -> bool:
+        """Is this record's trial hosted here? Then an undecodable record of it is ours to report."""
+        return False
+
     def live(self, role: str, partition: int) -> None:
         """Catch-up of a partition is over: arm timers for its trials."""
 
@@ -198,7 +202,8 @@ class ServiceLoop:
             )
 
     def _bad_record(self, record: Record, reason: str) -> None:
-        if not self.handler.dead_letters:
+        # Reported once: by the service hosting the trial, or by the orchestrator for the rest.
+        if not (self.handler.dead_letters or self.handler.owns(record)):
             return
         self.stats["dead_letters"] += 1
         asyncio.get_running_loop().create_task(self._dead_letter(record, reason))
