@@ -58,7 +58,7 @@ async def test_end_reasons(running):
         "terminated-soft": await ctl.start_trial("trialtest", environment="slow"),
         "terminated-hard": await ctl.start_trial("trialtest", environment="slow"),
         "inactivity": await ctl.start_trial("trialtest-limits", implementations={"alice": "silent", "bob": "silent"}),
-        "wall_clock": await ctl.start_trial("trialtest-limits", environment="slow"),
+        "wall_clock": await ctl.start_trial("trialtest-limits", environment="slow", max_ticks=10_000),
         "join_timeout": await ctl.start_trial("trialtest", implementations={"bob": "human"}),
         "error": await ctl.start_trial("trialtest", environment="exploding"),
     }

@@ -153,12 +153,7 @@ class ServiceLoop:
                     last_commit = now
                     await self._commit()
         finally:
-            await self._drain()
-            if self.group:
-                try:
-                    await self._commit()
-                except TrialogError:
-                    pass
+            await self._drain_and_commit()
             await self.consumer.stop()
 
     def _process(self, record: Record) -> None:
@@ -253,15 +248,19 @@ class ServiceLoop:
         self.ready.clear()
 
     async def _on_revoked(self, revoked: set[tuple[str, int]]) -> None:
+        await self._drain_and_commit()
+        for role, p in revoked:
+            self.parts.pop((role, p), None)
+            self.handler.revoked(role, p)
+
+    async def _drain_and_commit(self) -> None:
+        """Before letting partitions go: everything sent, and the safe points committed."""
         await self._drain()
         if self.group:
             try:
                 await self._commit()
             except TrialogError:
-                pass
-        for role, p in revoked:
-            self.parts.pop((role, p), None)
-            self.handler.revoked(role, p)
+                pass  # the next owner resumes from the previous commit: more catch-up, nothing lost
 
     async def _commit(self) -> None:
         assert self.consumer is not None
