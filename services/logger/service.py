@@ -1,0 +1,167 @@
+"""The logger: archives every trial of ``events`` as Parquet, late rewards included.
+
+A consumer group (``logger``) over ``events``. Per live trial it folds the
+events into samples (:class:`trialog.datalog.samples.TrialFold`); once the
+trial has ended and a grace period for late rewards has passed, it writes the
+trial to the archive (:mod:`trialog.datalog.archive`) as of its current log
+position (the *cut*). Rewards for an archived trial that are logged at or after
+the cut are written as correction files — never lost, never counted twice.
+
+Restart safety (I-7): the committed offset of a partition is the start of its
+oldest trial not yet archived, or of its oldest late reward not yet written.
+A new instance replays from there; trials already in the catalog are not
+rewritten, and rewards already in a correction file (by offset) are skipped. So
+a kill at any point leaves no sample missing and none duplicated.
+
+Bad input is reported, never fatal: an undecodable record of a trial becomes a
+problem in that trial's catalog entry; a trial with no ``trial.ended`` is
+archived as ``unended`` after ``idle_s`` without any event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trialog.bus.base import Record
+from trialog.datalog.archive import Archive
+from trialog.datalog.samples import TrialFold
+from trialog.errors import CodecError, TrialogError
+from trialog.events import Event, Reward, TrialEnded, TrialPending, TrialStarted
+from trialog.logs import get_logger
+from trialog.runtime.service import Handler
+from trialog.topics import EVENTS
+
+log = get_logger(__name__)
+
+_FIRST = frozenset({TrialPending.KIND, TrialStarted.KIND})
+
+
+@dataclass
+class _Trial:
+    fold: TrialFold
+    partition: int
+    start_offset: int
+    started_ms: int
+    last_event_ms: int
+    ended_ms: int | None = None
+
+
+@dataclass
+class _Late:
+    partition: int
+    rewards: list[tuple[int, Reward]] = field(default_factory=list)
+
+
+class LoggerHandler(Handler):
+    # Every kind goes to ``glance`` undecoded: the logger decodes records itself, so
+    # that a record that does not decode is noted in its trial's problems (the
+    # orchestrator is the one that dead-letters it).
+    kinds = frozenset()
+    service_name = "logger"
+
+    def __init__(self, archive: Archive, *, grace_s: float = 5.0, idle_s: float = 3600.0):
+        self.archive = archive
+        self.grace_s = grace_s
+        self.idle_s = idle_s
+        self.trials: dict[str, _Trial] = {}
+        self.late: dict[str, _Late] = {}  # archived trial → rewards logged after its cut, not yet written
+        self.positions: dict[int, int] = {}  # partition → next offset, as read
+        self.stats = {"archived": 0, "corrections": 0}
+
+    # --- records -------------------------------------------------------------------------
+    def glance(self, record: Record, kind: str) -> None:
+        self._see(record, kind, None)
+
+    def handle(self, record: Record, event: Event) -> None:
+        self._see(record, event.KIND, event)
+
+    def _see(self, record: Record, kind: str, event: Event | None) -> None:
+        self.positions[record.partition] = record.offset + 1
+        tid = record.trial_id
+        entry = self.archive.entry(tid)
+        if entry is not None:
+            if kind == Reward.KIND and record.offset >= entry["cut_offset"]:
+                reward = event or self._decode(record, kind, None)
+                if isinstance(reward, Reward):
+                    self.late.setdefault(tid, _Late(record.partition)).rewards.append((record.offset, reward))
+            return
+        trial = self.trials.get(tid)
+        if trial is None:
+            if kind not in _FIRST:
+                return  # a trial that started before our resume point was archived; others are not trials
+            trial = self.trials[tid] = _Trial(TrialFold(tid, self.archive.store), record.partition, record.offset, record.timestamp_ms, record.timestamp_ms)
+        trial.last_event_ms = max(trial.last_event_ms, record.timestamp_ms)
+        event = event or self._decode(record, kind, trial.fold)
+        if event is None:
+            return
+        trial.fold.add(event)
+        if isinstance(event, TrialEnded) and trial.ended_ms is None:
+            trial.ended_ms = record.timestamp_ms
+
+    def _decode(self, record: Record, kind: str, fold: TrialFold | None) -> Event | None:
+        try:
+            return self.loop.bus.codec.decode(record.value, kind)
+        except CodecError as exc:
+            if fold is not None:
+                fold.bad_record(record.offset, f"undecodable {kind or 'record'}: {exc}")
+            log.warning("undecodable record", trial=record.trial_id, partition=record.partition, offset=record.offset, error=str(exc))
+            return None
+
+    # --- archiving ---------------------------------------------------------------------------
+    def periodic(self, now: float) -> None:
+        now_ms = int(now * 1000)
+        for tid, trial in list(self.trials.items()):
+            if not self.loop.is_live(EVENTS, trial.partition):
+                continue  # the grace period runs on the live log: catch-up may still hold late rewards
+            due = trial.ended_ms is not None and now_ms - trial.ended_ms >= self.grace_s * 1000
+            idle = trial.ended_ms is None and now_ms - trial.last_event_ms >= self.idle_s * 1000
+            if due or idle:
+                self._archive(tid, trial)
+        for tid, late in list(self.late.items()):
+            try:
+                if self.archive.write_correction(tid, late.rewards):
+                    self.stats["corrections"] += 1
+                    log.info("late rewards added to the archive", trial=tid, rewards=len(late.rewards))
+            except OSError as exc:
+                log.error("cannot write a correction; will retry", trial=tid, error=str(exc))
+                continue
+            del self.late[tid]
+
+    def _archive(self, tid: str, trial: _Trial) -> None:
+        if trial.fold.started is None:  # pending, then ended (e.g. join timeout): no tick was played
+            log.info("trial ended before it started; nothing to archive", trial=tid)
+            del self.trials[tid]
+            return
+        try:
+            entry = self.archive.write_trial(
+                trial.fold,
+                partition=trial.partition,
+                start_offset=trial.start_offset,
+                cut_offset=self.positions[trial.partition],
+                started_ms=trial.started_ms,
+                ended_ms=trial.ended_ms or trial.last_event_ms,
+            )
+        except (OSError, TrialogError) as exc:
+            log.error("cannot archive a trial; will retry", trial=tid, error=str(exc))
+            return
+        del self.trials[tid]
+        self.stats["archived"] += 1
+        log.info("trial archived", trial=tid, samples=entry["samples"], status=entry["status"], problems=len(entry["problems"]))
+
+    # --- partitions ----------------------------------------------------------------------------
+    def assigned(self, role: str, partition: int) -> None:
+        # The partition's previous owner may have archived trials since we read the catalog.
+        self.archive.refresh()
+
+    def revoked(self, role: str, partition: int) -> None:
+        for tid in [t for t, trial in self.trials.items() if trial.partition == partition]:
+            del self.trials[tid]
+        for tid in [t for t, late in self.late.items() if late.partition == partition]:
+            del self.late[tid]
+        self.positions.pop(partition, None)
+
+    def safe_offset(self, role: str, partition: int) -> int | None:
+        starts = [t.start_offset for t in self.trials.values() if t.partition == partition]
+        starts += [late.rewards[0][0] for late in self.late.values() if late.partition == partition]
+        return min(starts) if starts else None
+

@@ -1,0 +1,135 @@
+"""Replay: the samples of a trial, read straight from the ``events`` topic.
+
+.. code-block:: python
+
+    async with connect(settings) as bus:
+        async for sample in replay(bus, trial_id):
+            print(sample.tick, sample.actor, sample.action, sample.reward)
+
+The trial lives in one partition of ``events`` (I-1, I-2); replay seeks to the
+trial's start offset from the ``trials`` index (or scans the partition from its
+beginning when the index does not know the trial) and reads to the partition's
+current end: retroactive rewards can be logged any time after ``trial.ended``,
+so the index's end offset is where the trial stopped, not where its log does.
+
+A finished trial's samples are yielded once the read is complete (a late reward
+can still change any of them). With ``follow=True`` a live trial is tailed and
+each sample is yielded as soon as it is complete — when the actor's next
+observation (or the trial's end) is logged; rewards for a tick that arrive after
+its sample was yielded are not reflected (replay it again, or read the archive).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from trialog.bus.base import Bus, Record
+from trialog.controller import Controller
+from trialog.datalog.samples import Sample, TrialFold
+from trialog.errors import CodecError
+from trialog.events import HEADER_KIND, HEADER_RECEIVER, HEADER_TICK, TrialRecord
+from trialog.topics import EVENTS
+
+
+async def index_record(bus: Bus, trial_id: str) -> TrialRecord | None:
+    """The trial's latest record in the ``trials`` index, if any."""
+    for record in await Controller(bus).list_trials():
+        if record.trial_id == trial_id:
+            return record
+    return None
+
+
+async def partition_records(bus: Bus, partition: int, start: int) -> AsyncIterator[Record]:
+    """Every record of one ``events`` partition from ``start`` to its current end."""
+    consumer = bus.consumer([EVENTS], partitions=[partition])
+    await consumer.start()
+    try:
+        consumer.seek(EVENTS, partition, start)
+        end = (await consumer.end_offsets([(EVENTS, partition)]))[(EVENTS, partition)]
+        position = start
+        while position < end:
+            for record in await consumer.poll(timeout_ms=500):
+                position = record.offset + 1
+                yield record
+            # Offsets with no record (retention, compaction, control markers) still count as read.
+            position = max(position, consumer.position_hint(EVENTS, partition) or 0)
+    finally:
+        await consumer.stop()
+
+
+async def trial_records(bus: Bus, trial_id: str, *, follow: bool = False, start: int | None = None) -> AsyncIterator[Record]:
+    """The records of one trial in log order, from ``start`` (default: from the index)
+    to the partition's end — or, with ``follow``, until ``trial.ended`` is read and the
+    partition's end at that moment is reached."""
+    p = bus.partition_of(trial_id)
+    if start is None:
+        indexed = await index_record(bus, trial_id)
+        start = 0
+        if indexed is not None and indexed.start_offset is not None:
+            p, start = indexed.partition, indexed.start_offset
+    if not follow:
+        async for record in partition_records(bus, p, start):
+            if record.trial_id == trial_id:
+                yield record
+        return
+    consumer = bus.consumer([EVENTS], partitions=[p])
+    await consumer.start()
+    try:
+        consumer.seek(EVENTS, p, start)
+        position, ended = start, False
+        while True:
+            end = (await consumer.end_offsets([(EVENTS, p)]))[(EVENTS, p)]
+            if ended and position >= end:
+                return
+            for record in await consumer.poll(timeout_ms=500):
+                position = record.offset + 1
+                if record.trial_id != trial_id:
+                    continue
+                ended = ended or record.header(HEADER_KIND) == "trial.ended"
+                yield record
+            position = max(position, consumer.position_hint(EVENTS, p) or 0)
+    finally:
+        await consumer.stop()
+
+
+def feed(fold: TrialFold, bus: Bus, record: Record) -> None:
+    """Decode one record into the fold (undecodable ones become problems)."""
+    try:
+        event = bus.codec.decode(record.value, record.header(HEADER_KIND))
+    except CodecError as exc:
+        fold.bad_record(record.offset, f"undecodable record: {exc}")
+        return
+    fold.add(event)
+
+
+async def read_trial(bus: Bus, trial_id: str) -> TrialFold:
+    """The whole fold of a trial as logged so far (samples, trial.started/ended, problems)."""
+    fold = TrialFold(trial_id, bus.store)
+    async for record in trial_records(bus, trial_id):
+        feed(fold, bus, record)
+    return fold
+
+
+async def replay(bus: Bus, trial_id: str, *, follow: bool = False) -> AsyncIterator[Sample]:
+    """The samples of a trial from the topic (see the module's doc for ``follow``)."""
+    fold = TrialFold(trial_id, bus.store)
+    if not follow:
+        async for record in trial_records(bus, trial_id):
+            feed(fold, bus, record)
+        for sample in fold.samples():
+            yield sample
+        return
+    sent: set[tuple[int, str]] = set()
+    async for record in trial_records(bus, trial_id, follow=True):
+        feed(fold, bus, record)
+        if record.header(HEADER_KIND) != "observation" or fold.ended is not None:
+            continue
+        # The actor's observation for tick t completes its sample of tick t-1.
+        actor, tick = record.header(HEADER_RECEIVER) or "", int(record.header(HEADER_TICK) or 0)
+        done = fold.sample(tick - 1, actor)
+        if done is not None and (done.tick, actor) not in sent:
+            sent.add((done.tick, actor))
+            yield done
+    for sample in fold.samples():
+        if (sample.tick, sample.actor) not in sent:
+            yield sample

@@ -1,0 +1,323 @@
+"""Folding a trial's events into samples: the one place that decides what a sample is.
+
+A :class:`Sample` is one (tick, actor) of a trial: the observation the actor got
+at tick t, the action it answered with, the aggregated reward for tick t (I-4)
+with every raw source, the messages addressed to it at t and the
+terminated/truncated/final flags. The logger, replay and export all build their
+samples with :class:`TrialFold`, so they cannot disagree.
+
+The fold takes events in log order (I-3) and never raises on bad input: a
+record that does not decode, a missing tick, a trial without ``trial.ended``,
+an event for an actor the trial does not have — each becomes a line in
+:attr:`TrialFold.problems` and the fold goes on.
+
+Which action counts for (tick, actor) follows the environment runtime: the
+first of ``action`` and ``actor.timeout`` in the log wins; a timeout with the
+``default_action`` policy stands for the class's default action
+(``timed_out=True`` on the sample).
+
+Rewards join their tick whenever they arrive, after ``trial.ended`` included
+(retroactive rewards); one (tick, sender, receiver) is one reward (I-8), the
+first in the log counts.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+from trialog.codec import SchemaStore
+from trialog.errors import CodecError
+from trialog.events import (
+    Action,
+    ActorTimeout,
+    Event,
+    Message,
+    Observation,
+    Reward,
+    TrialEnded,
+    TrialStarted,
+)
+from trialog.rewards import aggregate
+from trialog.runtime.trial import ClassSchemas, class_schemas, matches
+
+
+@dataclass(frozen=True, slots=True)
+class RewardSource:
+    """One raw reward joined to a sample (the log keeps them all; I-4 aggregates)."""
+
+    sender: str
+    receiver: str
+    value: float
+    confidence: float
+    user_data: str | None = None  # JSON text, as sent
+
+
+@dataclass(frozen=True, slots=True)
+class MessageIn:
+    """A message addressed to the sample's actor at the sample's tick."""
+
+    sender: str
+    receivers: tuple[str, ...]
+    message_id: str
+    payload: str  # JSON text, as sent
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One (tick, actor) of a trial.
+
+    ``observation_avro``/``action_avro`` are the payloads exactly as logged (Avro
+    single-object encoding in the actor class's schema); ``observation``/``action``
+    are the same decoded into Python values (tensors as NumPy arrays). Equality
+    compares the bytes, never the decoded values.
+    """
+
+    trial_id: str
+    tick: int
+    actor: str
+    actor_class: str
+    implementation: str
+    observation_avro: bytes
+    action_avro: bytes | None
+    reward: float
+    reward_sources: tuple[RewardSource, ...]
+    messages: tuple[MessageIn, ...] = ()
+    terminated: bool = False
+    truncated: bool = False
+    final: bool = False
+    timed_out: bool = False
+    observation: Any = field(default=None, compare=False)
+    action: Any = field(default=None, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (payloads as decoded values; bytes as base64)."""
+        return {
+            "trial_id": self.trial_id,
+            "tick": self.tick,
+            "actor": self.actor,
+            "actor_class": self.actor_class,
+            "implementation": self.implementation,
+            "observation": self.observation,
+            "action": self.action,
+            "reward": self.reward,
+            "reward_sources": [
+                {"sender": r.sender, "receiver": r.receiver, "value": r.value, "confidence": r.confidence, "user_data": r.user_data}
+                for r in self.reward_sources
+            ],
+            "messages": [{"sender": m.sender, "receivers": list(m.receivers), "message_id": m.message_id, "payload": m.payload} for m in self.messages],
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+            "final": self.final,
+            "timed_out": self.timed_out,
+        }
+
+
+def to_json_text(value: Any) -> str:
+    """A decoded payload as JSON text (NumPy arrays as nested lists, bytes as base64)."""
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY, default=_json_default).decode()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def with_rewards(sample: Sample, rewards: Iterable[RewardSource]) -> Sample:
+    """The sample with more reward sources joined (duplicates of a (sender, receiver)
+    already there are ignored, I-8) and its aggregate recomputed (I-4)."""
+    sources = list(sample.reward_sources)
+    seen = {(r.sender, r.receiver) for r in sources}
+    for r in rewards:
+        if (r.sender, r.receiver) not in seen:
+            seen.add((r.sender, r.receiver))
+            sources.append(r)
+    if len(sources) == len(sample.reward_sources):
+        return sample
+    return replace(sample, reward_sources=tuple(sources), reward=aggregate(sources))
+
+
+def apply_rewards(samples: Iterable[Sample], rewards: Iterable[tuple[int, RewardSource]]) -> list[Sample]:
+    """Join (tick, reward) pairs — e.g. archive corrections — to the samples they reach."""
+    by_tick: dict[int, list[RewardSource]] = {}
+    for tick, r in rewards:
+        by_tick.setdefault(tick, []).append(r)
+    out = []
+    for s in samples:
+        reaching = [r for r in by_tick.get(s.tick, ()) if matches(r.receiver, s.actor, s.actor_class)]
+        out.append(with_rewards(s, reaching) if reaching else s)
+    return out
+
+
+def reward_source(reward: Reward) -> RewardSource:
+    return RewardSource(reward.sender, reward.receiver, reward.value, reward.confidence, reward.user_data)
+
+
+class TrialFold:
+    """The samples of one trial, built from its events in log order."""
+
+    def __init__(self, trial_id: str, store: SchemaStore):
+        self.trial_id = trial_id
+        self.store = store
+        self.started: TrialStarted | None = None
+        self.ended: TrialEnded | None = None
+        self.problems: list[str] = []
+        self.schemas: dict[str, ClassSchemas] = {}
+        self._classes: dict[str, str] = {}
+        self._impls: dict[str, str] = {}
+        self._observations: dict[tuple[int, str], Observation] = {}
+        self._actions: dict[tuple[int, str], Action | ActorTimeout] = {}
+        self._rewards: dict[tuple[int, str, str], Reward] = {}  # (tick, sender, receiver)
+        self._messages: dict[tuple, Message] = {}
+
+    # --- input -------------------------------------------------------------------------
+    def add(self, event: Event) -> None:
+        match event:
+            case TrialStarted():
+                if self.started is None:
+                    self._start(event)
+            case TrialEnded():
+                if self.ended is None:
+                    self.ended = event
+            case Observation():
+                if self._known(event.actor, event):
+                    self._observations.setdefault((event.tick, event.actor), event)
+            case Action() | ActorTimeout():
+                if self._known(event.actor, event):
+                    self._actions.setdefault((event.tick, event.actor), event)
+            case Reward():
+                self._rewards.setdefault((event.tick, event.sender, event.receiver), event)
+            case Message():
+                self._messages.setdefault(event.identity, event)
+
+    def bad_record(self, offset: int, reason: str) -> None:
+        """A record of this trial that could not be decoded."""
+        self.problems.append(f"offset {offset}: {reason}")
+
+    def _start(self, started: TrialStarted) -> None:
+        self.started = started
+        self._classes = {a.name: a.actor_class for a in started.actors}
+        self._impls = {a.name: a.implementation for a in started.actors}
+        try:
+            self.schemas = class_schemas(self.store, started)
+        except CodecError as exc:
+            self.problems.append(f"trial.started carries schemas that do not parse: {exc}")
+
+    def _known(self, actor: str, event: Event) -> bool:
+        if self.started is None:
+            self.problems.append(f"{event.KIND} at tick {event.event_tick()} before trial.started (not joined)")
+            return False
+        if actor not in self._classes:
+            self.problems.append(f"{event.KIND} at tick {event.event_tick()} for {actor!r}, who is not in the trial")
+            return False
+        return True
+
+    # --- output ------------------------------------------------------------------------
+    def samples(self) -> list[Sample]:
+        """The samples so far, by tick then actor; also checks for gaps (see :attr:`problems`)."""
+        if self.started is None:
+            return []
+        rewards: dict[int, list[RewardSource]] = {}
+        for (tick, _, _), r in self._rewards.items():
+            rewards.setdefault(tick, []).append(reward_source(r))
+        messages: dict[int, list[Message]] = {}
+        for m in self._messages.values():
+            messages.setdefault(m.tick, []).append(m)
+        return [self._sample(obs, rewards.get(tick, ()), messages.get(tick, ())) for (tick, _), obs in sorted(self._observations.items())]
+
+    def sample(self, tick: int, actor: str) -> Sample | None:
+        """The sample of one (tick, actor) so far, if its observation is logged."""
+        obs = self._observations.get((tick, actor))
+        if obs is None or self.started is None:
+            return None
+        rewards = [reward_source(r) for (t, _, _), r in self._rewards.items() if t == tick]
+        return self._sample(obs, rewards, [m for m in self._messages.values() if m.tick == tick])
+
+    def _sample(self, obs: Observation, rewards: Iterable[RewardSource], messages: Iterable[Message]) -> Sample:
+        actor, tick = obs.actor, obs.tick
+        actor_class = self._classes[actor]
+        schemas = self.schemas.get(actor_class)
+        action_avro, action, timed_out = self._action(tick, actor, schemas)
+        sources = tuple(r for r in rewards if matches(r.receiver, actor, actor_class))
+        return Sample(
+            trial_id=self.trial_id,
+            tick=tick,
+            actor=actor,
+            actor_class=actor_class,
+            implementation=self._impls[actor],
+            observation_avro=obs.payload,
+            action_avro=action_avro,
+            reward=aggregate(sources),
+            reward_sources=sources,
+            messages=tuple(
+                MessageIn(m.sender, m.receivers, m.message_id, m.payload)
+                for m in messages
+                if any(matches(r, actor, actor_class) for r in m.receivers)
+            ),
+            terminated=obs.terminated,
+            truncated=obs.truncated,
+            final=obs.final,
+            timed_out=timed_out,
+            observation=self._decode(obs.payload, schemas.observation if schemas else None, f"observation of {actor} at tick {tick}"),
+            action=action,
+        )
+
+    def _action(self, tick: int, actor: str, schemas: ClassSchemas | None) -> tuple[bytes | None, Any, bool]:
+        chosen = self._actions.get((tick, actor))
+        if isinstance(chosen, Action):
+            return chosen.payload, self._decode(chosen.payload, schemas.action if schemas else None, f"action of {actor} at tick {tick}"), False
+        if isinstance(chosen, ActorTimeout):
+            if chosen.policy == "default_action" and schemas is not None and schemas.has_default_action:
+                return schemas.action.encode(schemas.default_action), schemas.default_action, True
+            return None, None, True
+        return None, None, False
+
+    def _decode(self, payload: bytes, schema: Any, what: str) -> Any:
+        if schema is None:
+            return None
+        try:
+            return self.store.decode(payload, schema)
+        except CodecError as exc:
+            self.problems.append(f"{what} does not decode: {exc}")
+            return None
+
+    def check(self) -> list[str]:
+        """Problems with the trial as a whole (gaps, no end), on top of :attr:`problems`."""
+        found = list(self.problems)
+        if self.started is None:
+            found.append("no trial.started for this trial")
+            return found
+        if self.ended is None:
+            found.append("the trial has no trial.ended (still running, or its end was lost)")
+        by_actor: dict[str, list[int]] = {}
+        for tick, actor in sorted(self._observations):
+            by_actor.setdefault(actor, []).append(tick)
+        for actor, ticks in sorted(by_actor.items()):
+            missing = sorted(set(range(ticks[-1] + 1)) - set(ticks))
+            if missing:
+                found.append(f"{actor}: no observation for tick(s) {_ranges(missing)}")
+            for tick in ticks[:-1]:
+                if (tick, actor) not in self._actions:
+                    found.append(f"{actor}: no action for tick {tick}, yet later ticks exist")
+        last = self.ended.tick if self.ended is not None else max((t for t, _ in self._observations), default=0)
+        for (tick, sender, receiver) in self._rewards:
+            if tick > last or not any(t == tick and matches(receiver, a, self._classes[a]) for t, a in self._observations):
+                found.append(f"reward from {sender} for {receiver} at tick {tick} reaches no sample")
+        return found
+
+
+def _ranges(ticks: list[int]) -> str:
+    parts, start, prev = [], ticks[0], ticks[0]
+    for t in [*ticks[1:], None]:
+        if t is not None and t == prev + 1:
+            prev = t
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if t is not None:
+            start = prev = t
+    return ", ".join(parts)

@@ -1,0 +1,87 @@
+"""Re-simulation: replay a trial's logged actions through a fresh environment.
+
+The environment contract says the same seed, config and actions give the same
+observations and rewards; recovery (I-7) relies on it. :func:`verify` checks it
+for one logged trial: it builds the environment from the entry point and seed in
+``trial.started``, feeds it the logged actions tick by tick (the default action
+where the log says an actor timed out), and compares what it returns with what
+was logged — observations byte for byte in their Avro encoding, and the
+environment's own rewards (senders ``env`` and ``env/<source>``). Rewards from
+other senders are not the environment's business and are not compared.
+
+Logged parameter changes (``parameters.changed``) are not replayed yet: a trial
+whose environment reacted to one shows up as a difference at that tick.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from trialog.codec import SchemaStore
+from trialog.datalog.samples import Sample
+from trialog.environment import RewardOut, Step
+from trialog.events import TrialStarted
+from trialog.runtime.trial import class_schemas, trial_info
+from trialog.spec import load_entry
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    ticks: int  # ticks compared
+    tick: int | None = None  # the first tick that differs
+    details: str = ""
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"deterministic: {self.ticks} tick(s) re-simulated, observations and environment rewards identical"
+        return f"differs at tick {self.tick}: {self.details}"
+
+
+def _env_rewards(samples: Sequence[Sample]) -> set[tuple[str, str, float, float]]:
+    return {(r.sender, r.receiver, r.value, r.confidence) for s in samples for r in s.reward_sources if r.sender == "env" or r.sender.startswith("env/")}
+
+
+def _step_rewards(rewards: Mapping[str, float] | Sequence[RewardOut]) -> set[tuple[str, str, float, float]]:
+    items = [RewardOut(name, value) for name, value in rewards.items()] if isinstance(rewards, Mapping) else list(rewards)
+    return {(f"env/{r.source}" if r.source else "env", r.receiver, float(r.value), float(r.confidence)) for r in items}
+
+
+def verify(started: TrialStarted, samples: Sequence[Sample], store: SchemaStore) -> Verdict:
+    """Re-simulate a trial from its ``trial.started`` and samples."""
+    by_tick: dict[int, dict[str, Sample]] = defaultdict(dict)
+    for s in samples:
+        by_tick[s.tick][s.actor] = s
+    if not by_tick:
+        return Verdict(False, 0, 0, "the trial has no samples")
+    schemas = class_schemas(store, started)
+    classes = {a.name: a.actor_class for a in started.actors}
+    env: Any = load_entry(started.environment_entry, what=f"environment {started.environment}")(trial_info(started))
+    try:
+        compared = 0
+        observations = env.start()
+        last = max(by_tick)
+        for tick in range(last + 1):
+            logged = by_tick.get(tick, {})
+            for actor, sample in sorted(logged.items()):
+                if actor not in observations:
+                    return Verdict(False, compared, tick, f"the environment gave no observation for {actor}")
+                if schemas[classes[actor]].observation.encode(observations[actor]) != sample.observation_avro:
+                    return Verdict(False, compared, tick, f"observation of {actor}: logged {sample.observation!r}, re-simulated {observations[actor]!r}")
+            compared += 1
+            actions = {a: s.action for a, s in logged.items() if s.action_avro is not None}
+            if not actions:
+                break  # the final tick (or everyone left): nothing more was computed
+            step = env.update(actions)
+            if not isinstance(step, Step):
+                return Verdict(False, compared, tick, f"update returned {type(step).__name__}, not Step")
+            want, got = _env_rewards(list(logged.values())), _step_rewards(step.rewards)
+            if want != got:
+                return Verdict(False, compared, tick, f"environment rewards: logged {sorted(want)}, re-simulated {sorted(got)}")
+            observations = step.observations
+        return Verdict(True, compared)
+    finally:
+        env.end()
