@@ -175,10 +175,30 @@ def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] |
             actor_processes=args.actor_processes, archive_dir=archive_dir,
         ):  # fmt: skip
             result, returns = asyncio.run(go())
+            if archive_dir:
+                wait_archived(archive_dir, [o.trial_id for o in result.outcomes if o.trial_id and not o.error])
     else:
         result, returns = asyncio.run(go())
     print(summary_table(spec, result, returns))
     return 0 if not any(o.error for o in result.outcomes) else 1
+
+
+def wait_archived(archive_dir: str, trial_ids: list[str], timeout: float = 90) -> None:
+    """Keep the logger running until it has archived the campaign's trials (it waits a
+    grace period after each end for late rewards)."""
+    from trialog.datalog.archive import Archive
+
+    archive = Archive(archive_dir)
+    deadline = time.monotonic() + timeout
+    print(f"waiting for the logger to archive {len(trial_ids)} trials…", file=sys.stderr)
+    while True:
+        archive.refresh()
+        missing = [t for t in trial_ids if archive.entry(t) is None]
+        if not missing:
+            return
+        if time.monotonic() > deadline:
+            raise TrialogError(f"the logger did not archive {len(missing)} trial(s) within {timeout:.0f} s, e.g. {missing[0]}")
+        time.sleep(0.5)
 
 
 async def _create_topics(settings: Settings) -> None:
