@@ -147,7 +147,8 @@ class Controller:
         )  # fmt: skip
 
     async def change_parameters(self, trial_id: str, parameters: Mapping[str, Any], *, tick: int = 0) -> None:
-        """Parameters take effect at the environment's next update (logged, so replay reproduces it)."""
+        """Parameters take effect before the environment's update of ``tick`` (or its next
+        update, if that tick is past). Logged, so replay reproduces the change."""
         await self.bus.publish(EVENTS, ParametersChanged(trial_id, tick=tick, sender=self.name, parameters=orjson.dumps(parameters).decode()))
 
     # --- answers ------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ class _Trial:
     timed_out: bool = False  # actor.timeout written for this tick
     terminating: bool = False
     done: bool = False
-    pending_parameters: list[dict] = field(default_factory=list)
+    pending_parameters: list[tuple[int, dict]] = field(default_factory=list)  # (effective tick, parameters)
 
 
 class EnvironmentHandler(Handler):
@@ -95,7 +95,7 @@ class EnvironmentHandler(Handler):
             case ActorTimeout():
                 self._on_timeout(trial, event)
             case ParametersChanged():
-                trial.pending_parameters.append(loads(event.parameters))
+                trial.pending_parameters.append((event.tick, loads(event.parameters)))
             case Message() if "env" in event.receivers or "*" in event.receivers:
                 trial.env.on_message(event.sender, loads(event.payload))
             case TrialTerminating():
@@ -157,10 +157,13 @@ class EnvironmentHandler(Handler):
         if not trial.active:
             self._finish(trial, trial.tick, "environment", "every actor left the trial")
             return
-        for params in trial.pending_parameters:
-            trial.env.set_parameters(params)
-        trial.pending_parameters.clear()
         tick = trial.tick
+        # A change takes effect before the update of its logged tick (or of the current
+        # tick if it arrived late) — decided from the log, so replay applies it alike.
+        due = [p for t, p in trial.pending_parameters if t <= tick]
+        trial.pending_parameters = [(t, p) for t, p in trial.pending_parameters if t > tick]
+        for params in due:
+            trial.env.set_parameters(params)
         actions, trial.actions = trial.actions, {}
         try:
             step = trial.env.update(actions)
