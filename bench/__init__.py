@@ -1,0 +1,1 @@
+"""Trialog's performance benchmark (``python bench/run.py``); see ``docs/performance.md``."""

@@ -1,0 +1,258 @@
+"""Trialog's benchmark: each figure side by side with a floor measured in the same run on the same broker.
+
+    python bench/run.py [--bootstrap-servers H:P] [--json PATH] [--quick]
+
+The services (orchestrator, environment host, actor host) run as subprocesses
+through ``python -m trialog.cli serve``, as in a deployment; the controller, the
+floors and the replay run in this process. Every run uses a fresh topic prefix.
+See ``docs/performance.md`` for a run's table and what limits each figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import signal
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # runnable as `python bench/run.py` from anywhere
+
+from bench import core, floor
+from trialog.bus import connect
+from trialog.bus.memory import MemoryBus
+from trialog.controller import Controller
+from trialog.settings import Settings
+from trialog.spec import load_spec
+
+TRIVIAL = ROOT / "bench" / "trivial.yaml"
+OVERCOOKED = ROOT / "examples" / "overcooked.yaml"
+TARGETS = {
+    "tick_p50": "≤ 1.5 × floor",
+    "events_64": "≥ 0.5 × floor",
+    "replay": "≥ 0.7 × floor",
+    "overcooked_16": "≥ 1.0 × floor",
+    "memory": "≤ 50 KB",
+}
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings, spec_file: Path, logdir: Path):
+    """Orchestrator, environment and actor services as subprocesses, stopped with SIGTERM."""
+    flags = ["--spec", str(spec_file), "--bootstrap-servers", settings.bootstrap_servers, "--topic-prefix", settings.topic_prefix,
+             "--partitions", str(settings.partitions), "--health-port", "0"]  # fmt: skip
+    procs, logs = [], []
+    try:
+        for name in ("orchestrator", "environment", "actors"):
+            log = open(logdir / f"{settings.topic_prefix}{name}.log", "wb")  # noqa: SIM115, ASYNC230 - closed below, once
+            logs.append(log)
+            procs.append(
+                await asyncio.create_subprocess_exec(sys.executable, "-m", "trialog.cli", "serve", name, *flags, cwd=ROOT, stdout=log, stderr=log)
+            )
+        yield procs
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                await asyncio.wait_for(p.wait(), 20)
+            except TimeoutError:
+                p.kill()
+        for log in logs:
+            log.close()
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> None:
+    bus = connect(settings)
+    spec = load_spec(TRIVIAL, bus.store)
+    await bus.create_topics()
+    async with serving(settings, TRIVIAL, logdir), Controller(bus) as ctl:
+        # Warm-up: waits out the services' start and group joins, and warms their code paths.
+        await core.run_trials(ctl, spec.name, 2, 20, timeout=120)
+
+        ticks = 300 if args.quick else 2000
+        run = await core.run_trials(ctl, spec.name, 1, ticks)
+        core.check_complete(run, await core.read_trials(bus, run.trial_ids))
+        lat = core.tick_latencies_ms(bus, run.records)
+        if len(lat) != ticks:
+            raise core.IncompleteRun(f"{len(lat)} tick latencies for {ticks} ticks")
+        obs_value = next(r.value for r in run.records if r.header("kind") == "observation")
+        hop = await floor.two_hop(settings, 300 if args.quick else 2000, obs_value)
+        out["tick_latency"] = {"trialog": core.summary(lat), "floor": core.summary(hop)}
+        print(f"tick latency done: p50 {out['tick_latency']['trialog']['p50']:.2f} ms vs floor {out['tick_latency']['floor']['p50']:.2f}", flush=True)
+
+        out["throughput"] = {}
+        finished: list[str] = []
+        for n in (1, 16, 64, 256):
+            per_trial = max(10, (400 if args.quick else 4000) // n) if n > 1 else (200 if args.quick else 1000)
+            run = await core.run_trials(ctl, spec.name, n, per_trial)
+            core.check_complete(run, await core.read_trials(bus, run.trial_ids))
+            finished += run.trial_ids
+            raw = await floor.produce_consume(settings, f"floor.tp{n}", run.records, settings.partitions)
+            out["throughput"][n] = {
+                "ticks": n * per_trial, "events": run.events, "bytes": run.event_bytes, "seconds": run.seconds,
+                "ticks_per_s": n * per_trial / run.seconds, "events_per_s": run.events / run.seconds,
+                "floor_seconds": raw, "floor_events_per_s": run.events / raw,
+            }  # fmt: skip
+            print(f"throughput {n}: {run.events / run.seconds:.0f} events/s vs floor {run.events / raw:.0f}", flush=True)
+
+    # Replay: every trial of this run is finished; both sides read the whole events topic.
+    replay_s, events, samples = await core.timed_replay(bus, finished)
+    raw_s, raw_events = await floor.consume_decode(settings, bus.store, settings.partitions)
+    if raw_events < events:
+        raise core.IncompleteRun(f"raw replay read {raw_events} records, Trialog {events}")
+    out["replay"] = {
+        "api": _replay_api(), "events": events, "samples": samples, "seconds": replay_s,
+        "events_per_s": events / replay_s, "samples_per_s": samples / replay_s,
+        "floor_events_per_s": raw_events / raw_s,
+    }  # fmt: skip
+
+
+def _replay_api() -> str:
+    try:
+        import trialog.datalog.replay  # noqa: F401
+    except ImportError:
+        return "consume + EventCodec decode (trialog.datalog.replay not available)"
+    return "consume + EventCodec decode (trialog.datalog.replay exists but is not used yet)"
+
+
+async def bench_overcooked(settings: Settings, args, logdir: Path, out: dict) -> None:
+    try:
+        from cogrid.envs.registry import make  # noqa: F401
+
+        import services.actors.agents.random_agent
+        import services.environment.adapters.pettingzoo  # noqa: F401
+    except ImportError as exc:
+        out["overcooked"] = {"error": f"n/a (adapter not available: {exc})"}
+        return
+    if not OVERCOOKED.exists():
+        out["overcooked"] = {"error": "n/a (adapter not available: no examples/overcooked.yaml)"}
+        return
+    ticks = 50 if args.quick else 200
+    floor_steps = _overcooked_in_process(400 if args.quick else 2000)
+    out["overcooked"] = {"floor_steps_per_s": floor_steps}
+    bus = connect(settings)
+    spec = load_spec(OVERCOOKED, bus.store)
+    await bus.create_topics()
+    # Random cooks on both sides, as in the in-process loop: the figure is the hosting, not the planner.
+    random_cooks = {a.name: "random" for a in spec.trial.actors}
+    async with serving(settings, OVERCOOKED, logdir), Controller(bus) as ctl:
+        await core.run_trials(ctl, spec.name, 1, 5, timeout=180, implementations=random_cooks)
+        for n in (1, 16):
+            run = await core.run_trials(ctl, spec.name, n, ticks, implementations=random_cooks)
+            core.check_complete(run, await core.read_trials(bus, run.trial_ids))
+            out["overcooked"][n] = {"steps": n * ticks, "seconds": run.seconds, "steps_per_s": n * ticks / run.seconds}
+            print(f"overcooked {n}: {n * ticks / run.seconds:.0f} steps/s vs in-process {floor_steps:.0f}", flush=True)
+
+
+def _overcooked_in_process(steps: int) -> float:
+    """Steps/s of CoGrid's Overcooked stepped directly, random actions, one loop."""
+    from cogrid.envs.registry import make
+
+    env = make(environment_id="Overcooked-CrampedRoom-V0")
+    rng = random.Random(0)
+    env.reset(seed=0)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        _obs, _rew, terminated, truncated, _info = env.step({a: env.action_space(a).sample() for a in env.agents})
+        if all(terminated.values()) or all(truncated.values()):
+            env.reset(seed=rng.randrange(1 << 30))
+    return steps / (time.perf_counter() - t0)
+
+
+def bench_memory(out: dict, trials: int) -> None:
+    bus = MemoryBus(Settings.load({}, environ={}))
+    spec = load_spec(TRIVIAL, bus.store)
+    per_trial, _ = core.orchestrator_bytes_per_trial(bus, spec, trials)
+    out["memory"] = {"trials": trials, "bytes_per_trial": per_trial}
+
+
+def table(out: dict) -> str:
+    rows = [("figure", "Trialog", "floor (same run)", "ratio", "target", "met")]
+    t = out.get("tick_latency")
+    if t:
+        r = ratio(t["trialog"]["p50"], t["floor"]["p50"])
+        rows.append(("tick latency p50 / p99 (ms)", f"{t['trialog']['p50']:.2f} / {t['trialog']['p99']:.2f}",
+                     f"{t['floor']['p50']:.2f} / {t['floor']['p99']:.2f} (two-hop)", f"{r:.2f}×", TARGETS["tick_p50"], _yes(r <= 1.5)))  # fmt: skip
+    for n, tp in (out.get("throughput") or {}).items():
+        r = ratio(tp["events_per_s"], tp["floor_events_per_s"])
+        met = _yes(r >= 0.5) if int(n) == 64 else ""
+        rows.append((f"throughput, {n} trials: ticks/s, events/s", f"{tp['ticks_per_s']:.0f}, {tp['events_per_s']:.0f}",
+                     f"{tp['floor_events_per_s']:.0f} events/s (produce+consume)", f"{r:.2f}×", TARGETS["events_64"] if int(n) == 64 else "", met))  # fmt: skip
+    rp = out.get("replay")
+    if rp:
+        r = ratio(rp["events_per_s"], rp["floor_events_per_s"])
+        rows.append(("replay: samples/s, events/s", f"{rp['samples_per_s']:.0f}, {rp['events_per_s']:.0f}",
+                     f"{rp['floor_events_per_s']:.0f} events/s (consume+fastavro)", f"{r:.2f}×", TARGETS["replay"], _yes(r >= 0.7)))  # fmt: skip
+    oc = out.get("overcooked")
+    if oc and "error" in oc:
+        rows.append(("Overcooked steps/s, 1 / 16 trials", oc["error"], "", "", TARGETS["overcooked_16"], ""))
+    elif oc:
+        for n in (1, 16):
+            if n in oc:
+                r = ratio(oc[n]["steps_per_s"], oc["floor_steps_per_s"])
+                rows.append((f"Overcooked steps/s, {n} trial(s)", f"{oc[n]['steps_per_s']:.0f}", f"{oc['floor_steps_per_s']:.0f} (in-process loop)",
+                             f"{r:.2f}×", TARGETS["overcooked_16"] if n == 16 else "", _yes(r >= 1.0) if n == 16 else ""))  # fmt: skip
+    m = out.get("memory")
+    if m:
+        kb = m["bytes_per_trial"] / 1024
+        rows.append(("orchestrator memory per live trial", f"{kb:.1f} KB", "—", "", TARGETS["memory"], _yes(kb <= 50)))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
+    lines = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
+async def main_async(args) -> dict:
+    base = Settings.load({"bootstrap_servers": args.bootstrap_servers, "partitions": 4}, environ={})
+    prefix = f"bench-{uuid.uuid4().hex[:8]}."
+    out: dict = {
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(), "processor": platform.processor()},
+        "bootstrap_servers": base.bootstrap_servers, "topic_prefix": prefix, "quick": args.quick,
+    }  # fmt: skip
+    logdir = Path(tempfile.mkdtemp(prefix="trialog-bench-"))
+    print(f"topic prefix {prefix}; service logs in {logdir}", flush=True)
+    bench_memory(out, 2000 if args.quick else 10_000)
+    await bench_trivial(Settings.load({**_flags(base), "topic_prefix": prefix}, environ={}), args, logdir, out)
+    await bench_overcooked(Settings.load({**_flags(base), "topic_prefix": prefix + "oc."}, environ={}), args, logdir, out)
+    return out
+
+
+def _flags(settings: Settings) -> dict:
+    return {"bootstrap_servers": settings.bootstrap_servers, "partitions": settings.partitions}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bootstrap-servers", default=os.environ.get("TRIALOG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    p.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
+    p.add_argument("--quick", action="store_true", help="fewer ticks and trials (a smoke run, not figures to quote)")
+    args = p.parse_args(argv)
+    out = asyncio.run(main_async(args))
+    print()
+    print(table(out))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""The benchmark's internals on the in-memory bus, for a few ticks: they run, and
+their completeness checks hold. No timing assertions — figures come from a real broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import core
+from tests.harness import deployment
+from trialog.bus.memory import MemoryBus
+from trialog.spec import load_spec
+
+SPEC = Path(__file__).resolve().parents[2] / "bench" / "trivial.yaml"
+
+
+async def test_trivial_trials_are_measured_and_replayed(memory_settings):
+    bus = MemoryBus(memory_settings)
+    spec = load_spec(SPEC, bus.store)
+    async with deployment(bus, spec) as (_d, ctl):
+        run = await core.run_trials(ctl, spec.name, 3, 5, timeout=30)
+    records = await core.read_trials(bus, run.trial_ids)
+    core.check_complete(run, records)
+    assert run.events == 3 * (4 * 5 + 2 + 3)  # observations, actions, started, environment.done, ended
+    assert len(core.tick_latencies_ms(bus, [r for r in records if r.key == run.trial_ids[0].encode()])) == 5
+    events, samples = core.replay(bus, records)
+    assert (events, samples) == (run.events, 3 * 2 * 5)
+
+
+async def test_incomplete_runs_are_refused(memory_settings):
+    bus = MemoryBus(memory_settings)
+    spec = load_spec(SPEC, bus.store)
+    async with deployment(bus, spec) as (_d, ctl):
+        run = await core.run_trials(ctl, spec.name, 1, 3, timeout=30)
+    records = await core.read_trials(bus, run.trial_ids)
+    with pytest.raises(core.IncompleteRun):
+        core.check_complete(run, [r for r in records if r.header("kind") != "action"])
+
+
+def test_orchestrator_memory_is_measured(memory_settings):
+    bus = MemoryBus(memory_settings)
+    per_trial, live = core.orchestrator_bytes_per_trial(bus, load_spec(SPEC, bus.store), 50)
+    assert live == 51 and per_trial > 0
