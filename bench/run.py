@@ -31,6 +31,7 @@ from bench import core, floor
 from trialog.bus import connect
 from trialog.bus.memory import MemoryBus
 from trialog.controller import Controller
+from trialog.cli import run_async
 from trialog.settings import Settings
 from trialog.spec import load_spec
 
@@ -246,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     p.add_argument("--quick", action="store_true", help="fewer ticks and trials (a smoke run, not figures to quote)")
     args = p.parse_args(argv)
-    out = asyncio.run(main_async(args))
+    # The same event loop as the services (trialog.cli.run_async), so floors and figures compare alike.
+    out = run_async(main_async(args))
     print()
     print(table(out))
     if args.json:

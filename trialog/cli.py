@@ -71,7 +71,12 @@ def command(sub, name: str, help: str, *, settings: bool = True) -> argparse.Arg
 
 
 def run_async(coro) -> Any:
-    return asyncio.run(coro)
+    """Run a command's coroutine, on uvloop when it is installed (see docs/performance.md)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 # --- settings, topics ------------------------------------------------------------------------------

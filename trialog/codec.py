@@ -427,6 +427,10 @@ class SchemaStore:
     def decode(self, data: bytes | memoryview, reader: Schema | str | None = None) -> Any:
         """Decode a single-object-encoded value, resolved into ``reader`` (default: the
         newest schema registered under the writer's name)."""
+        return self.decode_with_writer(data, reader)[1]
+
+    def decode_with_writer(self, data: bytes | memoryview, reader: Schema | str | None = None) -> tuple[Schema, Any]:
+        """Like :meth:`decode`, also returning the writer schema (one lookup, not two)."""
         if data is None:
             raise CodecError("no bytes to decode (empty record value)")
         writer = self.writer_of(data)
@@ -434,7 +438,7 @@ class SchemaStore:
             reader = self.get(reader)
         if reader is None:
             reader = self._by_name.get(writer.name, writer)
-        return writer.decode_body(data, HEADER_SIZE, reader)
+        return writer, writer.decode_body(data, HEADER_SIZE, reader)
 
     def encode(self, name: str, value: Any) -> bytes:
         return self.get(name).encode(value)

@@ -76,7 +76,7 @@ class Controller:
 
     async def __aenter__(self) -> Controller:
         await self.bus.start()
-        self._consumer = self.bus.consumer([EVENTS], from_start=False)
+        self._consumer = self.bus.consumer([EVENTS], from_start=False, batched=True)
         await self._consumer.start()
         self._task = asyncio.create_task(self._watch_loop())
         return self

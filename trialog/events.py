@@ -419,8 +419,7 @@ class EventCodec:
     def decode(self, value: bytes, kind: str | None = None) -> Event:
         """Decode a record value; ``kind`` (from the headers) picks between event types
         that share a schema (``trial.pending`` / ``trial.started``)."""
-        writer = self.store.writer_of(value)
-        record = self.store.decode(value)
+        writer, record = self.store.decode_with_writer(value)
         cls = BY_KIND.get(kind) if kind else None
         if cls is None or cls.SCHEMA != writer.name:
             cls = next((c for c in EVENT_TYPES if c.SCHEMA == writer.name), None)

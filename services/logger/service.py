@@ -58,6 +58,7 @@ class LoggerHandler(Handler):
     # orchestrator is the one that dead-letters it).
     kinds = frozenset()
     service_name = "logger"
+    batched = True  # archiving waits for trial ends anyway
 
     def __init__(self, archive: Archive, *, grace_s: float = 5.0, idle_s: float = 3600.0):
         self.archive = archive

@@ -77,6 +77,7 @@ class OrchestratorHandler(Handler):
          EnvironmentDone.KIND, TrialEnded.KIND, ActorJoined.KIND, TrialTerminating.KIND}
     )  # fmt: skip
     dead_letters = True
+    batched = True  # not on the tick path: lifecycle answers may wait a fetch batch
     service_name = "orchestrator"
 
     def __init__(self, specs: Mapping[str, Spec]):

@@ -55,7 +55,7 @@ class MemoryBus(Bus):
         self.changed.set()
         self.changed = asyncio.Event()
 
-    def consumer(self, roles, *, group=None, on_assigned=None, on_revoked=None, partitions=None, from_start=True):
+    def consumer(self, roles, *, group=None, on_assigned=None, on_revoked=None, partitions=None, from_start=True, batched=False):
         return MemoryConsumer(self, roles, group, on_assigned, on_revoked, partitions, from_start)
 
     async def create_topics(self) -> list[str]:

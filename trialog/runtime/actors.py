@@ -21,7 +21,7 @@ from trialog.actor import ActorEvent, EndEvent, MessageEvent, ObservationEvent, 
 from trialog.bus.base import Record
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import CodecError, TrialogError
-from trialog.events import Action, Event, Message, Observation, Reward, TrialEnded, TrialStarted
+from trialog.events import HEADER_RECEIVER, Action, Event, Message, Observation, Reward, TrialEnded, TrialStarted
 from trialog.logs import get_logger
 from trialog.runtime.service import Handler, ServiceLoop
 from trialog.runtime.trial import ClassSchemas, class_schemas, dumps, loads, matches, trial_info
@@ -124,6 +124,14 @@ class ActorHandler(Handler):
             )
         self.service_name = f"actors.{implementation}"
         self.trials: dict[str, _Trial] = {}
+
+    def wants(self, record: Record, kind: str | None) -> bool:
+        if kind == TrialStarted.KIND:
+            return True
+        trial = self.trials.get(record.trial_id)
+        if trial is None:
+            return False
+        return kind != Observation.KIND or record.header(HEADER_RECEIVER) in trial.actors
 
     def handle(self, record: Record, event: Event) -> None:
         if isinstance(event, TrialStarted):

@@ -81,6 +81,9 @@ class EnvironmentHandler(Handler):
         self.trials: dict[str, _Trial] = {}
 
     # --- log events ------------------------------------------------------------------------
+    def wants(self, record: Record, kind: str | None) -> bool:
+        return kind == TrialStarted.KIND or record.trial_id in self.trials
+
     def handle(self, record: Record, event: Event) -> None:
         if isinstance(event, TrialStarted):
             if event.environment in self.factories and event.trial_id not in self.trials:

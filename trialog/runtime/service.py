@@ -38,6 +38,8 @@ from trialog.topics import EVENTS
 
 log = get_logger(__name__)
 
+BITE = 32  # records handled between two flushes (measured: docs/performance.md)
+
 
 class Handler:
     """What a service implements. All methods are plain (not async): they change
@@ -46,11 +48,17 @@ class Handler:
     roles: tuple[str, ...] = (EVENTS,)
     kinds: frozenset[str] | None = None  # kinds worth decoding; None = all
     dead_letters: bool = False  # this service reports undecodable records
+    batched: bool = False  # off the tick path: fetch in batches (see Bus.consumer)
     service_name: str = "service"
 
     loop: ServiceLoop
 
     def handle(self, record: Record, event: Event) -> None: ...
+
+    def wants(self, record: Record, kind: str | None) -> bool:
+        """Worth decoding? Decided from key and headers alone (most records concern
+        other trials or other actors); default yes."""
+        return True
 
     def glance(self, record: Record, kind: str) -> None:
         """A record of a kind this handler does not decode (headers only, cheap)."""
@@ -132,7 +140,7 @@ class ServiceLoop:
     # --- the loop ------------------------------------------------------------------------------
     async def run(self) -> None:
         self.consumer = self.bus.consumer(
-            self.handler.roles, group=self.group, on_assigned=self._on_assigned, on_revoked=self._on_revoked
+            self.handler.roles, group=self.group, on_assigned=self._on_assigned, on_revoked=self._on_revoked, batched=self.handler.batched
         )
         await self.consumer.start()
         if self.group is None:  # a plain reader owns everything from the start
@@ -141,7 +149,10 @@ class ServiceLoop:
         last_commit = time.monotonic()
         try:
             while not self._stopping.is_set():
-                records = await self.consumer.poll(timeout_ms=int(self.tick_interval * 1000))
+                # Small bites: outputs go out after each bite, so that the next service in
+                # the tick starts on them while this one handles the rest (trials of a busy
+                # host would otherwise move in lockstep, one side idle while the other works).
+                records = await self.consumer.poll(timeout_ms=int(self.tick_interval * 1000), max_records=BITE)
                 for record in records:
                     self._process(record)
                 self._check_caught_up()
@@ -168,6 +179,8 @@ class ServiceLoop:
         kind = record.header(HEADER_KIND)
         if self.handler.kinds is not None and kind is not None and kind not in self.handler.kinds:
             self.handler.glance(record, kind)
+            return
+        if not self.handler.wants(record, kind):
             return
         try:
             event = self.bus.codec.decode(record.value, kind)
@@ -216,6 +229,8 @@ class ServiceLoop:
         asyncio.get_running_loop().create_task(self._dead_letter(record, reason))
 
     def _check_caught_up(self) -> None:
+        if self.ready.is_set():
+            return  # every partition is live; _on_assigned clears this
         for (role, p), part in self.parts.items():
             if not part.live and part.position >= part.end:
                 self._go_live(role, p, part)
@@ -280,16 +295,9 @@ class ServiceLoop:
     async def _flush(self) -> None:
         while self._out:
             batch, self._out = self._out, []
-            by_role: dict[str, list[Event]] = {}
-            order: list[str] = []
-            for role, event in batch:
-                if role not in by_role:
-                    order.append(role)
-                by_role.setdefault(role, []).append(event)
             for attempt in range(10):
                 try:
-                    for role in order:
-                        await self.bus.publish_all(role, by_role[role])
+                    await self.bus.send_many([item for role, event in batch for item in self.bus.to_records(role, (event,))])
                     break
                 except TransportError as exc:
                     log.warning("publish failed; retrying", error=str(exc), attempt=attempt)
