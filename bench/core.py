@@ -16,6 +16,7 @@ import tracemalloc
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from trialog.datalog.replay import read_trials as read_trials_from_index
 from trialog.bus.base import Bus, Record
 from trialog.controller import Controller
 from trialog.events import HEADER_KIND, Action, Observation, StartRequest
@@ -103,23 +104,15 @@ def tick_latencies_ms(bus: Bus, records: list[Record], actor: str = "a") -> list
     return [(stamps[(k, t + 1)] - ns) / 1e6 for (k, t), ns in stamps.items() if (k, t + 1) in stamps]
 
 
-def replay(bus: Bus, records: list[Record]) -> tuple[int, int]:
-    """Decode every event and its payload as a reader of the datalog would; (events, samples)."""
-    codec, store = bus.codec, bus.store
-    samples = 0
-    for r in records:
-        event = codec.decode(r.value, r.header(HEADER_KIND))
-        if isinstance(event, (Observation, Action)):
-            store.decode(event.payload)
-            samples += isinstance(event, Action)
-    return len(records), samples
-
-
-async def timed_replay(bus: Bus, trial_ids: list[str]) -> tuple[float, int, int]:
-    """Read the finished trials back from the log and decode them: (seconds, events, samples)."""
+async def timed_replay(bus: Bus, trial_ids: list[str] | None = None) -> tuple[float, int, int]:
+    """Replay finished trials (default: every indexed trial) with the datalog's API (one
+    read per partition, every event decoded into samples): (seconds, events, samples)."""
+    wanted = None if trial_ids is None else set(trial_ids)
+    events = samples = 0
     t0 = time.perf_counter()
-    records = await read_trials(bus, trial_ids)
-    events, samples = replay(bus, records)
+    async for fold in read_trials_from_index(bus, lambda record: wanted is None or record.trial_id in wanted):
+        events += fold.events
+        samples += len(fold.samples())
     return time.perf_counter() - t0, events, samples
 
 

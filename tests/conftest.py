@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import uuid
 from pathlib import Path
 
@@ -31,6 +32,18 @@ def kafka_settings() -> Settings:
     if not servers:
         pytest.fail("integration tests need a broker: run `export TRIALOG_BOOTSTRAP_SERVERS=$(trialog broker start)` first")
     return Settings.load({"bootstrap_servers": servers, "topic_prefix": f"test-{uuid.uuid4().hex[:8]}.", "partitions": 4}, environ={})
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free right now, all different (the sockets are held together until all are picked)."""
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 async def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):

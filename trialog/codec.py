@@ -343,6 +343,7 @@ class SchemaStore:
         self._named: dict[str, Any] = {}
         self._by_fingerprint: dict[bytes, Schema] = {}
         self._by_name: dict[str, Schema] = {}
+        self._by_text: dict[tuple[bool, str], Schema] = {}
 
     @classmethod
     def with_builtin(cls) -> SchemaStore:
@@ -376,6 +377,14 @@ class SchemaStore:
         ``reader=True`` makes it the schema values of its name decode *into* (the
         newest one wins), which is how an application upgrades its reading side.
         """
+        text = schema if isinstance(schema, str) else None
+        if text is not None and (reader, text) in self._by_text:
+            # Every trial.started carries its classes' schemas: parsing and fingerprinting
+            # them again per trial costs ~1 ms each.
+            compiled = self._by_text[(reader, text)]
+            if reader:
+                self._by_name[compiled.name] = compiled
+            return compiled
         if isinstance(schema, str) and schema.lstrip().startswith(("{", "[", '"')):
             try:
                 schema = json.loads(schema)
@@ -398,6 +407,8 @@ class SchemaStore:
         self._named.update({k: v for k, v in named.items() if k not in self._named or reader})
         if reader:
             self._by_name[compiled.name] = compiled
+        if text is not None:
+            self._by_text[(reader, text)] = compiled
         return compiled
 
     def get(self, name: str) -> Schema:

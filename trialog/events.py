@@ -387,6 +387,7 @@ class _Layout:
         self.fields = [(f.name, f.name) for f in dataclasses.fields(cls)]
         self.nested = _NESTED if issubclass(cls, ResolvedTrial) else {}
         self.tuples = {f.name for f in dataclasses.fields(cls) if str(f.type).startswith("tuple[")}
+        self.flat = not self.nested and not self.tuples
 
 
 _NESTED: dict[str, type] = {"actors": ActorSpec, "actor_classes": ActorClassSpec}
@@ -426,6 +427,11 @@ class EventCodec:
             if cls is None:
                 raise CodecError(f"schema {writer.name} is not a Trialog event")
         layout = _LAYOUTS[cls]
+        if layout.flat:  # field names equal the Avro names and nothing nests: the record is the kwargs
+            try:
+                return cls(**record)
+            except TypeError as exc:
+                raise CodecError(f"{writer.name} record does not fit {cls.__name__}: {exc}") from exc
         kwargs = {}
         for attr, avro in layout.fields:
             v = record.get(avro)

@@ -11,6 +11,8 @@ import asyncio
 import socket
 
 import pytest
+
+from tests.conftest import free_ports
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -24,21 +26,9 @@ START_TIMEOUT_S = 120.0
 CLIENT_TIMEOUT_S = 60.0
 
 
-def _free_ports(count: int) -> list[int]:
-    """Ports free right now, all different (the sockets are held together until all are picked)."""
-    probes = [socket.socket() for _ in range(count)]
-    try:
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in probes]
-    finally:
-        for probe in probes:
-            probe.close()
-
-
 @pytest.fixture
 def config(tmp_path):
-    port, controller_port = _free_ports(2)
+    port, controller_port = free_ports(2)
     config = broker.BrokerConfig.from_env(data_dir=tmp_path / "broker", port=port, controller_port=controller_port)
     yield config
     broker.stop(config)

@@ -24,8 +24,8 @@ async def test_trivial_trials_are_measured_and_replayed(memory_settings):
     core.check_complete(run, records)
     assert run.events == 3 * (4 * 5 + 2 + 3)  # observations, actions, started, environment.done, ended
     assert len(core.tick_latencies_ms(bus, [r for r in records if r.key == run.trial_ids[0].encode()])) == 5
-    events, samples = core.replay(bus, records)
-    assert (events, samples) == (run.events, 3 * 2 * 5)
+    _, events, samples = await core.timed_replay(bus, run.trial_ids)
+    assert (events, samples) == (run.events, 3 * 2 * 6)  # a sample per actor per tick, the final one included
 
 
 async def test_incomplete_runs_are_refused(memory_settings):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_ports
+
 from trialog import broker
 from trialog.errors import BrokerError
 
@@ -24,18 +26,6 @@ def _script(bin_dir: Path, name: str, body: str) -> Path:
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
     return path
-
-
-def _free_ports(count: int) -> list[int]:
-    """Ports free right now, all different (the sockets are held together until all are picked)."""
-    probes = [socket.socket() for _ in range(count)]
-    try:
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in probes]
-    finally:
-        for probe in probes:
-            probe.close()
 
 
 @pytest.fixture
@@ -146,7 +136,7 @@ def test_start_without_java_fails_before_launching(monkeypatch, tmp_path):
     real_which = broker.shutil.which
     monkeypatch.setattr(broker.shutil, "which", lambda name: None if name == "java" else real_which(name))
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    port, controller_port = _free_ports(2)
+    port, controller_port = free_ports(2)
     with pytest.raises(BrokerError, match="Java 17"):
         broker.start(_config(tmp_path, port=port, controller_port=controller_port))
     assert not (tmp_path / "data" / "broker.pid").exists()
@@ -212,7 +202,7 @@ def test_taken_port_is_a_clear_error(tmp_path, listening_port):
 
 def test_taken_controller_port_is_a_clear_error(tmp_path, listening_port):
     with pytest.raises(BrokerError, match=f"port {listening_port} "):
-        broker.check_ports_free(_config(tmp_path, port=_free_ports(1)[0], controller_port=listening_port))
+        broker.check_ports_free(_config(tmp_path, port=free_ports(1)[0], controller_port=listening_port))
 
 
 def test_start_on_a_taken_port_fails_before_anything_else(tmp_path, listening_port):

@@ -17,10 +17,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trialog.bus.base import Bus
-from trialog.controller import Controller
 from trialog.datalog.archive import Archive
-from trialog.datalog.replay import feed, partition_records
-from trialog.datalog.samples import TrialFold
+from trialog.datalog.replay import read_trials
 from trialog.datalog.table import SCHEMA, to_table
 
 
@@ -81,30 +79,18 @@ class _Writer:
 async def export_from_topic(bus: Bus, out: str | Path, filters: Filters = Filters()) -> Summary:
     """Export the trials of the ``trials`` index that pass ``filters``, reading each
     ``events`` partition once, from its oldest selected trial to its end."""
-    selected: dict[int, dict[str, TrialFold]] = {}
-    starts: dict[int, int] = {}
-    for record in await Controller(bus).list_trials():
-        if record.start_offset is None or not filters.trial(record.spec, record.created_ms, record.status, list(record.implementations.values())):
-            continue
-        selected.setdefault(record.partition, {})[record.trial_id] = TrialFold(record.trial_id, bus.store)
-        starts[record.partition] = min(starts.get(record.partition, record.start_offset), record.start_offset)
     summary = Summary()
     writer = _Writer(out)
     try:
-        for partition, folds in sorted(selected.items()):
-            async for r in partition_records(bus, partition, starts[partition]):
-                fold = folds.get(r.trial_id)
-                if fold is not None:
-                    feed(fold, bus, r)
-            for tid, fold in folds.items():
-                if problems := fold.check():
-                    summary.problems[tid] = problems
-                if fold.started is None:
-                    continue
-                table = filters.rows(to_table(fold.samples(), fold.started, fold.ended))
-                writer.write(table)
-                summary.trials += 1
-                summary.rows += table.num_rows
+        async for fold in read_trials(bus, lambda r: filters.trial(r.spec, r.created_ms, r.status, list(r.implementations.values()))):
+            if problems := fold.check():
+                summary.problems[fold.trial_id] = problems
+            if fold.started is None:
+                continue
+            table = filters.rows(to_table(fold.samples(), fold.started, fold.ended))
+            writer.write(table)
+            summary.trials += 1
+            summary.rows += table.num_rows
     except BaseException:
         writer.abort()
         raise

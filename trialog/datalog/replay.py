@@ -21,7 +21,7 @@ its sample was yielded are not reflected (replay it again, or read the archive).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from trialog.bus.base import Bus, Record
 from trialog.controller import Controller
@@ -108,6 +108,27 @@ async def read_trial(bus: Bus, trial_id: str) -> TrialFold:
     async for record in trial_records(bus, trial_id):
         feed(fold, bus, record)
     return fold
+
+
+async def read_trials(bus: Bus, select: Callable[[TrialRecord], bool]) -> AsyncIterator[TrialFold]:
+    """The folds of every indexed trial that ``select`` keeps, reading the ``trials``
+    index once and each ``events`` partition once, from its oldest selected trial to
+    its end — the way to replay many trials (per-trial :func:`replay` reads a partition
+    per trial). Folds are yielded partition by partition, once complete."""
+    selected: dict[int, dict[str, TrialFold]] = {}
+    starts: dict[int, int] = {}
+    for record in await Controller(bus).list_trials():
+        if record.start_offset is None or not select(record):
+            continue
+        selected.setdefault(record.partition, {})[record.trial_id] = TrialFold(record.trial_id, bus.store)
+        starts[record.partition] = min(starts.get(record.partition, record.start_offset), record.start_offset)
+    for partition, folds in sorted(selected.items()):
+        async for r in partition_records(bus, partition, starts[partition]):
+            fold = folds.get(r.trial_id)
+            if fold is not None:
+                feed(fold, bus, r)
+        for fold in folds.values():
+            yield fold
 
 
 async def replay(bus: Bus, trial_id: str, *, follow: bool = False) -> AsyncIterator[Sample]:

@@ -174,9 +174,11 @@ class TrialFold:
         self._actions: dict[tuple[int, str], Action | ActorTimeout] = {}
         self._rewards: dict[tuple[int, str, str], Reward] = {}  # (tick, sender, receiver)
         self._messages: dict[tuple, Message] = {}
+        self.events = 0  # records of this trial read, duplicates included
 
     # --- input -------------------------------------------------------------------------
     def add(self, event: Event) -> None:
+        self.events += 1
         match event:
             case TrialStarted():
                 if self.started is None:
@@ -197,6 +199,7 @@ class TrialFold:
 
     def bad_record(self, offset: int, reason: str) -> None:
         """A record of this trial that could not be decoded."""
+        self.events += 1
         self.problems.append(f"offset {offset}: {reason}")
 
     def _start(self, started: TrialStarted) -> None:
