@@ -103,11 +103,20 @@ def wait_ready(procs: dict[str, subprocess.Popen], ports: dict[str, int], log_di
         time.sleep(0.2)
 
 
+_last_line = 0.0
+
+
 def _progress(done: int, running: int, total: int, tps: float) -> None:
+    """A bar redrawn in place on a terminal; a line every 5 s (and at the end) in a log."""
+    global _last_line
     width = 30
     filled = int(width * done / total) if total else width
-    bar = "#" * filled + "." * (width - filled)
-    print(f"\r[{bar}] {done}/{total} done, {running} running, {tps:,.0f} obs/s ", end="", file=sys.stderr, flush=True)
+    text = f"[{'#' * filled}{'.' * (width - filled)}] {done}/{total} done, {running} running, {tps:,.0f} ticks/s"
+    if sys.stderr.isatty():
+        print(f"\r{text} ", end="", file=sys.stderr, flush=True)
+    elif done == total or time.monotonic() - _last_line >= 5:
+        _last_line = time.monotonic()
+        print(text, file=sys.stderr, flush=True)
 
 
 def pairing(spec: Spec, implementations: dict[str, str]) -> str:
@@ -122,7 +131,7 @@ async def campaign(settings: Settings, spec: Spec, trials: int, concurrency: int
     async with Controller(connect(settings), name="campaign") as ctl:
         result = await run_campaign(ctl, spec.name, trials, concurrency, overrides=overrides_for, on_progress=None if quiet else _progress)
         returns = {o.trial_id: ctl.returns(o.trial_id) for o in result.outcomes if o.trial_id}
-    if not quiet:
+    if not quiet and sys.stderr.isatty():
         print(file=sys.stderr)
     return result, returns
 

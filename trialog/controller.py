@@ -68,7 +68,7 @@ class Controller:
         self._listeners: list[asyncio.Queue] = []
         self._consumer: Consumer | None = None
         self._task: asyncio.Task | None = None
-        self.ticks_seen = 0  # observations read (one per actor per tick), for progress figures
+        self.ticks_seen = 0  # ticks reached by all trials seen, for progress figures
         self._last_tick: dict[str, int] = {}
         # Rewards of the trials this controller started: (receiver, tick) -> rewards, for returns.
         self._rewards: dict[str, dict[tuple[str, int], list[Reward]]] = {}
@@ -204,9 +204,10 @@ class Controller:
     def _see(self, record: Record) -> None:
         kind = record.header(HEADER_KIND)
         if kind == "observation":
-            self.ticks_seen += 1
             tick = int(record.header(HEADER_TICK) or 0)
-            if tick > self._last_tick.get(record.trial_id, -1):
+            last = self._last_tick.get(record.trial_id, 0)
+            if tick > last:
+                self.ticks_seen += tick - last
                 self._last_tick[record.trial_id] = tick
             return
         if kind == Reward.KIND and record.trial_id in self._rewards:
@@ -283,7 +284,7 @@ class TrialOutcome:
 class CampaignResult:
     outcomes: list[TrialOutcome] = field(default_factory=list)
     seconds: float = 0.0
-    observations: int = 0
+    ticks_seen: int = 0
 
     def by_reason(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
@@ -352,5 +353,5 @@ async def run_campaign(
     finally:
         progress_task.cancel()
     result.seconds = time.monotonic() - start
-    result.observations = ctl.ticks_seen - seen_at_start
+    result.ticks_seen = ctl.ticks_seen - seen_at_start
     return result

@@ -57,32 +57,19 @@ def to_table(samples: Iterable[Sample], started: TrialStarted, ended: TrialEnded
     rows: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
     for s in samples:
         row = {
-            "trial_id": s.trial_id,
+            **s.to_json(),
             "spec": started.spec,
             "environment": started.environment,
             "seed": started.seed,
             "end_reason": ended.reason if ended is not None else None,
-            "tick": s.tick,
-            "actor": s.actor,
-            "actor_class": s.actor_class,
-            "implementation": s.implementation,
+            # Payloads twice: JSON text for any tool, the exact Avro bytes for a faithful reload.
             "observation": to_json_text(s.observation),
             "action": None if s.action_avro is None else to_json_text(s.action),
-            "reward": s.reward,
-            "reward_sources": [
-                {"sender": r.sender, "receiver": r.receiver, "value": r.value, "confidence": r.confidence, "user_data": r.user_data}
-                for r in s.reward_sources
-            ],
-            "messages": [{"sender": m.sender, "receivers": list(m.receivers), "message_id": m.message_id, "payload": m.payload} for m in s.messages],
-            "terminated": s.terminated,
-            "truncated": s.truncated,
-            "final": s.final,
-            "timed_out": s.timed_out,
             "observation_avro": s.observation_avro,
             "action_avro": s.action_avro,
         }
-        for name, value in row.items():
-            rows[name].append(value)
+        for name in SCHEMA.names:
+            rows[name].append(row[name])
     return pa.Table.from_pydict(rows, schema=SCHEMA)
 
 
