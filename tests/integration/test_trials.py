@@ -158,3 +158,25 @@ async def test_actions_and_observations_alternate_per_tick(running):
         acts = [e for e in events if isinstance(e, Action) and e.tick == tick]
         assert {o.actor for o in obs} == {"alice", "bob"} and {a.actor for a in acts} == {"alice", "bob"}
         assert max(events.index(o) for o in obs) < min(events.index(a) for a in acts)
+
+
+async def test_client_actor_joins_and_plays(running):
+    from trialog.actor import EndEvent, ObservationEvent
+    from trialog.client import join
+
+    bus, ctl = running
+    tid = await ctl.start_trial("trialtest", max_ticks=6, implementations={"bob": "human"})
+    moves = []
+    async with join(KafkaBus(bus.settings), tid, "bob", timeout=30) as session:
+        async for event in session:
+            match event:
+                case ObservationEvent(final=False, tick=tick):
+                    moves.append(tick)
+                    session.act("PAPER")
+                case EndEvent(reason=reason):
+                    break
+    assert reason in ("max_ticks", "environment")
+    events = await read_trial(bus, tid)
+    bob_actions = [e for e in events if isinstance(e, Action) and e.actor == "bob"]
+    assert [a.tick for a in bob_actions] == moves and moves
+    assert not [e for e in events if isinstance(e, ActorTimeout)]

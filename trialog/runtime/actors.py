@@ -15,7 +15,7 @@ import asyncio
 import inspect
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from trialog.actor import ActorEvent, EndEvent, MessageEvent, ObservationEvent, RewardEvent
 from trialog.bus.base import Record
@@ -30,10 +30,15 @@ from trialog.spec import load_entry
 log = get_logger(__name__)
 
 
-class Session:
-    """The :class:`trialog.actor.ActorSession` handed to a session-style actor."""
+class Emits(Protocol):
+    def emit(self, event: Event) -> None: ...
 
-    def __init__(self, loop: ServiceLoop, trial: TrialInfo, actor: ActorInfo, schemas: ClassSchemas):
+
+class Session:
+    """The :class:`trialog.actor.ActorSession` handed to a session-style actor (by the
+    actor runtime, or by :func:`trialog.client.join` to a client actor)."""
+
+    def __init__(self, loop: Emits, trial: TrialInfo, actor: ActorInfo, schemas: ClassSchemas):
         self._loop = loop
         self.trial = trial
         self.actor = actor
