@@ -16,9 +16,9 @@ import tracemalloc
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from trialog.datalog.replay import read_trials as read_trials_from_index
 from trialog.bus.base import Bus, Record
 from trialog.controller import Controller
+from trialog.datalog.replay import read_trials
 from trialog.events import HEADER_KIND, Action, Observation, StartRequest
 from trialog.topics import CONTROL, EVENTS
 
@@ -54,7 +54,7 @@ async def run_trials(ctl: Controller, spec: str, count: int, ticks: int, *, time
     return TrialsRun(list(ids), ticks, seconds)
 
 
-async def read_trials(bus: Bus, trial_ids: Iterable[str]) -> list[Record]:
+async def read_records(bus: Bus, trial_ids: Iterable[str]) -> list[Record]:
     """Every record of these trials on ``events``, in log order per partition."""
     wanted = {t.encode() for t in trial_ids}
     consumer = bus.consumer([EVENTS])
@@ -110,7 +110,7 @@ async def timed_replay(bus: Bus, trial_ids: list[str] | None = None) -> tuple[fl
     wanted = None if trial_ids is None else set(trial_ids)
     events = samples = 0
     t0 = time.perf_counter()
-    async for fold in read_trials_from_index(bus, lambda record: wanted is None or record.trial_id in wanted):
+    async for fold in read_trials(bus, lambda record: wanted is None or record.trial_id in wanted):
         events += fold.events
         samples += len(fold.samples())
     return time.perf_counter() - t0, events, samples

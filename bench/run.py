@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))  # runnable as `python bench/run.py` from anywhere
 from bench import core, floor
 from trialog.bus import connect
 from trialog.bus.memory import MemoryBus
-from trialog.controller import Controller
 from trialog.cli import run_async
+from trialog.controller import Controller
 from trialog.settings import Settings
 from trialog.spec import load_spec
 
@@ -88,7 +88,7 @@ async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> No
 
         ticks = 300 if args.quick else 2000
         run = await core.run_trials(ctl, spec.name, 1, ticks)
-        core.check_complete(run, await core.read_trials(bus, run.trial_ids))
+        core.check_complete(run, await core.read_records(bus, run.trial_ids))
         lat = core.tick_latencies_ms(bus, run.records)
         if len(lat) != ticks:
             raise core.IncompleteRun(f"{len(lat)} tick latencies for {ticks} ticks")
@@ -101,7 +101,7 @@ async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> No
         for n in (1, 16, 64, 256):
             per_trial = max(10, (400 if args.quick else 4000) // n) if n > 1 else (200 if args.quick else 1000)
             run = await core.run_trials(ctl, spec.name, n, per_trial)
-            core.check_complete(run, await core.read_trials(bus, run.trial_ids))
+            core.check_complete(run, await core.read_records(bus, run.trial_ids))
             raw = await floor.produce_consume(settings, f"floor.tp{n}", run.records, settings.partitions)
             out["throughput"][n] = {
                 "ticks": n * per_trial, "events": run.events, "bytes": run.event_bytes, "seconds": run.seconds,
@@ -148,7 +148,7 @@ async def bench_overcooked(settings: Settings, args, logdir: Path, out: dict) ->
         await core.run_trials(ctl, spec.name, 1, 5, timeout=180, implementations=random_cooks)
         for n in (1, 16):
             run = await core.run_trials(ctl, spec.name, n, ticks, implementations=random_cooks)
-            core.check_complete(run, await core.read_trials(bus, run.trial_ids))
+            core.check_complete(run, await core.read_records(bus, run.trial_ids))
             out["overcooked"][n] = {"steps": n * ticks, "seconds": run.seconds, "steps_per_s": n * ticks / run.seconds}
             print(f"overcooked {n}: {n * ticks / run.seconds:.0f} steps/s vs in-process {floor_steps:.0f}", flush=True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
 import subprocess
@@ -30,10 +31,8 @@ def _free_port() -> int:
 
 def _settings_env(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
-    for name, value, _ in settings.describe():
-        if name == "sasl_password":
-            value = settings.sasl_password
-        env[f"TRIALOG_{name.upper()}"] = str(value)
+    for f in dataclasses.fields(settings):
+        env[f"TRIALOG_{f.name.upper()}"] = str(getattr(settings, f.name))
     env.setdefault("TRIALOG_LOG_FORMAT", "json")
     return env
 
@@ -170,24 +169,18 @@ def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] |
             extra["implementations"] = {**pairings[i % len(pairings)], **base.get("implementations", {})}
         return extra
 
-    async def go():
-        from trialog.bus import connect
-
-        await connect(settings).create_topics()
-        return await campaign(settings, spec, args.trials, args.concurrency, overrides_for)
-
+    asyncio.run(_create_topics(settings))
     if args.serve:
         print(f"starting services for {spec.name} ({args.environment_processes} environment, {args.actor_processes} actor process(es))…", file=sys.stderr)
-        asyncio.run(_create_topics(settings))
         with local_services(
             settings, str(Path(args.spec_file).resolve()), environment_processes=args.environment_processes,
             actor_processes=args.actor_processes, archive_dir=archive_dir,
         ):  # fmt: skip
-            result, returns = asyncio.run(go())
+            result, returns = asyncio.run(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
             if archive_dir:
                 wait_archived(archive_dir, [o.trial_id for o in result.outcomes if o.trial_id and not o.error])
     else:
-        result, returns = asyncio.run(go())
+        result, returns = asyncio.run(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
     print(summary_table(spec, result, returns))
     return 0 if not any(o.error for o in result.outcomes) else 1
 

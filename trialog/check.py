@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any

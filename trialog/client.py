@@ -28,7 +28,16 @@ from trialog.actor import EndEvent, MessageEvent, ObservationEvent, RewardEvent
 from trialog.bus.base import Bus
 from trialog.controller import Controller
 from trialog.errors import TrialError
-from trialog.events import HEADER_KIND, ActorJoined, Event, Message, Observation, ResolvedTrial, Reward, TrialEnded
+from trialog.events import (
+    HEADER_KIND,
+    ActorJoined,
+    Event,
+    Message,
+    Observation,
+    ResolvedTrial,
+    Reward,
+    TrialEnded,
+)
 from trialog.runtime.actors import Session
 from trialog.runtime.trial import class_schemas, loads, matches, trial_info
 from trialog.topics import EVENTS
@@ -62,11 +71,10 @@ async def join(bus: Bus, trial_id: str, actor: str, *, timeout: float = 60) -> A
     """Join ``trial_id`` as ``actor``; raises :class:`TrialError` if the trial does not
     appear within ``timeout`` seconds or has no such client actor."""
     await bus.start()
-    partition = bus.partition_of(trial_id)
-    start = 0
-    for record in await Controller(bus).list_trials():
-        if record.trial_id == trial_id and record.start_offset is not None:
-            partition, start = record.partition, record.start_offset
+    partition, start = bus.partition_of(trial_id), 0
+    indexed = await Controller(bus).trial_record(trial_id)
+    if indexed is not None and indexed.start_offset is not None:
+        partition, start = indexed.partition, indexed.start_offset
     consumer = bus.consumer([EVENTS], partitions=[partition])
     await consumer.start()
     consumer.seek(EVENTS, partition, start)

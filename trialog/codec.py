@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -392,7 +392,7 @@ class SchemaStore:
                 raise CodecError(f"schema is not valid JSON: {exc}") from exc
         named = dict(self._named)
         try:
-            parsed = fastavro.parse_schema(schema, named_schemas=named)
+            fastavro.parse_schema(schema, named_schemas=named)  # validates, and collects the named types it defines
         except Exception as exc:
             raise CodecError(f"invalid Avro schema: {_describe(exc)}") from exc
         # Fingerprints need the canonical form of the *self-contained* schema: fastavro
@@ -422,12 +422,6 @@ class SchemaStore:
             return self._by_fingerprint[fp]
         except KeyError:
             raise CodecError(f"unknown schema fingerprint {bytes(fp).hex()}") from None
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._by_name
-
-    def names(self) -> Iterable[str]:
-        return self._by_name.keys()
 
     def writer_of(self, data: bytes | memoryview) -> Schema:
         """The writer schema of a single-object-encoded value."""

@@ -43,6 +43,8 @@ from trialog.events import (
     TrialRejected,
     TrialStarted,
 )
+from trialog.rewards import aggregate
+from trialog.runtime.trial import matches
 from trialog.topics import CONTROL, EVENTS, TRIALS
 
 LIFECYCLE = frozenset({TrialPending.KIND, TrialStarted.KIND, TrialRejected.KIND, TrialEnded.KIND})
@@ -169,9 +171,6 @@ class Controller:
     def returns(self, trial_id: str) -> dict[str, float]:
         """Per actor, the sum over ticks of the aggregated reward (I-4) seen so far
         (trials started by this controller)."""
-        from trialog.rewards import aggregate
-        from trialog.runtime.trial import matches
-
         per_tick: dict[tuple[str, int], list[Reward]] = defaultdict(list)
         for (receiver, tick), rewards in self._rewards.get(trial_id, {}).items():
             for name, actor_class in self._actors.get(trial_id, ()):
@@ -245,6 +244,10 @@ class Controller:
                 w.ended.set_result(event)
 
     # --- the index ------------------------------------------------------------------------------
+    async def trial_record(self, trial_id: str) -> TrialRecord | None:
+        """The trial's latest record in the ``trials`` index, if any."""
+        return next((r for r in await self.list_trials() if r.trial_id == trial_id), None)
+
     async def list_trials(self) -> list[TrialRecord]:
         """The latest record of every trial in the ``trials`` index."""
         consumer = self.bus.consumer([TRIALS])

@@ -81,16 +81,6 @@ class Event:
         return headers
 
 
-def _to_avro(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        return {f.name: _to_avro(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, tuple):
-        return [_to_avro(v) for v in value]
-    if isinstance(value, Mapping):
-        return dict(value)
-    return value
-
-
 # --- control -----------------------------------------------------------------
 
 
@@ -380,14 +370,14 @@ BY_KIND: dict[str, type[Event]] = {t.KIND: t for t in EVENT_TYPES}
 
 
 class _Layout:
-    """How one event type maps to its Avro record (precomputed: this runs per record)."""
+    """What an event type needs besides ``cls(**record)``: nested records and tuples
+    (precomputed: this runs per record)."""
 
     def __init__(self, cls: type[Event]):
-        self.cls = cls
-        self.fields = [(f.name, f.name) for f in dataclasses.fields(cls)]
+        self.names = [f.name for f in dataclasses.fields(cls)]
         self.nested = _NESTED if issubclass(cls, ResolvedTrial) else {}
-        self.tuples = {f.name for f in dataclasses.fields(cls) if str(f.type).startswith("tuple[")}
-        self.flat = not self.nested and not self.tuples
+        self.tuples = [f.name for f in dataclasses.fields(cls) if str(f.type).startswith("tuple[") and f.name not in self.nested]
+        self.mappings = [f.name for f in dataclasses.fields(cls) if str(f.type).startswith("Mapping[")]
 
 
 _NESTED: dict[str, type] = {"actors": ActorSpec, "actor_classes": ActorClassSpec}
@@ -405,16 +395,13 @@ class EventCodec:
         if isinstance(event, DeadLetter):
             return self.store.encode(DeadLetter.SCHEMA, event.to_record())
         layout = _LAYOUTS[type(event)]
-        record = {}
-        for attr, avro in layout.fields:
-            value = getattr(event, attr)
-            if attr in layout.nested:
-                value = [_to_avro(v) for v in value]
-            elif isinstance(value, tuple):
-                value = list(value)
-            elif isinstance(value, Mapping):
-                value = dict(value)
-            record[avro] = value
+        record = {name: getattr(event, name) for name in layout.names}
+        for name in layout.nested:
+            record[name] = [dataclasses.asdict(v) for v in record[name]]
+        for name in layout.tuples:
+            record[name] = list(record[name])
+        for name in layout.mappings:
+            record[name] = dict(record[name])
         return self._schemas[type(event)].encode(record)
 
     def decode(self, value: bytes, kind: str | None = None) -> Event:
@@ -427,21 +414,12 @@ class EventCodec:
             if cls is None:
                 raise CodecError(f"schema {writer.name} is not a Trialog event")
         layout = _LAYOUTS[cls]
-        if layout.flat:  # field names equal the Avro names and nothing nests: the record is the kwargs
-            try:
-                return cls(**record)
-            except TypeError as exc:
-                raise CodecError(f"{writer.name} record does not fit {cls.__name__}: {exc}") from exc
-        kwargs = {}
-        for attr, avro in layout.fields:
-            v = record.get(avro)
-            if attr in layout.nested:
-                v = tuple(layout.nested[attr](**item) for item in v)
-            elif attr in layout.tuples:
-                v = tuple(v)
-            kwargs[attr] = v
+        for name, nested_cls in layout.nested.items():
+            record[name] = tuple(nested_cls(**item) for item in record[name])
+        for name in layout.tuples:
+            record[name] = tuple(record[name])
         try:
-            return cls(**kwargs)
+            return cls(**record)
         except TypeError as exc:
             raise CodecError(f"{writer.name} record does not fit {cls.__name__}: {exc}") from exc
 

@@ -46,7 +46,6 @@ rewards ``overcooked.delivery``, ``overcooked.onion_in_pot``,
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +54,7 @@ import numpy as np
 
 from trialog.environment import RewardOut
 from trialog.errors import SpecError, TrialError
+from trialog.spec import load_entry
 
 TOTAL = "total"  # the source of the summed reward; no component may take this name
 
@@ -122,7 +122,7 @@ class CoGridReward(RewardComponent):
 
     def __init__(self, reward: type | str, *, coefficient: float = 1.0, common: bool = False,
                  name: str | None = None, **reward_kwargs: Any) -> None:
-        cls = _load(reward, "CoGrid reward") if isinstance(reward, str) else reward
+        cls = load_entry(reward, what="CoGrid reward") if isinstance(reward, str) else reward
         super().__init__(coefficient=coefficient, common=common, name=name or _snake(cls.__name__))
         self.reward = cls(coefficient=1.0, common_reward=False, **reward_kwargs)
 
@@ -180,7 +180,7 @@ def component_from_config(entry: Mapping[str, Any], *, path: str = "rewards") ->
         return cls(cogrid, **options, **kwargs) if cogrid else cls(**options, **kwargs)
     if ":" not in str(ref):
         raise SpecError(f"unknown reward component {ref!r}; short names: {', '.join(_SHORT_NAMES)}, or 'module:Class'", path=path)
-    cls = _load(ref, "reward component")
+    cls = load_entry(ref, what="reward component")
     if isinstance(cls, type) and issubclass(cls, RewardComponent):
         return cls(**options, **kwargs)
     if _is_cogrid_reward(cls):
@@ -252,19 +252,6 @@ class RewardSet:
 def _snake(name: str) -> str:
     out = "".join(f"_{ch.lower()}" if ch.isupper() else ch for ch in name).lstrip("_")
     return out.removesuffix("_reward") or out
-
-
-def _load(ref: str, what: str) -> Any:
-    module_name, sep, attr = ref.partition(":")
-    if not sep:
-        raise SpecError(f"{what} {ref!r} must look like 'package.module:Class'")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
-        raise SpecError(f"{what} {ref!r} cannot be loaded: {exc}") from exc
-    return obj
 
 
 def _is_cogrid_reward(obj: Any) -> bool:

@@ -103,9 +103,6 @@ class Spec:
     actors: Mapping[str, Implementation]
     trial: TrialDefaults
 
-    def error(self, message: str, path: str | None = None) -> SpecError:
-        return SpecError(message, file=self.file, path=path)
-
 
 def load_entry(entry: str, *, what: str = "entry") -> Any:
     """Import ``module:attribute`` (dots allowed in the attribute)."""

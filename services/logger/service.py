@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from trialog.bus.base import Record
 from trialog.datalog.archive import Archive
 from trialog.datalog.samples import TrialFold
-from trialog.errors import CodecError, TrialogError
+from trialog.errors import TrialogError
 from trialog.events import Event, Reward, TrialEnded, TrialPending, TrialStarted
 from trialog.logs import get_logger
 from trialog.runtime.service import Handler
@@ -53,10 +53,6 @@ class _Late:
 
 
 class LoggerHandler(Handler):
-    # Every kind goes to ``glance`` undecoded: the logger decodes records itself, so
-    # that a record that does not decode is noted in its trial's problems (the
-    # orchestrator is the one that dead-letters it).
-    kinds = frozenset()
     service_name = "logger"
     batched = True  # archiving waits for trial ends anyway
 
@@ -66,47 +62,37 @@ class LoggerHandler(Handler):
         self.idle_s = idle_s
         self.trials: dict[str, _Trial] = {}
         self.late: dict[str, _Late] = {}  # archived trial → rewards logged after its cut, not yet written
-        self.positions: dict[int, int] = {}  # partition → next offset, as read
         self.stats = {"archived": 0, "corrections": 0}
 
     # --- records -------------------------------------------------------------------------
-    def glance(self, record: Record, kind: str) -> None:
-        self._see(record, kind, None)
+    def wants(self, record: Record, kind: str | None) -> bool:
+        entry = self.archive.entry(record.trial_id)
+        if entry is not None:  # archived: only rewards logged after its cut still matter
+            return kind == Reward.KIND and record.offset >= entry["cut_offset"]
+        # A trial that started before our resume point was archived; other records are not trials.
+        return record.trial_id in self.trials or kind in _FIRST
 
     def handle(self, record: Record, event: Event) -> None:
-        self._see(record, event.KIND, event)
-
-    def _see(self, record: Record, kind: str, event: Event | None) -> None:
-        self.positions[record.partition] = record.offset + 1
         tid = record.trial_id
-        entry = self.archive.entry(tid)
-        if entry is not None:
-            if kind == Reward.KIND and record.offset >= entry["cut_offset"]:
-                reward = event or self._decode(record, kind, None)
-                if isinstance(reward, Reward):
-                    self.late.setdefault(tid, _Late(record.partition)).rewards.append((record.offset, reward))
+        if self.archive.entry(tid) is not None:
+            if isinstance(event, Reward):
+                self.late.setdefault(tid, _Late(record.partition)).rewards.append((record.offset, event))
             return
         trial = self.trials.get(tid)
         if trial is None:
-            if kind not in _FIRST:
-                return  # a trial that started before our resume point was archived; others are not trials
             trial = self.trials[tid] = _Trial(TrialFold(tid, self.archive.store), record.partition, record.offset, record.timestamp_ms, record.timestamp_ms)
         trial.last_event_ms = max(trial.last_event_ms, record.timestamp_ms)
-        event = event or self._decode(record, kind, trial.fold)
-        if event is None:
-            return
         trial.fold.add(event)
         if isinstance(event, TrialEnded) and trial.ended_ms is None:
             trial.ended_ms = record.timestamp_ms
 
-    def _decode(self, record: Record, kind: str, fold: TrialFold | None) -> Event | None:
-        try:
-            return self.loop.bus.codec.decode(record.value, kind)
-        except CodecError as exc:
-            if fold is not None:
-                fold.bad_record(record.offset, f"undecodable {kind or 'record'}: {exc}")
-            log.warning("undecodable record", trial=record.trial_id, partition=record.partition, offset=record.offset, error=str(exc))
-            return None
+    def undecodable(self, record: Record, reason: str) -> None:
+        # Noted in its trial's problems; the orchestrator is the one that dead-letters it.
+        trial = self.trials.get(record.trial_id)
+        if trial is not None:
+            trial.last_event_ms = max(trial.last_event_ms, record.timestamp_ms)
+            trial.fold.bad_record(record.offset, reason)
+        log.warning("undecodable record", trial=record.trial_id, partition=record.partition, offset=record.offset, error=reason)
 
     # --- archiving ---------------------------------------------------------------------------
     def periodic(self, now: float) -> None:
@@ -138,7 +124,7 @@ class LoggerHandler(Handler):
                 trial.fold,
                 partition=trial.partition,
                 start_offset=trial.start_offset,
-                cut_offset=self.positions[trial.partition],
+                cut_offset=self.loop.position(EVENTS, trial.partition),
                 started_ms=trial.started_ms,
                 ended_ms=trial.ended_ms or trial.last_event_ms,
             )
@@ -159,7 +145,6 @@ class LoggerHandler(Handler):
             del self.trials[tid]
         for tid in [t for t, late in self.late.items() if late.partition == partition]:
             del self.late[tid]
-        self.positions.pop(partition, None)
 
     def safe_offset(self, role: str, partition: int) -> int | None:
         starts = [t.start_offset for t in self.trials.values() if t.partition == partition]

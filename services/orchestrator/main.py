@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from services.orchestrator.service import OrchestratorHandler
 from trialog.bus.base import Bus
 from trialog.runtime.host import serve
 from trialog.runtime.service import ServiceLoop
 from trialog.spec import Spec
-
-from services.orchestrator.service import OrchestratorHandler
 
 
 def loop_for(bus: Bus, specs: Sequence[Spec]) -> ServiceLoop:

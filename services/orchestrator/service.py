@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from services.orchestrator.resolve import resolve
 from trialog.bus.base import Record
 from trialog.errors import TrialError
 from trialog.events import (
@@ -41,8 +42,6 @@ from trialog.logs import get_logger
 from trialog.runtime.service import Handler
 from trialog.spec import Spec
 from trialog.topics import CONTROL, EVENTS, TRIALS
-
-from services.orchestrator.resolve import resolve
 
 log = get_logger(__name__)
 
@@ -209,7 +208,7 @@ class OrchestratorHandler(Handler):
                 return
             trial.status, trial.pending, trial.join_deadline_ms = "running", None, None
             trial.created_ms = record.timestamp_ms  # the wall clock runs from the start proper
-        self._index(tid, trial, trial.status)
+        self._index(tid, trial, int(time.time() * 1000))
 
     def _end(self, tid: str, trial: _Live, reason: str, tick: int, details: str = "") -> None:
         if trial.end_sent:
@@ -222,20 +221,15 @@ class OrchestratorHandler(Handler):
         self._remember_ended(event.trial_id)
         if trial is None:
             return
-        self.loop.emit(
-            TrialRecord(event.trial_id, status="ended", spec=trial.spec, partition=trial.partition, start_offset=trial.start_offset,
-                        end_offset=record.offset, ticks=event.tick, reason=event.reason, implementations=trial.implementations,
-                        created_ms=trial.created_ms, updated_ms=record.timestamp_ms),
-            TRIALS,
-        )  # fmt: skip
+        self._index(event.trial_id, trial, record.timestamp_ms, status="ended", end_offset=record.offset, ticks=event.tick, reason=event.reason)
 
-    def _index(self, tid: str, trial: _Live, status: str) -> None:
-        self.loop.emit(
-            TrialRecord(tid, status=status, spec=trial.spec, partition=trial.partition, start_offset=trial.start_offset,
-                        ticks=trial.tick, implementations=trial.implementations, created_ms=trial.created_ms,
-                        updated_ms=int(time.time() * 1000)),
-            TRIALS,
-        )  # fmt: skip
+    def _index(self, tid: str, trial: _Live, updated_ms: int, **changes) -> None:
+        """Upsert the trial's record in the ``trials`` index (``changes`` override the live state)."""
+        fields = {
+            "status": trial.status, "spec": trial.spec, "partition": trial.partition, "start_offset": trial.start_offset,
+            "ticks": trial.tick, "implementations": trial.implementations, "created_ms": trial.created_ms, "updated_ms": updated_ms,
+        }  # fmt: skip
+        self.loop.emit(TrialRecord(tid, **{**fields, **changes}), TRIALS)
 
     def _remember_ended(self, tid: str) -> None:
         self.ended[tid] = None

@@ -6,7 +6,6 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-
 from deploykit import CHART_DIR, NAMESPACE, RELEASE, Rendered, need
 
 

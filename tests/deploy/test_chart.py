@@ -18,8 +18,15 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-
-from deploykit import CHART_DIR, NAMESPACE, VALUES_DIR, container, env_of, load_values, need
+from deploykit import (
+    CHART_DIR,
+    NAMESPACE,
+    VALUES_DIR,
+    container,
+    env_of,
+    load_values,
+    need,
+)
 
 VALUE_SETS = sorted(path.stem for path in VALUES_DIR.glob("*.yaml"))
 # The value sets the issue asks for; the test below fails if one goes missing.

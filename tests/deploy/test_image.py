@@ -21,7 +21,6 @@ import zipfile
 from pathlib import Path
 
 import yaml
-
 from deploykit import CHART_DIR, ROOT, need
 
 DOCKERFILE = ROOT / "Dockerfile"

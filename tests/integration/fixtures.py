@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from services.environment.games.rps import RockPaperScissors
-from trialog.actor import Agent, EndEvent, MessageEvent, ObservationEvent, RewardEvent
+from trialog.actor import Agent, EndEvent, MessageEvent, ObservationEvent
 from trialog.environment import Environment
 
 # What session actors saw, by (trial, actor) — the tests run these actors in-process.

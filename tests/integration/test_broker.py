@@ -11,11 +11,10 @@ import asyncio
 import socket
 
 import pytest
-
-from tests.conftest import free_ports
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from tests.conftest import free_ports
 from trialog import broker
 from trialog.errors import BrokerError
 

@@ -13,7 +13,16 @@ from tests.integration import fixtures
 from trialog.bus.kafka import KafkaBus
 from trialog.controller import Controller
 from trialog.errors import TrialError
-from trialog.events import Action, ActorJoined, ActorTimeout, Message, Observation, Reward, TrialEnded, TrialStarted
+from trialog.events import (
+    Action,
+    ActorJoined,
+    ActorTimeout,
+    Message,
+    Observation,
+    Reward,
+    TrialEnded,
+    TrialStarted,
+)
 from trialog.rewards import aggregate
 from trialog.spec import load_spec
 

@@ -20,7 +20,7 @@ async def test_trivial_trials_are_measured_and_replayed(memory_settings):
     spec = load_spec(SPEC, bus.store)
     async with deployment(bus, spec) as (_d, ctl):
         run = await core.run_trials(ctl, spec.name, 3, 5, timeout=30)
-    records = await core.read_trials(bus, run.trial_ids)
+    records = await core.read_records(bus, run.trial_ids)
     core.check_complete(run, records)
     assert run.events == 3 * (4 * 5 + 2 + 3)  # observations, actions, started, environment.done, ended
     assert len(core.tick_latencies_ms(bus, [r for r in records if r.key == run.trial_ids[0].encode()])) == 5
@@ -33,7 +33,7 @@ async def test_incomplete_runs_are_refused(memory_settings):
     spec = load_spec(SPEC, bus.store)
     async with deployment(bus, spec) as (_d, ctl):
         run = await core.run_trials(ctl, spec.name, 1, 3, timeout=30)
-    records = await core.read_trials(bus, run.trial_ids)
+    records = await core.read_records(bus, run.trial_ids)
     with pytest.raises(core.IncompleteRun):
         core.check_complete(run, [r for r in records if r.header("kind") != "action"])
 

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import free_ports
-
 from trialog import broker
 from trialog.errors import BrokerError
 

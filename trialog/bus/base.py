@@ -11,7 +11,6 @@ Topics are named by *role* (``control``, ``events``, ``trials``, ``models``,
 from __future__ import annotations
 
 import abc
-import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -141,9 +140,9 @@ class Bus(abc.ABC):
         """Send (role, key, value, headers) records; return once all are acknowledged,
         in order. Records for one partition keep their order (idempotent producer)."""
 
-    def to_records(self, role: str, events: Iterable[Event]) -> list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]:
-        """Events as (role, key, value, headers) records: keyed by trial ID (I-1)."""
-        return [(role, e.trial_id.encode(), self.codec.encode(e), e.headers()) for e in events]
+    def to_record(self, role: str, event: Event) -> tuple[str, bytes, bytes, list[tuple[str, bytes]]]:
+        """An event as a (role, key, value, headers) record: keyed by its trial ID (I-1)."""
+        return (role, event.trial_id.encode(), self.codec.encode(event), event.headers())
 
     async def publish(self, role: str, event: Event) -> Delivered:
         """Encode one event and send it, keyed by its trial ID; wait for the acknowledgement."""
@@ -151,7 +150,7 @@ class Bus(abc.ABC):
 
     async def publish_all(self, role: str, events: Iterable[Event]) -> list[Delivered]:
         """Encode and send several events at once (one round trip, order kept)."""
-        items = self.to_records(role, events)
+        items = [self.to_record(role, e) for e in events]
         return await self.send_many(items) if items else []
 
     async def dead_letter(self, record: Record, reason: str, service: str) -> None:

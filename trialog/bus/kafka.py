@@ -29,7 +29,14 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import KafkaError, TopicAlreadyExistsError
 from aiokafka.structs import OffsetAndMetadata
 
-from trialog.bus.base import BATCH_WAIT_MS, AssignmentCallback, Bus, Consumer, Delivered, Record
+from trialog.bus.base import (
+    BATCH_WAIT_MS,
+    AssignmentCallback,
+    Bus,
+    Consumer,
+    Delivered,
+    Record,
+)
 from trialog.errors import TransportError
 from trialog.topics import CONTROL, EVENTS, TRIALS, plan
 

@@ -14,7 +14,14 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from trialog.bus.base import AssignmentCallback, Bus, Consumer, Delivered, Record, partition_for
+from trialog.bus.base import (
+    AssignmentCallback,
+    Bus,
+    Consumer,
+    Delivered,
+    Record,
+    partition_for,
+)
 from trialog.topics import plan
 
 

@@ -31,14 +31,6 @@ from trialog.events import HEADER_KIND, HEADER_RECEIVER, HEADER_TICK, TrialRecor
 from trialog.topics import EVENTS
 
 
-async def index_record(bus: Bus, trial_id: str) -> TrialRecord | None:
-    """The trial's latest record in the ``trials`` index, if any."""
-    for record in await Controller(bus).list_trials():
-        if record.trial_id == trial_id:
-            return record
-    return None
-
-
 async def partition_records(bus: Bus, partition: int, start: int) -> AsyncIterator[Record]:
     """Every record of one ``events`` partition from ``start`` to its current end."""
     consumer = bus.consumer([EVENTS], partitions=[partition])
@@ -63,7 +55,7 @@ async def trial_records(bus: Bus, trial_id: str, *, follow: bool = False, start:
     partition's end at that moment is reached."""
     p = bus.partition_of(trial_id)
     if start is None:
-        indexed = await index_record(bus, trial_id)
+        indexed = await Controller(bus).trial_record(trial_id)
         start = 0
         if indexed is not None and indexed.start_offset is not None:
             p, start = indexed.partition, indexed.start_offset

@@ -17,14 +17,36 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trialog.actor import ActorEvent, EndEvent, MessageEvent, ObservationEvent, RewardEvent
+from trialog.actor import (
+    ActorEvent,
+    EndEvent,
+    MessageEvent,
+    ObservationEvent,
+    RewardEvent,
+)
 from trialog.bus.base import Record
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import CodecError, TrialogError
-from trialog.events import HEADER_RECEIVER, Action, Event, Message, Observation, Reward, TrialEnded, TrialStarted
+from trialog.events import (
+    HEADER_RECEIVER,
+    Action,
+    Event,
+    Message,
+    Observation,
+    Reward,
+    TrialEnded,
+    TrialStarted,
+)
 from trialog.logs import get_logger
-from trialog.runtime.service import Handler, ServiceLoop
-from trialog.runtime.trial import ClassSchemas, class_schemas, dumps, loads, matches, trial_info
+from trialog.runtime.service import Handler
+from trialog.runtime.trial import (
+    ClassSchemas,
+    class_schemas,
+    dumps,
+    loads,
+    matches,
+    trial_info,
+)
 from trialog.spec import load_entry
 
 log = get_logger(__name__)

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trialog.bus.base import Record
-from trialog.errors import CodecError
 from trialog.environment import RewardOut, Step
+from trialog.errors import CodecError
 from trialog.events import (
     Action,
     ActorLeft,

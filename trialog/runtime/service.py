@@ -60,6 +60,9 @@ class Handler:
         other trials or other actors); default yes."""
         return True
 
+    def undecodable(self, record: Record, reason: str) -> None:
+        """A record this handler wanted did not decode (the loop reports it; see dead_letters)."""
+
     def glance(self, record: Record, kind: str) -> None:
         """A record of a kind this handler does not decode (headers only, cheap)."""
 
@@ -109,7 +112,6 @@ class ServiceLoop:
         self._stopping = asyncio.Event()
         self.consumer: Consumer | None = None
         self.ready = asyncio.Event()  # set once the first assignment's catch-up is done
-        self.stats = {"records": 0, "emitted": 0, "replayed_matches": 0, "dead_letters": 0}
 
     # --- what handlers call ------------------------------------------------------------------
     def emit(self, event: Event, role: str = EVENTS) -> None:
@@ -123,16 +125,16 @@ class ServiceLoop:
                     part.expected_order.append((key, event))
                 return
         self._out.append((role, event))
-        self.stats["emitted"] += 1
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
+
+    def position(self, role: str, partition: int) -> int:
+        """The next offset this loop will read in a partition it owns."""
+        return self.parts[(role, partition)].position
 
     def is_live(self, role: str, partition: int) -> bool:
         part = self.parts.get((role, partition))
         return part is not None and part.live
-
-    def owns(self, role: str, partition: int) -> bool:
-        return (role, partition) in self.parts
 
     def stop(self) -> None:
         self._stopping.set()
@@ -168,7 +170,6 @@ class ServiceLoop:
             await self.consumer.stop()
 
     def _process(self, record: Record) -> None:
-        self.stats["records"] += 1
         key = (record.role, record.partition)
         part = self.parts.get(key)
         if part is None:  # revoked meanwhile
@@ -185,7 +186,9 @@ class ServiceLoop:
         try:
             event = self.bus.codec.decode(record.value, kind)
         except CodecError as exc:
-            self._bad_record(record, f"undecodable record: {exc}")
+            reason = f"undecodable record: {exc}"
+            self.handler.undecodable(record, reason)
+            self._bad_record(record, reason)
             return
         try:
             self.handler.handle(record, event)
@@ -199,7 +202,6 @@ class ServiceLoop:
         expected = part.expected.pop(key, None)
         if expected is None:
             return
-        self.stats["replayed_matches"] += 1
         if expected != record.value:
             part.mismatches += 1
             log.warning(
@@ -211,10 +213,8 @@ class ServiceLoop:
 
     def _bad_record(self, record: Record, reason: str) -> None:
         # Reported once: by the service hosting the trial, or by the orchestrator for the rest.
-        if not (self.handler.dead_letters or self.handler.owns(record)):
-            return
-        self.stats["dead_letters"] += 1
-        asyncio.get_running_loop().create_task(self._dead_letter(record, reason))
+        if self.handler.dead_letters or self.handler.owns(record):
+            self.dead_letter(record, reason)
 
     async def _dead_letter(self, record: Record, reason: str) -> None:
         try:
@@ -225,7 +225,6 @@ class ServiceLoop:
 
     def dead_letter(self, record: Record, reason: str) -> None:
         """For handlers: park a record they cannot use (e.g. an action that does not match its schema)."""
-        self.stats["dead_letters"] += 1
         asyncio.get_running_loop().create_task(self._dead_letter(record, reason))
 
     def _check_caught_up(self) -> None:
@@ -295,9 +294,10 @@ class ServiceLoop:
     async def _flush(self) -> None:
         while self._out:
             batch, self._out = self._out, []
+            records = [self.bus.to_record(role, event) for role, event in batch]
             for attempt in range(10):
                 try:
-                    await self.bus.send_many([item for role, event in batch for item in self.bus.to_records(role, (event,))])
+                    await self.bus.send_many(records)
                     break
                 except TransportError as exc:
                     log.warning("publish failed; retrying", error=str(exc), attempt=attempt)
