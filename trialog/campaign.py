@@ -156,6 +156,18 @@ def summary_table(spec: Spec, result, returns: dict[str, dict[str, float]]) -> s
     return "\n".join(lines)
 
 
+def plot_campaign(spec: Spec, result, returns: dict[str, dict[str, float]], out: str):
+    """The campaign's returns per trial, one series per pairing (PNG + data beside it)."""
+    from trialog.plot import TrialReturn, plot_returns
+
+    trials = [
+        TrialReturn(o.trial_id, pairing(spec, o.overrides.get("implementations", {})), returns[o.trial_id], o.ticks * len(spec.trial.actors))
+        for o in result.outcomes
+        if o.trial_id in returns
+    ]
+    return plot_returns(trials, out, title=f"{spec.name}: return per trial (sum over actors), by pairing")
+
+
 def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] | None = None, archive_dir: str | None = None) -> int:
     from trialog.cli import _overrides
 
@@ -182,6 +194,8 @@ def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] |
     else:
         result, returns = asyncio.run(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
     print(summary_table(spec, result, returns))
+    if args.plot:
+        print(f"plot: {plot_campaign(spec, result, returns, args.plot).png}")
     return 0 if not any(o.error for o in result.outcomes) else 1
 
 

@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     _add_trial(sub)
     _add_run(sub)
-    for module in ("trialog.demo", "trialog.check", "trialog.datalog.cli"):
+    for module in ("trialog.demo", "trialog.check", "trialog.datalog.cli", "trialog.plot"):
         add = _optional_cli(module)
         if add is not None:
             add(sub)
@@ -317,6 +317,7 @@ def _add_run(sub) -> None:
     p.add_argument("--serve", action="store_true", help="also run the services for this spec locally for the campaign's duration")
     p.add_argument("--environment-processes", type=int, default=1, help="with --serve: environment service processes")
     p.add_argument("--actor-processes", type=int, default=1, help="with --serve: actor service processes")
+    p.add_argument("--plot", default="trialog-plots/returns.png", metavar="FILE.png", help="where the returns plot goes, data beside it (default: %(default)s; '': none)")
     _add_trial_overrides(p)
 
     def do_run(args) -> int:

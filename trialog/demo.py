@@ -28,6 +28,7 @@ def add_cli(sub) -> None:
     p.add_argument("--trials", type=int, default=8)
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--archive-dir", default="trialog-archive", help="where the logger archives trials (if the logger is installed)")
+    p.add_argument("--plot", default="trialog-plots/demo-returns.png", metavar="FILE.png", help="where the returns plot goes (default: %(default)s)")
     p.set_defaults(func=run)
 
 
@@ -46,6 +47,7 @@ def run(args) -> int:
     campaign_args = argparse.Namespace(
         spec_file=str(EXAMPLES / spec_file), trials=args.trials, concurrency=args.concurrency, serve=True,
         environment_processes=1, actor_processes=1, seed=None, implementation=[], param=[], max_ticks=None,
+        plot=args.plot,
     )  # fmt: skip
     archive = args.archive_dir if _logger_available() else None
     code = run_from_cli(campaign_args, settings, pairings=pairings, archive_dir=archive)
