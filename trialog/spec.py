@@ -18,6 +18,7 @@ what is wrong.
     actors:                          # actor implementations
       random: {entry: "services.actors.agents.random_agent:RandomAgent"}
       human: {client: true}          # joins from outside (a browser, a script)
+      go_bot: {external: true}       # served by another process (any language, docs/protocol.md)
     trial:                           # defaults; a start request may override them
       environment: rps
       environment_config: {}
@@ -68,6 +69,12 @@ class Implementation:
     config: Mapping[str, Any] = field(default_factory=dict)
     client: bool = False
     classes: tuple[str, ...] = ()
+    external: bool = False  # served by a process outside Trialog's services (another language)
+
+    @property
+    def served_here(self) -> bool:
+        """Does a Trialog service (``trialog serve ...``) run this implementation?"""
+        return not (self.client or self.external)
 
 
 @dataclass(frozen=True)
@@ -218,18 +225,30 @@ def parse_spec(raw: Any, *, file: str = "<spec>", base_dir: Path | None = None, 
 
 def _implementation(r: _Reader, name: str, value: Any, path: str, *, allow_client: bool) -> Implementation:
     v = r.mapping(value, path)
-    allowed = {"entry", "config", "classes"} | ({"client"} if allow_client else set())
+    allowed = {"entry", "config", "classes", "external"} | ({"client"} if allow_client else set())
     r.keys(v, path, allowed)
-    client = bool(v.get("client", False))
-    if not client and "entry" not in v:
-        raise r.fail(f"{path}.entry", "required key is missing (an import path like 'package.module:Name')")
+    client = _flag(r, v, "client", path)
+    external = _flag(r, v, "external", path)
+    if external and client:
+        raise r.fail(f"{path}.external", "an implementation is either a client (joins a seat) or external (a service of its own), not both")
+    if external and "entry" in v:
+        raise r.fail(f"{path}.entry", "an external implementation has no entry: its own process serves it (see docs/protocol.md)")
+    if not (client or external) and "entry" not in v:
+        raise r.fail(f"{path}.entry", "required key is missing (an import path like 'package.module:Name', or 'external: true' for a service in another process)")
     entry = r.string(v["entry"], f"{path}.entry") if "entry" in v else ""
     if entry and ":" not in entry:
         raise r.fail(f"{path}.entry", f"{entry!r} must look like 'package.module:Name'")
     classes = v.get("classes") or []
     if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
         raise r.fail(f"{path}.classes", "expected a list of actor class names")
-    return Implementation(name, entry, r.mapping(v.get("config"), f"{path}.config", required=False), client, tuple(classes))
+    return Implementation(name, entry, r.mapping(v.get("config"), f"{path}.config", required=False), client, tuple(classes), external)
+
+
+def _flag(r: _Reader, v: dict[str, Any], key: str, path: str) -> bool:
+    value = v.get(key, False)
+    if not isinstance(value, bool):
+        raise r.fail(f"{path}.{key}", f"expected true or false, got {_kind(value)}")
+    return value
 
 
 def _trial_defaults(r: _Reader, v: dict[str, Any], environments, actors) -> TrialDefaults:
@@ -320,6 +339,8 @@ def _actor_class(r, name, value, path, base_dir, store, env_impl: Implementation
 
 
 def _describe(r: _Reader, path: str, impl: Implementation, env_config, actor_class: str) -> Mapping[str, Any]:
+    if impl.external:
+        raise r.fail(path, f"'auto' needs the environment's code, but {impl.name!r} is external: write the schema in the spec")
     try:
         cls = load_entry(impl.entry, what=f"environment {impl.name}")
     except SpecError as exc:

@@ -1,4 +1,4 @@
-"""The topics of a Trialog deployment (DESIGN.md, "Topics") and their configs.
+"""The topics of a Trialog deployment (docs/design.md, "Topics and partitions") and their configs.
 
 ``control`` and ``events`` always get the same partition count, so that Kafka's
 default partitioner puts a trial in the same partition number of both (I-2).

@@ -3,7 +3,8 @@
 Each implementation is its own consumer group (``actors.<implementation>``), so
 each scales on its own; one process may serve several. Client implementations
 (humans, outside scripts) are not served here: they join through
-:mod:`trialog.client`.
+:mod:`trialog.client`; nor are external ones (``external: true``), which a
+process of their own serves, in any language (docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from trialog.spec import Spec
 
 
 def loops_for(bus: Bus, spec: Spec, implementations: Sequence[str] = ()) -> list[ServiceLoop]:
-    names = list(implementations) or [n for n, impl in spec.actors.items() if not impl.client]
+    names = list(implementations) or [n for n, impl in spec.actors.items() if impl.served_here]
     for n in names:
         if n not in spec.actors:
             raise SpecError(f"unknown actor implementation {n!r}; declared: {', '.join(spec.actors)}", file=spec.file)
         if spec.actors[n].client:
             raise SpecError(f"actor implementation {n!r} is a client actor: it joins from outside, no service plays it", file=spec.file)
+        if spec.actors[n].external:
+            raise SpecError(f"actor implementation {n!r} is external: its own process serves it (see docs/protocol.md)", file=spec.file)
     return [ServiceLoop(bus, ActorHandler(n, spec.actors[n].entry), group=f"actors.{n}") for n in names]
 
 

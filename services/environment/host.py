@@ -18,10 +18,13 @@ from trialog.spec import Spec
 
 
 def loops_for(bus: Bus, spec: Spec, implementations: Sequence[str] = ()) -> list[ServiceLoop]:
-    names = list(implementations) or list(spec.environments)
+    names = list(implementations) or [n for n, impl in spec.environments.items() if impl.served_here]
     unknown = [n for n in names if n not in spec.environments]
     if unknown:
         raise SpecError(f"unknown environment implementation(s) {', '.join(unknown)}; declared: {', '.join(spec.environments)}", file=spec.file)
+    external = [n for n in names if spec.environments[n].external]
+    if external:
+        raise SpecError(f"environment implementation(s) {', '.join(external)} are external: their own process serves them", file=spec.file)
     return [ServiceLoop(bus, EnvironmentHandler({n: spec.environments[n].entry}), group=f"env.{n}") for n in names]
 
 

@@ -317,7 +317,7 @@ ctx = dict "root" $ "user" <KafkaUser name or "">.
 {{- end }}
 {{- end }}
 
-{{/* The topics of DESIGN.md: values key and topic suffix. */}}
+{{/* The topics of docs/design.md: values key and topic suffix. */}}
 {{- define "trialog.topics" -}}
 - key: control
   suffix: control
