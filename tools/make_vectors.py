@@ -498,6 +498,8 @@ def event_values(obs_schema: str, act_schema: str, obs_payload: bytes, act_paylo
             actors='[{"name": "alice"}]',
             max_ticks=1000,
             parameters='{"difficulty": "härd"}',
+            experiment="dqn-cartpole",
+            phase="evaluate",
         ),
         ev.TerminateRequest(TRIAL, hard=True, reason="operator: stop ⏹", requested_by="ctl-1"),
         ev.TrialStarted(
@@ -509,6 +511,8 @@ def event_values(obs_schema: str, act_schema: str, obs_payload: bytes, act_paylo
             wall_clock_limit_ms=3_600_000,
             join_timeout_ms=30_000,
             parameters='{"wind": 0.25}',
+            experiment="dqn-cartpole",
+            phase="heatup",
         ),
         ev.TrialPending(**started),
         ev.TrialRejected(TRIAL, reason="unknown spec «grid-wörld»", requested_by="ctl-1"),
@@ -517,6 +521,7 @@ def event_values(obs_schema: str, act_schema: str, obs_payload: bytes, act_paylo
         ev.TrialEnded(TRIAL, tick=41, reason="environment", details=""),
         ev.Observation(TRIAL, tick=0, actor="alice", payload=obs_payload, terminated=False, truncated=True, final=True),
         ev.Action(TRIAL, tick=0, actor="alice", payload=act_payload),
+        ev.Action(TRIAL, tick=1, actor="alice", payload=act_payload, policy_version=2**33 + 5),
         ev.Reward(TRIAL, tick=3, receiver="grid.*", value=-0.1, confidence=0.75, sender="judge/style"),
         ev.Reward(TRIAL, tick=4, receiver="alice", value=1e-300, user_data='{"why": "schön"}'),
         ev.Message(TRIAL, tick=5, sender="alice", receivers=("bob", "env"), message_id="m-1", payload='{"hi": "👋"}'),
@@ -536,6 +541,8 @@ def event_values(obs_schema: str, act_schema: str, obs_payload: bytes, act_paylo
             implementations={"alice": "scripted"},
             created_ms=1_735_689_600_000,
             updated_ms=1_735_689_660_000,
+            experiment="dqn-cartpole",
+            phase="train",
         ),
         ev.DeadLetter(
             topic="trialog.events",
@@ -638,14 +645,35 @@ def build() -> tuple[list[dict[str, Any]], dict[str, bytes]]:
     expected = to_json(v2.parsed, promoted, named)
     decoded = to_json(v2.parsed, evo.decode(data), named)
     assert decoded == expected, f"evolution: Python reads {decoded}, expected {expected}"
-    entry = _entry("evolution.settings.v1-to-v2", v1, data, expected)
-    entry["written"] = to_json(v1.parsed, written, v1.parsed["__named_schemas"])
-    entry["reader_schema_name"] = v2.name
-    entry["reader_fingerprint"] = v2.fingerprint.hex()
-    entry["reader_schema"] = tidy(json.loads(v2.json))
-    entry["reader_canonical"] = v2.canonical
-    add(entry, data)
+    add(_evolution_entry("evolution.settings.v1-to-v2", v1, v2, data, written, expected), data)
+
+    # Trialog's own evolution: an action written before policy_version existed (the v1
+    # schema kept in schemas/previous/) reads with the current schema, the field null.
+    old_action = store.by_fingerprint(_fingerprint_of(store, ROOT / "schemas" / "previous" / "action.v1.avsc"))
+    current = store.get("trialog.Action")
+    written = {"trial_id": TRIAL, "tick": 3, "actor": "alice", "payload": payloads["payload.action"]}
+    data = old_action.encode(written)
+    named = current.parsed["__named_schemas"]
+    expected = to_json(current.parsed, {**written, "policy_version": None}, named)
+    assert to_json(current.parsed, store.decode(data), named) == expected, "evolution of trialog.Action"
+    add(_evolution_entry("evolution.action.v1-to-v2", old_action, current, data, written, expected), data)
     return entries, blobs
+
+
+def _fingerprint_of(store: SchemaStore, path: Path) -> bytes:
+    """The fingerprint of a schema file (registered as a writer schema only)."""
+    return store.register(json.loads(path.read_text()), reader=False).fingerprint
+
+
+def _evolution_entry(name: str, writer: Schema, reader: Schema, data: bytes, written: Any, expected: Any) -> dict[str, Any]:
+    """A vector written with ``writer`` that must read as ``expected`` through ``reader``."""
+    entry = _entry(name, writer, data, expected)
+    entry["written"] = to_json(writer.parsed, written, writer.parsed["__named_schemas"])
+    entry["reader_schema_name"] = reader.name
+    entry["reader_fingerprint"] = reader.fingerprint.hex()
+    entry["reader_schema"] = tidy(json.loads(reader.json))
+    entry["reader_canonical"] = reader.canonical
+    return entry
 
 
 def write(out: Path) -> list[dict[str, Any]]:

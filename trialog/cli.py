@@ -211,6 +211,8 @@ def _add_trial_overrides(p) -> None:
     p.add_argument("--implementation", action="append", default=[], metavar="ACTOR=IMPL", help="play ACTOR with IMPL (repeatable)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="user parameter (JSON value or string; repeatable)")
     p.add_argument("--max-ticks", type=int)
+    p.add_argument("--experiment", default="", help="label the trial(s) with an experiment name (recorded in the log)")
+    p.add_argument("--phase", default="", help="label the trial(s) with an experiment phase: heatup, train or evaluate")
 
 
 def _overrides(args) -> dict[str, Any]:
@@ -223,6 +225,10 @@ def _overrides(args) -> dict[str, Any]:
         out["parameters"] = _pairs(args.param, "--param")
     if args.max_ticks:
         out["max_ticks"] = args.max_ticks
+    if args.experiment:
+        out["experiment"] = args.experiment
+    if args.phase:
+        out["phase"] = args.phase
     return out
 
 

@@ -335,8 +335,10 @@ def _describe(exc: Exception) -> str:
 class SchemaStore:
     """Every schema a process knows: writer schemas by fingerprint, reader schemas by name.
 
-    Trialog's own schemas are loaded from ``schemas/``; actor-class schemas are
-    added as trials start (they travel inside ``trial.started``).
+    Trialog's own schemas are loaded from ``schemas/``, and the earlier versions of
+    those that evolved from ``schemas/previous/`` as writer schemas only (so records
+    written before an upgrade still decode, resolved into the current version);
+    actor-class schemas are added as trials start (they travel inside ``trial.started``).
     """
 
     def __init__(self) -> None:
@@ -349,17 +351,20 @@ class SchemaStore:
     def with_builtin(cls) -> SchemaStore:
         store = cls()
         store.load_dir(schemas_dir())
+        if (schemas_dir() / "previous").is_dir():
+            store.load_dir(schemas_dir() / "previous", reader=False)
         return store
 
-    def load_dir(self, folder: Path) -> list[Schema]:
-        """Register every ``.avsc`` file of a folder, in whatever order their references need."""
+    def load_dir(self, folder: Path, *, reader: bool = True) -> list[Schema]:
+        """Register every ``.avsc`` file of a folder, in whatever order their references need
+        (``reader=False``: as writer schemas only, e.g. earlier versions)."""
         pending = {p: json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.avsc"))}
         loaded: list[Schema] = []
         while pending:
             progress = False
             for path, raw in list(pending.items()):
                 try:
-                    loaded.append(self.register(raw))
+                    loaded.append(self.register(raw, reader=reader))
                 except CodecError as exc:
                     if "unknown type" not in str(exc).lower():
                         raise CodecError(f"{path.name}: {exc}") from exc

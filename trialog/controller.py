@@ -104,8 +104,11 @@ class Controller:
         environment_config: Mapping[str, Any] | None = None,
         actors: Sequence[Mapping[str, Any]] | None = None,
         max_ticks: int | None = None,
+        experiment: str = "",
+        phase: str = "",
     ) -> str:
-        """Ask for a trial; returns its ID at once (use :meth:`wait_started`/:meth:`wait_ended`)."""
+        """Ask for a trial; returns its ID at once (use :meth:`wait_started`/:meth:`wait_ended`).
+        ``experiment``/``phase`` label the trial in the log (training presets set them)."""
         trial_id = trial_id or new_trial_id()
         self._watch(trial_id)
         self._rewards[trial_id] = defaultdict(list)
@@ -122,6 +125,8 @@ class Controller:
                 actors=orjson.dumps(list(actors)).decode() if actors else None,
                 max_ticks=max_ticks,
                 parameters=orjson.dumps(dict(parameters or {})).decode(),
+                experiment=experiment,
+                phase=phase,
             ),
         )
         return trial_id

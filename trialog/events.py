@@ -98,6 +98,8 @@ class StartRequest(Event):
     actors: str | None = None
     max_ticks: int | None = None
     parameters: str = "{}"
+    experiment: str = ""
+    phase: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,8 @@ class ResolvedTrial(Event):
     wall_clock_limit_ms: int | None = None
     join_timeout_ms: int = 60_000
     parameters: str = "{}"
+    experiment: str = ""  # the experiment (training preset) and its phase, "" outside experiments
+    phase: str = ""
 
     def as_kind(self, cls: type[ResolvedTrial]) -> ResolvedTrial:
         """The same resolved trial as another kind (pending → started)."""
@@ -232,12 +236,16 @@ class Observation(Event):
 
 @dataclass(frozen=True, slots=True)
 class Action(Event):
+    """``policy_version``: the version of the model in ``models`` that chose the action
+    (None when no learned model did)."""
+
     KIND: ClassVar[str] = "action"
     SCHEMA: ClassVar[str] = "trialog.Action"
     SENDER_FIELD: ClassVar[str | None] = "actor"
     tick: int = 0
     actor: str = ""
     payload: bytes = b""
+    policy_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +341,8 @@ class TrialRecord(Event):
     implementations: Mapping[str, str] = field(default_factory=dict)
     created_ms: int = 0
     updated_ms: int = 0
+    experiment: str = ""
+    phase: str = ""
 
 
 @dataclass(frozen=True, slots=True)

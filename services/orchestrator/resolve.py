@@ -31,6 +31,8 @@ class TrialDraft:
     seed: int
     max_ticks: int | None
     parameters: dict[str, Any] = field(default_factory=dict)
+    experiment: str = ""
+    phase: str = ""
 
     def set_implementation(self, actor: str, implementation: str) -> None:
         for i, a in enumerate(self.actors):
@@ -65,6 +67,8 @@ def resolve(spec: Spec, request: StartRequest) -> TrialStarted:
             seed=request.seed if request.seed is not None else (t.seed if t.seed is not None else default_seed(request.trial_id)),
             max_ticks=request.max_ticks or t.max_ticks,
             parameters={**t.parameters, **_json_object(request.parameters, "parameters")},
+            experiment=request.experiment,
+            phase=request.phase,
         )
         for name, impl in request.implementations.items():
             draft.set_implementation(name, impl)
@@ -117,6 +121,8 @@ def _finalize(spec: Spec, d: TrialDraft) -> TrialStarted:
         wall_clock_limit_ms=t.wall_clock_limit_ms,
         join_timeout_ms=t.join_timeout_ms,
         parameters=orjson.dumps(d.parameters).decode(),
+        experiment=d.experiment,
+        phase=d.phase,
     )
 
 

@@ -62,6 +62,8 @@ class _Live:
     wall_clock_ms: int | None
     join_deadline_ms: int | None
     implementations: dict[str, str]
+    experiment: str = ""
+    phase: str = ""
     last_activity: float = field(default_factory=time.monotonic)
     tick: int = 0
     waiting_for: set[str] = field(default_factory=set)
@@ -196,6 +198,8 @@ class OrchestratorHandler(Handler):
                 wall_clock_ms=event.wall_clock_limit_ms,
                 join_deadline_ms=None,
                 implementations={a.name: a.implementation for a in event.actors},
+                experiment=event.experiment,
+                phase=event.phase,
             )
             self.live_trials[tid] = trial
         trial.last_activity = time.monotonic()
@@ -228,6 +232,7 @@ class OrchestratorHandler(Handler):
         fields = {
             "status": trial.status, "spec": trial.spec, "partition": trial.partition, "start_offset": trial.start_offset,
             "ticks": trial.tick, "implementations": trial.implementations, "created_ms": trial.created_ms, "updated_ms": updated_ms,
+            "experiment": trial.experiment, "phase": trial.phase,
         }  # fmt: skip
         self.loop.emit(TrialRecord(tid, **{**fields, **changes}), TRIALS)
 

@@ -130,6 +130,8 @@ class Archive:
             "spec": started.spec,
             "environment": started.environment,
             "seed": started.seed,
+            "experiment": started.experiment,
+            "phase": started.phase,
             "actors": [{"name": a.name, "class": a.actor_class, "implementation": a.implementation} for a in started.actors],
             "status": "ended" if fold.ended is not None else "unended",
             "reason": fold.ended.reason if fold.ended is not None else None,

@@ -91,6 +91,7 @@ class Sample:
     truncated: bool = False
     final: bool = False
     timed_out: bool = False
+    policy_version: int | None = None  # the model version that chose the action (None: no model)
     observation: Any = field(default=None, compare=False)
     action: Any = field(default=None, compare=False)
 
@@ -114,6 +115,7 @@ class Sample:
             "truncated": self.truncated,
             "final": self.final,
             "timed_out": self.timed_out,
+            "policy_version": self.policy_version,
         }
 
 
@@ -246,6 +248,7 @@ class TrialFold:
         actor_class = self._classes[actor]
         schemas = self.schemas.get(actor_class)
         action_avro, action, timed_out = self._action(tick, actor, schemas)
+        chosen = self._actions.get((tick, actor))
         sources = tuple(r for r in rewards if matches(r.receiver, actor, actor_class))
         return Sample(
             trial_id=self.trial_id,
@@ -266,6 +269,7 @@ class TrialFold:
             truncated=obs.truncated,
             final=obs.final,
             timed_out=timed_out,
+            policy_version=chosen.policy_version if isinstance(chosen, Action) else None,
             observation=self._decode(obs.payload, schemas.observation if schemas else None, f"observation of {actor} at tick {tick}"),
             action=action,
         )

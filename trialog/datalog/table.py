@@ -32,6 +32,8 @@ SCHEMA = pa.schema(
         ("spec", pa.string()),
         ("environment", pa.string()),
         ("seed", pa.int64()),
+        ("experiment", pa.string()),
+        ("phase", pa.string()),
         ("end_reason", pa.string()),
         ("tick", pa.int64()),
         ("actor", pa.string()),
@@ -46,6 +48,7 @@ SCHEMA = pa.schema(
         ("truncated", pa.bool_()),
         ("final", pa.bool_()),
         ("timed_out", pa.bool_()),
+        ("policy_version", pa.int64()),
         ("observation_avro", pa.binary()),
         ("action_avro", pa.binary()),
     ]
@@ -61,6 +64,8 @@ def to_table(samples: Iterable[Sample], started: TrialStarted, ended: TrialEnded
             "spec": started.spec,
             "environment": started.environment,
             "seed": started.seed,
+            "experiment": started.experiment,
+            "phase": started.phase,
             "end_reason": ended.reason if ended is not None else None,
             # Payloads twice: JSON text for any tool, the exact Avro bytes for a faithful reload.
             "observation": to_json_text(s.observation),
@@ -95,6 +100,7 @@ def from_table(table: pa.Table, started: TrialStarted, store: SchemaStore) -> li
                 truncated=row["truncated"],
                 final=row["final"],
                 timed_out=row["timed_out"],
+                policy_version=row.get("policy_version"),  # absent from archives written before it existed
                 observation=_decode(store, row["observation_avro"], cs.observation),
                 action=None if row["action_avro"] is None else _decode(store, row["action_avro"], cs.action),
             )
