@@ -25,7 +25,10 @@ through Kafka). It paces rolling updates, counts for PodDisruptionBudgets and
 tells operators (``kubectl rollout status``) when a new instance has really
 taken over its share of the partitions.
 
-The server is deliberately dependency-free (asyncio streams, HTTP/1.1 with
+The same port answers ``GET /metrics`` with the process's Prometheus metrics
+(:mod:`trialog.metrics`), so one port serves probes and scrapes.
+
+The server is deliberately small (asyncio streams, HTTP/1.1 with
 ``Connection: close``): probes send one small GET and read one small answer.
 """
 
@@ -113,6 +116,7 @@ async def serve_health(health: Health, host: str = "0.0.0.0", port: int = 8080) 
     """
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        content_type = "application/json"
         try:
             status, body, head_only = await _respond(health, reader)
         except (asyncio.TimeoutError, asyncio.LimitOverrunError, asyncio.IncompleteReadError, ValueError):
@@ -120,12 +124,17 @@ async def serve_health(health: Health, host: str = "0.0.0.0", port: int = 8080) 
         except ConnectionError:
             writer.close()
             return
-        payload = json.dumps(body).encode()
+        if isinstance(body, bytes):  # /metrics
+            from trialog.metrics import CONTENT_TYPE_LATEST
+
+            payload, content_type = body, CONTENT_TYPE_LATEST
+        else:
+            payload = json.dumps(body).encode()
         allow = "Allow: GET, HEAD\r\n" if status is HTTPStatus.METHOD_NOT_ALLOWED else ""
         head = (
             f"HTTP/1.1 {status.value} {status.phrase}\r\n"
             f"{allow}"
-            "Content-Type: application/json\r\n"
+            f"Content-Type: {content_type}\r\n"
             f"Content-Length: {len(payload)}\r\n"
             "Cache-Control: no-store\r\n"
             "Connection: close\r\n\r\n"
@@ -141,8 +150,8 @@ async def serve_health(health: Health, host: str = "0.0.0.0", port: int = 8080) 
     return await asyncio.start_server(handle, host, port, limit=_MAX_REQUEST_BYTES)
 
 
-async def _respond(health: Health, reader: asyncio.StreamReader) -> tuple[HTTPStatus, dict[str, str], bool]:
-    """Read one request and decide the answer: ``(status, json body, HEAD?)``."""
+async def _respond(health: Health, reader: asyncio.StreamReader) -> tuple[HTTPStatus, dict[str, str] | bytes, bool]:
+    """Read one request and decide the answer: ``(status, json body or metrics text, HEAD?)``."""
     raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT_S)
     request_line = raw.split(b"\r\n", 1)[0].decode("latin-1")
     parts = request_line.split()
@@ -151,10 +160,14 @@ async def _respond(health: Health, reader: asyncio.StreamReader) -> tuple[HTTPSt
     method, target = parts[0], parts[1]
     path = target.split("?", 1)[0]
     checks = {"/livez": health.liveness, "/readyz": health.readiness}
-    if path not in checks:
-        return HTTPStatus.NOT_FOUND, {"status": "error", "reason": f"no such endpoint {path}; try /livez or /readyz"}, False
+    if path not in checks and path != "/metrics":
+        return HTTPStatus.NOT_FOUND, {"status": "error", "reason": f"no such endpoint {path}; try /livez, /readyz or /metrics"}, False
     if method not in ("GET", "HEAD"):
         return HTTPStatus.METHOD_NOT_ALLOWED, {"status": "error", "reason": f"{method} not allowed; use GET"}, False
+    if path == "/metrics":
+        from trialog.metrics import exposition
+
+        return HTTPStatus.OK, exposition(), method == "HEAD"
     ok, reason = checks[path]()
     if ok:
         return HTTPStatus.OK, {"status": "ok", "reason": reason}, method == "HEAD"

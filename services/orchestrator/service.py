@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from services.orchestrator.resolve import resolve
+from trialog import metrics
 from trialog.bus.base import Record
 from trialog.errors import TrialError
 from trialog.events import (
@@ -123,6 +124,8 @@ class OrchestratorHandler(Handler):
 
     def glance(self, record: Record, kind: str) -> None:
         trial = self.live_trials.get(record.trial_id)
+        if kind == "reward" and self.loop.is_live(EVENTS, record.partition):
+            self._count_reward(record, trial)
         if trial is None:
             if kind in _ACTIVITY:
                 self._not_live(record, kind)
@@ -136,6 +139,15 @@ class OrchestratorHandler(Handler):
             # A backstop only: the environment runtime ends trials at max_ticks itself.
             if trial.max_ticks is not None and trial.tick > trial.max_ticks:
                 self._end(record.trial_id, trial, "max_ticks", trial.tick, "the environment went past max_ticks")
+
+    def _count_reward(self, record: Record, trial: _Live | None) -> None:
+        if trial is None and record.trial_id not in self.ended:
+            return  # not a trial's reward: dead-lettered or ignored, not counted
+        try:
+            tick = int(record.header(HEADER_TICK) or 0)
+        except ValueError:
+            return
+        metrics.REWARDS.labels("live" if trial is not None and tick >= trial.tick else "retroactive").inc()
 
     def _not_live(self, record: Record, kind: str) -> None:
         if not self.loop.is_live(EVENTS, record.partition) or record.trial_id in self.ended or record.trial_id in self.requested:
@@ -212,6 +224,8 @@ class OrchestratorHandler(Handler):
                 return
             trial.status, trial.pending, trial.join_deadline_ms = "running", None, None
             trial.created_ms = record.timestamp_ms  # the wall clock runs from the start proper
+            if self.loop.is_live(EVENTS, record.partition):
+                log.info("trial started", trial=tid, spec=trial.spec, implementations=trial.implementations)
         self._index(tid, trial, int(time.time() * 1000))
 
     def _end(self, tid: str, trial: _Live, reason: str, tick: int, details: str = "") -> None:
@@ -225,6 +239,9 @@ class OrchestratorHandler(Handler):
         self._remember_ended(event.trial_id)
         if trial is None:
             return
+        if self.loop.is_live(EVENTS, record.partition):
+            metrics.TRIALS_ENDED.labels(event.reason).inc()
+            log.info("trial ended", trial=event.trial_id, spec=trial.spec, reason=event.reason, tick=event.tick, details=event.details)
         self._index(event.trial_id, trial, record.timestamp_ms, status="ended", end_offset=record.offset, ticks=event.tick, reason=event.reason)
 
     def _index(self, tid: str, trial: _Live, updated_ms: int, **changes) -> None:
@@ -271,6 +288,9 @@ class OrchestratorHandler(Handler):
             for tid in [t for t, trial in self.live_trials.items() if trial.partition == partition]:
                 del self.live_trials[tid]
         self.deferred.pop(partition, None)
+
+    def live_trial_count(self) -> int:
+        return len(self.live_trials)
 
     def safe_offset(self, role: str, partition: int) -> int | None:
         if role == CONTROL:

@@ -148,7 +148,7 @@ def test_unknown_paths_are_404_and_other_methods_405() -> None:
     health = Health()
 
     async def scenario(base: str) -> None:
-        status, _, body = await _fetch(base + "/metrics")
+        status, _, body = await _fetch(base + "/stats")
         assert status == 404
         assert "/livez" in json.loads(body)["reason"]
         status, headers, _ = await _fetch(base + "/livez", method="POST")
@@ -185,3 +185,18 @@ def test_garbage_gets_400_and_the_server_keeps_serving(request_bytes: bytes) -> 
 def test_the_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="liveness_timeout_s must be positive"):
         Health(liveness_timeout_s=0)
+
+
+def test_metrics_are_served_in_prometheus_text_format() -> None:
+    from trialog import metrics
+
+    metrics.TRIALS_ENDED.labels("test_reason").inc()
+
+    async def scenario(base: str) -> None:
+        status, headers, body = await _fetch(base + "/metrics")
+        assert status == 200 and headers["Content-Type"].startswith("text/plain")
+        text = body.decode()
+        assert "# TYPE trialog_trials_ended_total counter" in text
+        assert 'trialog_trials_ended_total{reason="test_reason"}' in text
+
+    _with_server(Health(), scenario)

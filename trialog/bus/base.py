@@ -97,6 +97,10 @@ class Consumer(abc.ABC):
     @abc.abstractmethod
     def assignment(self) -> set[tuple[str, int]]: ...
 
+    def highwater(self, role: str, partition: int) -> int | None:
+        """The partition's end offset as of the last fetch, if known (for the lag metric)."""
+        return None
+
     async def __aenter__(self) -> Consumer:
         await self.start()
         return self

@@ -263,6 +263,9 @@ class KafkaConsumer(Consumer):
         assert self._consumer is not None
         self._consumer.seek(self._tp(role, partition), offset)
 
+    def highwater(self, role: str, partition: int) -> int | None:
+        return self._consumer.highwater(self._tp(role, partition)) if self._consumer is not None else None
+
     def position_hint(self, role: str, partition: int) -> int | None:
         assert self._consumer is not None
         try:

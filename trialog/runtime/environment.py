@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trialog import metrics
 from trialog.bus.base import Record
 from trialog.environment import RewardOut, Step
 from trialog.errors import CodecError
@@ -175,6 +176,9 @@ class EnvironmentHandler(Handler):
         except Exception as exc:
             self._fail(trial, f"environment update failed at tick {tick}: {type(exc).__name__}: {exc}")
             return
+        if self.loop.is_live(EVENTS, trial.partition):  # not while replaying a trial taken over (counted by its first host)
+            metrics.TICKS.labels(trial.started.environment).inc()
+            metrics.TICK_SECONDS.labels(trial.started.environment).observe(time.monotonic() - trial.waiting_since)
         self._emit_rewards(trial, tick, step.rewards)
         for i, m in enumerate(step.messages):
             self.loop.emit(
@@ -279,6 +283,7 @@ class EnvironmentHandler(Handler):
             policy = trial.started.timeout_policy
             for actor in sorted(trial.active - set(trial.actions)):
                 self.loop.emit(ActorTimeout(trial.started.trial_id, tick=trial.tick, actor=actor, policy=policy))
+                metrics.ACTIONS_TIMED_OUT.labels(trial.started.environment).inc()
                 schemas = trial.schemas[trial.actor_class[actor]]
                 if policy != "default_action" or not schemas.has_default_action:
                     self.loop.emit(ActorLeft(trial.started.trial_id, tick=trial.tick, actor=actor, reason="response timeout"))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from collections.abc import Sequence
 
 from trialog.bus.base import Bus
@@ -17,6 +18,8 @@ from trialog.logs import get_logger
 from trialog.runtime.service import ServiceLoop, run_until_stopped
 
 log = get_logger(__name__)
+
+LOOP_STALL_S = 10.0  # a loop that has not finished a turn for this long stops proving liveness
 
 
 async def serve(bus: Bus, loops: Sequence[ServiceLoop], *, name: str, health_port: int = 0, stop: asyncio.Event | None = None) -> None:
@@ -44,7 +47,10 @@ async def serve(bus: Bus, loops: Sequence[ServiceLoop], *, name: str, health_por
 
 async def _watch_health(health: Health, loops: Sequence[ServiceLoop]) -> None:
     while True:
-        health.beat()
+        # Live only while every service loop keeps finishing turns (a turn waits at most
+        # its poll timeout): a loop stuck on a hung call stops the beats, not just a dead event loop.
+        if all(time.monotonic() - loop.turned_at < LOOP_STALL_S for loop in loops):
+            health.beat()
         waiting = [loop.handler.service_name for loop in loops if not loop.ready.is_set()]
         health.set_ready(not waiting, f"catching up or waiting for partitions: {', '.join(waiting)}" if waiting else "")
         await asyncio.sleep(1.0)

@@ -30,9 +30,10 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from trialog import metrics
 from trialog.bus.base import Bus, Consumer, Record
 from trialog.errors import CodecError, TransportError, TrialogError
-from trialog.events import HEADER_KIND, Event, identity_from_headers
+from trialog.events import BY_KIND, HEADER_KIND, Event, identity_from_headers
 from trialog.logs import get_logger
 from trialog.topics import EVENTS
 
@@ -86,6 +87,10 @@ class Handler:
     def periodic(self, now: float) -> None:
         """Called about every ``tick_interval`` seconds, for timers and sweeps."""
 
+    def live_trial_count(self) -> int:
+        """Trials this handler holds state for (a metric); handlers keep them in ``trials``."""
+        return len(getattr(self, "trials", ()))
+
 
 @dataclass
 class _Partition:
@@ -112,6 +117,8 @@ class ServiceLoop:
         self._stopping = asyncio.Event()
         self.consumer: Consumer | None = None
         self.ready = asyncio.Event()  # set once the first assignment's catch-up is done
+        self.turned_at = time.monotonic()  # end of the last turn of the loop: liveness (trialog.runtime.host)
+        metrics.watch_loop(self)
 
     # --- what handlers call ------------------------------------------------------------------
     def emit(self, event: Event, role: str = EVENTS) -> None:
@@ -165,6 +172,7 @@ class ServiceLoop:
                 if now - last_commit >= 1.0 and self.group:
                     last_commit = now
                     await self._commit()
+                self.turned_at = now
         finally:
             await self._drain_and_commit()
             await self.consumer.stop()
@@ -219,6 +227,8 @@ class ServiceLoop:
     async def _dead_letter(self, record: Record, reason: str) -> None:
         try:
             await self.bus.dead_letter(record, reason, self.handler.service_name)
+            kind = record.header(HEADER_KIND)
+            metrics.DEAD_LETTERS.labels(self.handler.service_name, kind if kind in BY_KIND else "unknown", metrics.reason_category(reason)).inc()
             log.warning("record dead-lettered", reason=reason, topic=record.role, partition=record.partition, offset=record.offset)
         except TrialogError as exc:
             log.error("could not dead-letter a record", reason=reason, error=str(exc))
@@ -301,6 +311,7 @@ class ServiceLoop:
                     break
                 except TransportError as exc:
                     log.warning("publish failed; retrying", error=str(exc), attempt=attempt)
+                    metrics.PUBLISH_RETRIES.labels(self.handler.service_name).inc()
                     await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
             else:
                 log.error("publish failed for good; the next owner of these partitions will redo the work", events=len(batch))
