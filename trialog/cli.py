@@ -140,7 +140,7 @@ def _spec_files(args) -> list[str]:
 
 
 def _add_serve(sub) -> None:
-    serve = sub.add_parser("serve", help="Run a Trialog service (orchestrator, environment, actors, logger).")
+    serve = sub.add_parser("serve", help="Run a Trialog service (orchestrator, environment, actors, logger, gateway).")
     ssub = serve.add_subparsers(metavar="SERVICE")
 
     def common(p) -> None:
@@ -185,9 +185,10 @@ def _add_serve(sub) -> None:
     orch.set_defaults(func=do_orchestrator)
     env.set_defaults(func=hosted("services.environment.host"))
     act.set_defaults(func=hosted("services.actors.host"))
-    add_logger = _optional_cli("services.logger.cli")
-    if add_logger is not None:
-        add_logger(ssub)
+    for module in ("services.logger.cli", "services.gateway.cli"):
+        add = _optional_cli(module)
+        if add is not None:
+            add(ssub)
 
 
 # --- trials ------------------------------------------------------------------------------------------

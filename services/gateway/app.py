@@ -1,0 +1,101 @@
+"""The web gateway: pages for people and WebSockets bridged to trial events.
+
+Starlette on uvicorn: an ASGI stack with first-class WebSockets, small enough to
+read in an afternoon, served by one asyncio event loop (uvloop) like every other
+Trialog service — so a socket handler awaits Kafka directly, with no thread hop.
+
+JSON on the sockets, Avro on Kafka, Kafka credentials on the server only. The
+gateway keeps nothing the log cannot rebuild (see :mod:`services.gateway.feed`):
+run as many instances as you like behind one address.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+
+from starlette.applications import Starlette
+
+from services.gateway.feed import Feed
+from services.gateway.routes import ROUTES
+from services.gateway.seats import link
+from trialog.bus.base import Bus
+from trialog.controller import Controller
+from trialog.errors import TrialError
+from trialog.spec import Spec
+from trialog.topics import EVENTS
+
+
+class Gateway:
+    """What every page and socket of one gateway process shares."""
+
+    def __init__(self, bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0):
+        self.bus = bus
+        self.specs = dict(specs)
+        self.base_url = base_url
+        self.join_wait_s = join_wait_s
+        self.feed = Feed(bus)
+        self.controller = Controller(bus, name="gateway")
+
+    async def publish(self, event) -> None:
+        await self.bus.publish(EVENTS, event)
+
+    # --- seats, from the specs this gateway was started with --------------------------------
+    def client_seats(self, spec_name: str, implementations: Mapping[str, str]) -> list[str]:
+        """The actors of a trial played by a client implementation (a person's seat)."""
+        spec = self.specs.get(spec_name)
+        if spec is None:
+            return []
+        return [actor for actor, impl in implementations.items() if impl in spec.actors and spec.actors[impl].client]
+
+    def spec_seats(self) -> list[dict]:
+        """Per spec with a client implementation, the actors a person may play."""
+        out = []
+        for spec in self.specs.values():
+            clients = [name for name, impl in spec.actors.items() if impl.client]
+            if not clients:
+                continue
+            seats = [
+                {"actor": a.name, "class": a.actor_class, "partners": {b.name: b.implementation for b in spec.trial.actors if b.name != a.name}}
+                for a in spec.trial.actors
+                if any(not spec.actors[c].classes or a.actor_class in spec.actors[c].classes for c in clients)
+            ]  # fmt: skip
+            out.append({"spec": spec.name, "environment": spec.trial.environment, "seats": seats})
+        return out
+
+    async def start_with_person(self, spec_name: str, actor: str) -> tuple[str, str]:
+        """Start a trial of ``spec_name`` with a person in ``actor``'s seat; (trial ID, join link)."""
+        spec = self.specs.get(spec_name)
+        if spec is None:
+            raise TrialError(f"this gateway serves no spec {spec_name!r}; it serves {', '.join(self.specs) or 'none'}")
+        default = next((a for a in spec.trial.actors if a.name == actor), None)
+        client = next(
+            (name for name, impl in spec.actors.items() if impl.client and default and (not impl.classes or default.actor_class in impl.classes)),
+            None,
+        )
+        if default is None or client is None:
+            raise TrialError(f"spec {spec_name!r} has no seat {actor!r} a person can take")
+        trial_id = await self.controller.start_trial(spec_name, implementations={actor: client})
+        return trial_id, link(self.base_url, trial_id, actor)
+
+
+def build_app(bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0) -> Starlette:
+    gateway = Gateway(bus, specs, base_url=base_url, join_wait_s=join_wait_s)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        async with gateway.feed, gateway.controller:
+            yield
+
+    app = Starlette(routes=ROUTES, lifespan=lifespan)
+    app.state.gateway = gateway
+    return app
+
+
+async def main(bus: Bus, specs: Mapping[str, Spec], *, host: str, port: int, base_url: str | None = None) -> None:
+    """Serve until SIGTERM/SIGINT (uvicorn handles the signals and closes the sockets)."""
+    import uvicorn
+
+    app = build_app(bus, specs, base_url=base_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}")
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", ws_max_size=64 * 1024)
+    await uvicorn.Server(config).serve()

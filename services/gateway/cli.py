@@ -1,0 +1,31 @@
+"""``trialog serve gateway``: registered by :mod:`trialog.cli` when Starlette and uvicorn are installed."""
+
+from __future__ import annotations
+
+import os
+
+import starlette  # noqa: F401  (the command exists only where the gateway extra is installed)
+import uvicorn  # noqa: F401
+
+from trialog.cli import command, run_async
+from trialog.settings import from_args
+
+
+def add_cli(serve_subparsers) -> None:
+    p = command(serve_subparsers, "gateway", "Serve the pages for people and bridge their WebSockets to trial events.")
+    p.add_argument("--host", default=os.environ.get("TRIALOG_GATEWAY_HOST", "127.0.0.1"), help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
+    p.add_argument("--port", type=int, default=int(os.environ.get("TRIALOG_GATEWAY_PORT", "8000")), help="HTTP port (default 8000)")
+    p.add_argument("--public-url", default=os.environ.get("TRIALOG_GATEWAY_URL", ""), help="the address people open, for join links (default http://HOST:PORT)")
+
+    def do_gateway(args) -> int:
+        from services.gateway.app import main
+        from trialog.bus import connect
+        from trialog.cli import _spec_files
+        from trialog.spec import load_spec
+
+        bus = connect(from_args(args))
+        specs = {s.name: s for s in (load_spec(f, bus.store) for f in _spec_files(args))}
+        run_async(main(bus, specs, host=args.host, port=args.port, base_url=args.public_url or None))
+        return 0
+
+    p.set_defaults(func=do_gateway)

@@ -1,0 +1,164 @@
+"""The gateway's one window on the log: a tail of ``events`` shared by every socket,
+a catch-up read per subscription, and the ``trials`` index kept in memory.
+
+Nothing here is state of its own (I-7): the index is the compacted ``trials``
+topic read from its start, and a subscription to a trial replays the trial's
+events from its start offset before following the tail. That is why any gateway
+instance can serve any seat, and why a reconnect — to this instance or another —
+resumes from the log.
+
+Ordering: a subscriber is registered on the tail *before* its catch-up reader
+measures the partition's end; records below that end come from the catch-up,
+records at or above it from the tail. Nothing is seen twice or missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from trialog.bus.base import Bus, Consumer, Record
+from trialog.errors import TrialError
+from trialog.events import TrialRecord
+from trialog.logs import get_logger
+from trialog.topics import EVENTS, TRIALS
+
+log = get_logger(__name__)
+
+CAUGHT_UP = None  # marker a subscription yields once the trial's history has been read
+
+
+@dataclass(eq=False)
+class _Subscriber:
+    trial_id: str
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    live_from: int | None = None  # tail records below this offset came through the catch-up
+
+
+class Feed:
+    """Started once per gateway process (``async with Feed(bus)``)."""
+
+    def __init__(self, bus: Bus):
+        self.bus = bus
+        self.index: dict[str, TrialRecord] = {}
+        self._index_changed = asyncio.Condition()
+        self._subscribers: dict[str, set[_Subscriber]] = defaultdict(set)
+        self._tail: Consumer | None = None
+        self._tasks: list[asyncio.Task] = []
+        self.index_ready = asyncio.Event()
+
+    async def __aenter__(self) -> Feed:
+        await self.bus.start()
+        self._tail = self.bus.consumer([EVENTS], from_start=False)
+        await self._tail.start()
+        self._tasks = [asyncio.create_task(self._follow_tail()), asyncio.create_task(self._follow_index())]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tail is not None:
+            await self._tail.stop()
+        await self.bus.stop()
+
+    # --- the trials index --------------------------------------------------------------
+    async def _follow_index(self) -> None:
+        consumer = self.bus.consumer([TRIALS], batched=True)
+        await consumer.start()
+        try:
+            ends = await consumer.end_offsets(consumer.assignment())
+            behind = {rp for rp, end in ends.items() if end > 0}
+            if not behind:
+                self.index_ready.set()
+            while True:
+                records = await consumer.poll(timeout_ms=500)
+                for record in records:
+                    if record.value:
+                        try:
+                            self.index[record.trial_id] = self.bus.codec.decode(record.value, TrialRecord.KIND)
+                        except Exception:  # the orchestrator owns dead letters; a reader skips
+                            continue
+                    if record.offset + 1 >= ends.get((record.role, record.partition), 0):
+                        behind.discard((record.role, record.partition))
+                if not behind:
+                    self.index_ready.set()
+                if records:
+                    async with self._index_changed:
+                        self._index_changed.notify_all()
+        finally:
+            await consumer.stop()
+
+    async def trial(self, trial_id: str, timeout: float) -> TrialRecord:
+        """The trial's index record, waiting up to ``timeout`` s for the orchestrator to
+        write it (a join link can be opened before the start request is answered)."""
+
+        def found() -> TrialRecord | None:
+            record = self.index.get(trial_id)
+            return record if record is not None and record.start_offset is not None else None
+
+        async def wait() -> TrialRecord:
+            async with self._index_changed:
+                await self._index_changed.wait_for(found)
+            return found()
+
+        try:
+            return await asyncio.wait_for(wait(), timeout)
+        except TimeoutError:
+            raise TrialError(f"trial {trial_id} is not known (not started, or rejected) after {timeout:.0f} s", trial_id=trial_id) from None
+
+    # --- trial events -------------------------------------------------------------------
+    async def _follow_tail(self) -> None:
+        assert self._tail is not None
+        while True:
+            for record in await self._tail.poll(timeout_ms=1000):
+                for sub in self._subscribers.get(record.trial_id, ()):
+                    if sub.live_from is not None and record.offset >= sub.live_from:
+                        sub.queue.put_nowait(record)
+                    elif sub.live_from is None:
+                        sub.queue.put_nowait(record)  # kept until the catch-up decides
+
+    @contextlib.asynccontextmanager
+    async def subscribe(self, trial_id: str, *, timeout: float = 60) -> AsyncIterator[AsyncIterator[Record | None]]:
+        """Every event of ``trial_id`` from its first, then live; :data:`CAUGHT_UP`
+        (``None``) is yielded once between history and the live part."""
+        indexed = await self.trial(trial_id, timeout)
+        sub = _Subscriber(trial_id)
+        self._subscribers[trial_id].add(sub)
+        try:
+            yield self._records(sub, indexed)
+        finally:
+            self._subscribers[trial_id].discard(sub)
+            if not self._subscribers[trial_id]:
+                del self._subscribers[trial_id]
+
+    async def _records(self, sub: _Subscriber, indexed: TrialRecord) -> AsyncIterator[Record | None]:
+        partition = indexed.partition
+        reader = self.bus.consumer([EVENTS], partitions=[partition])
+        await reader.start()
+        try:
+            end = (await reader.end_offsets([(EVENTS, partition)]))[(EVENTS, partition)]
+            reader.seek(EVENTS, partition, indexed.start_offset or 0)
+            position = indexed.start_offset or 0
+            while position < end:
+                for record in await reader.poll(timeout_ms=500):
+                    position = record.offset + 1
+                    if record.offset >= end:
+                        break
+                    if record.trial_id == sub.trial_id:
+                        yield record
+        finally:
+            await reader.stop()
+        # From here on the tail: drop what it queued that the catch-up already gave.
+        sub.live_from = end
+        held, sub.queue = sub.queue, asyncio.Queue()
+        while not held.empty():
+            record = held.get_nowait()
+            if record.offset >= end:
+                sub.queue.put_nowait(record)
+        yield CAUGHT_UP
+        while True:
+            yield await sub.queue.get()

@@ -1,0 +1,66 @@
+"""A gateway served in the test's event loop (uvicorn on a free port), beside a
+deployment from :mod:`tests.harness`, and a small WebSocket client for its sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+import uvicorn
+import websockets
+
+from services.gateway.app import build_app
+from tests.conftest import free_ports
+from trialog.bus.base import Bus
+from trialog.spec import Spec
+
+
+@contextlib.asynccontextmanager
+async def gateway(bus: Bus, specs: list[Spec]) -> AsyncIterator[str]:
+    """Serve a gateway; yields its base URL (http://127.0.0.1:PORT)."""
+    port = free_ports(1)[0]
+    base = f"http://127.0.0.1:{port}"
+    app = build_app(bus, {s.name: s for s in specs}, base_url=base, join_wait_s=30)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.05)
+        await app.state.gateway.feed.index_ready.wait()
+        yield base
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 30)
+
+
+class Socket:
+    """A JSON WebSocket client as a browser page would hold it."""
+
+    def __init__(self, ws):
+        self.ws = ws
+
+    async def send(self, message: dict) -> None:
+        await self.ws.send(json.dumps(message))
+
+    async def next(self, *types: str, timeout: float = 30) -> dict:
+        """The next message of one of ``types`` (others are skipped)."""
+        while True:
+            msg = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+            if not types or msg["type"] in types:
+                return msg
+
+
+@contextlib.asynccontextmanager
+async def socket(url: str) -> AsyncIterator[Socket]:
+    async with websockets.connect(url.replace("http://", "ws://", 1), open_timeout=30) as ws:
+        yield Socket(ws)
+
+
+def seat_url(link: str) -> str:
+    """The seat socket behind a join link (what play.js opens)."""
+    base, _, query = link.partition("/play?")
+    return f"{base}/ws/seat?{query}"

@@ -1,0 +1,104 @@
+"""The gateway on the real broker, through its sockets as a page uses them: a person
+plays a whole trial, reconnects mid-trial, judges a past tick; bad links are refused."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+import pytest
+
+from services.gateway.seats import link
+from tests.gateway.kit import gateway, seat_url, socket
+from tests.harness import deployment
+from tests.integration.test_trials import read_trial
+from trialog.bus.kafka import KafkaBus
+from trialog.events import Action, ActorJoined, Reward
+from trialog.spec import load_spec
+
+pytestmark = pytest.mark.integration
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.fixture
+async def running(kafka_settings):
+    bus = KafkaBus(kafka_settings)
+    spec = load_spec(EXAMPLES / "rps.yaml", bus.store)
+    async with deployment(bus, spec) as (d, ctl), gateway(KafkaBus(kafka_settings, bus.store), [spec]) as base:
+        yield bus, ctl, base
+
+
+async def play(seat, move: str, *, until_tick: int | None = None) -> list[int]:
+    """Answer every observation with ``move``; stop at the end (or after ``until_tick``)."""
+    answered = []
+    while True:
+        msg = await seat.next("observation", "end")
+        if msg["type"] == "end":
+            return answered
+        if not msg["final"]:
+            await seat.send({"type": "action", "tick": msg["tick"], "action": move})
+            answered.append(msg["tick"])
+            if until_tick is not None and msg["tick"] >= until_tick:
+                return answered
+
+
+async def test_a_person_plays_reconnects_and_the_log_has_their_moves(running):
+    bus, ctl, base = running
+    tid = await ctl.start_trial("rps", implementations={"bob": "human"}, max_ticks=12)
+    url = seat_url(link(base, tid, "bob"))
+    async with socket(url) as seat:
+        welcome = await seat.next("welcome")
+        assert welcome["actor"] == "bob" and welcome["classes"]["player"]["action_schema"]["symbols"] == ["ROCK", "PAPER", "SCISSORS"]
+        first = await play(seat, "PAPER", until_tick=3)
+    # Reconnect (a reload, or another gateway instance): the seat resumes from the log.
+    async with socket(url) as seat:
+        assert (await seat.next("welcome"))["actor"] == "bob"
+        rest = await play(seat, "SCISSORS")
+    ended = await ctl.wait_ended(tid, timeout=30)
+    events = await read_trial(bus, tid)
+    bob = [e for e in events if isinstance(e, Action) and e.actor == "bob"]
+    assert [a.tick for a in bob] == first + rest and len(first) == 4 and rest[0] == 4
+    assert ended.reason in ("max_ticks", "environment")
+    assert [e.actor for e in events if isinstance(e, ActorJoined)] == ["bob"]  # joined once, resumed without a second join
+
+
+async def test_a_watcher_judges_a_past_tick(running):
+    bus, ctl, base = running
+    tid = await ctl.start_trial("rps", max_ticks=8)
+    await ctl.wait_ended(tid, timeout=30)
+    async with socket(f"{base}/ws/watch/{tid}") as watch:
+        trial = await watch.next("trial")
+        assert {a["name"] for a in trial["actors"]} == {"alice", "bob"}
+        await watch.next("live")
+        await watch.send({"type": "reward", "judge": "ada", "receiver": "alice", "tick": 2, "value": 1, "confidence": 0.5})
+        assert (await watch.next("rewarded", "error"))["type"] == "rewarded"
+        await watch.send({"type": "reward", "judge": "ada", "receiver": "nobody", "tick": 2, "value": 1})
+        assert "no actor" in (await watch.next("rewarded", "error"))["reason"]
+        await watch.send({"type": "reward", "judge": "ada", "receiver": "alice", "tick": 99, "value": 1})
+        assert "tick" in (await watch.next("rewarded", "error"))["reason"]
+
+    async def judged():
+        return [e for e in await read_trial(bus, tid) if isinstance(e, Reward) and e.sender == "person:ada"]
+
+    for _ in range(50):
+        if found := await judged():
+            break
+        await asyncio.sleep(0.1)
+    assert [(r.receiver, r.tick, r.value, r.confidence) for r in found] == [("alice", 2, 1.0, 0.5)]
+
+
+async def test_bad_links_are_refused(running):
+    bus, ctl, base = running
+    tid = await ctl.start_trial("rps", implementations={"bob": "human"}, max_ticks=4)
+    for url, why in [
+        (f"{base}/ws/seat?token=garbage", "not valid"),
+        (seat_url(link(base, tid, "alice")), "no seat"),  # alice is played by an agent
+    ]:
+        async with socket(url) as seat:
+            assert why in (await seat.next("refused"))["reason"]
+    async with httpx.AsyncClient(base_url=base) as http:
+        lobby = (await http.get("/api/lobby")).json()
+        assert any(t["trial"] == tid and t["seats"] == ["bob"] for t in lobby["trials"] if t["status"] == "pending")
+        assert (await http.post("/api/seat", json={"trial": tid, "actor": "alice"})).status_code == 404
+    await ctl.terminate(tid, hard=True)
