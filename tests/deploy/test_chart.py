@@ -4,7 +4,8 @@ Each file in tests/deploy/values/ is one way to install the chart. For each:
 `helm lint --strict`, a render as `helm install` does it (values.schema.json
 included), and every object checked against the Kubernetes OpenAPI schemas of
 the oldest Kubernetes the chart supports and the newest kubernetes-validate
-knows (strict: unknown fields fail), Strimzi objects against tests/deploy/schemas/.
+knows (strict: unknown fields fail), custom resources (Strimzi, Prometheus Operator)
+against tests/deploy/schemas/.
 Then what the chart promises is asserted on the rendered objects, and bad
 values are shown to fail with a message that names the problem.
 """
@@ -12,6 +13,7 @@ values are shown to fail with a message that names the problem.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -30,13 +32,14 @@ from deploykit import (
 
 VALUE_SETS = sorted(path.stem for path in VALUES_DIR.glob("*.yaml"))
 # The value sets the issue asks for; the test below fails if one goes missing.
-REQUIRED_VALUE_SETS = {"minimal", "sasl-tls", "strimzi", "several-hosts", "hpa"}
+REQUIRED_VALUE_SETS = {"minimal", "sasl-tls", "strimzi", "several-hosts", "hpa", "metrics"}
 # Chart.yaml's kubeVersion floor, and the newest schemas kubernetes-validate ships.
 OLDEST_KUBERNETES = "1.25.0"
 SCHEMAS_DIR = Path(__file__).parent / "schemas"
-STRIMZI_SCHEMAS = {
+CUSTOM_RESOURCE_SCHEMAS = {
     "KafkaTopic": SCHEMAS_DIR / "kafkatopic-kafka.strimzi.io-v1beta2.json",
     "KafkaUser": SCHEMAS_DIR / "kafkauser-kafka.strimzi.io-v1beta2.json",
+    "ServiceMonitor": SCHEMAS_DIR / "servicemonitor-monitoring.coreos.com-v1.json",
 }
 
 
@@ -65,8 +68,8 @@ def test_every_object_matches_its_schema(render: Callable, value_set: str) -> No
     failures = []
     for obj, source in zip(rendered.objects, rendered.sources):
         where = f"{source}: {obj['kind']} {obj['metadata']['name']}"
-        if obj["kind"] in STRIMZI_SCHEMAS:
-            schema = json.loads(STRIMZI_SCHEMAS[obj["kind"]].read_text())
+        if obj["kind"] in CUSTOM_RESOURCE_SCHEMAS:
+            schema = json.loads(CUSTOM_RESOURCE_SCHEMAS[obj["kind"]].read_text())
             for error in jsonschema.Draft202012Validator(schema).iter_errors(obj):
                 failures.append(f"{where}: {'.'.join(map(str, error.path))}: {error.message}")
             continue
@@ -155,6 +158,41 @@ def test_defaults_deploy_the_four_services_hardened_and_probed(render: Callable)
     assert all(p["spec"]["maxUnavailable"] == 1 for p in rendered.of_kind("PodDisruptionBudget"))
     assert not rendered.of_kind("HorizontalPodAutoscaler")
     assert not rendered.of_kind("KafkaTopic") and not rendered.of_kind("KafkaUser")
+
+
+def test_metrics_are_scraped_by_a_service_monitor_and_drawn_by_the_dashboard(render: Callable) -> None:
+    assert not render(load_values("minimal")).of_kind("ServiceMonitor")
+    rendered = render(load_values("metrics"))
+    service = rendered.get("Service", "rel-trialog-metrics")
+    monitor = rendered.get("ServiceMonitor", "rel-trialog")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["ports"] == [{"name": "health", "port": 8080, "targetPort": "health", "protocol": "TCP"}]
+    # The Service reaches every service's pods, and the ServiceMonitor this Service only.
+    for deployment in rendered.of_kind("Deployment"):
+        pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= pod_labels.items(), deployment["metadata"]["name"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert (endpoint["port"], endpoint["path"], endpoint["interval"]) == ("health", "/metrics", "15s")
+
+    dashboard_map = rendered.get("ConfigMap", "rel-trialog-dashboard")
+    assert dashboard_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard_map["metadata"]["annotations"] == {"grafana_folder": "Trialog"}
+    dashboard = json.loads(dashboard_map["data"]["trialog.json"])
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"] for name in re.findall(r"trialog_[a-z_]+", target["expr"])}
+    assert queried and queried <= exposed_metric_names(), queried - exposed_metric_names()
+
+
+def exposed_metric_names() -> set[str]:
+    """Every sample name the services can expose (a counter as NAME_total, a histogram as
+    NAME_bucket/_count/_sum), whether or not it has samples yet."""
+    from prometheus_client import REGISTRY
+
+    import trialog.metrics  # noqa: F401  (registers the definitions)
+
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "gauge": [""]}
+    return {family.name + suffix for family in REGISTRY.collect() for suffix in suffixes.get(family.type, [""])}
 
 
 def test_topics_are_created_by_a_pre_install_hook_job(render: Callable) -> None:
