@@ -1,6 +1,6 @@
 """What a user implements to be a Trialog actor (an agent, a scripted bot, a human client).
 
-Two forms, pick the simpler that fits:
+Three forms, pick the simpler that fits:
 
 1. **decide** — a class whose ``decide(observation)`` returns the action. Optional
    hooks receive rewards (retroactive ones included, live), messages and the end::
@@ -21,6 +21,20 @@ Two forms, pick the simpler that fits:
                    case EndEvent():
                        break
 
+3. **policy** — one object per implementation (per service process) that decides for
+   every pending observation of every trial in one call — one forward pass of a
+   network for 64 trials, not 64 — and may follow a model published on ``models``::
+
+       class Greedy(Policy):
+           def decide_batch(self, requests):
+               q = self.network(np.stack([r.observation for r in requests]))
+               return list(q.argmax(axis=1))
+
+``decide`` and ``decide_batch`` run in a worker thread of their implementation, off
+the service's event loop: a slow implementation delays only its own trials. Each
+bite of observations read from the log becomes one call (one ``decide_batch``, or
+one pass over the agents' ``decide``), in tick order per trial.
+
 Observations arrive decoded into the actor class's types (NumPy arrays where the
 schema says ``trialog.Tensor``); actions are encoded by the runtime, which raises
 :class:`~trialog.errors.CodecError` when one does not match the action schema.
@@ -30,9 +44,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from trialog.environment import ActorInfo, TrialInfo
+
+if TYPE_CHECKING:
+    from trialog.models import ModelVersion
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,3 +135,48 @@ class Agent:
 
     def on_end(self, end: EndEvent) -> None:
         """The trial is over."""
+
+
+@dataclass(frozen=True, slots=True)
+class DecideRequest:
+    """One observation waiting for an action, as handed to :meth:`Policy.decide_batch`."""
+
+    trial: TrialInfo
+    actor: ActorInfo
+    tick: int
+    observation: Any
+
+
+class Policy:
+    """Base class of batched implementations: one instance per implementation and
+    process, built with the implementation's ``config`` from the spec.
+
+    ``decide_batch`` gets every observation pending for this implementation (across
+    all its trials) and returns one action per request, in order. It runs in the
+    implementation's worker thread, as does :meth:`load`, so the two never overlap.
+    Like ``decide``, it MUST be deterministic given the trial seed, the observations
+    and the model version (recovery replays it).
+
+    A policy that names a model (``model`` in its config) follows it: the actor
+    service reads ``models`` and calls :meth:`load` with each newer version, without
+    a restart; every action then records :attr:`policy_version`.
+    """
+
+    policy_version: int | None = None  # the loaded model version, recorded on every action
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self.config = dict(config)
+
+    @property
+    def model(self) -> str | None:
+        """The name of the model this policy follows on ``models`` (None: none)."""
+        return self.config.get("model")
+
+    def decide_batch(self, requests: Sequence[DecideRequest]) -> Sequence[Any]:
+        raise NotImplementedError
+
+    def load(self, version: ModelVersion) -> None:
+        """A newer version of :attr:`model` was published: take its weights."""
+
+    def trial_ended(self, trial_id: str) -> None:
+        """A trial is over: drop whatever was kept for it."""

@@ -45,6 +45,8 @@ class TrialInfo:
     actors: tuple[ActorInfo, ...]
     parameters: Mapping[str, Any] = field(default_factory=dict)
     max_ticks: int | None = None
+    experiment: str = ""  # the training experiment and its phase (heatup, train, evaluate); "" outside one
+    phase: str = ""
 
     @property
     def actor_names(self) -> list[str]:

@@ -53,6 +53,9 @@ class Settings:
     ssl_certfile: str = _setting("", "Client certificate (PEM) for mutual TLS.")
     ssl_keyfile: str = _setting("", "Client private key (PEM) for mutual TLS.")
     spec: str = _setting("", "Spec YAML file(s) a service serves (the orchestrator takes several, comma-separated).")
+    model_store: str = _setting(
+        "", "Folder (shared by learners and actor services) for model weights too large to travel inline on the models topic."
+    )
 
     # --- derived names -----------------------------------------------------------
     def topic(self, role: str) -> str:

@@ -1,9 +1,17 @@
 """The actor runtime: plays every actor of a trial whose implementation it serves.
 
 An implementation is a decide-style class (:class:`trialog.actor.Agent` or any
-class with ``decide``) or a session coroutine ``async def run(session)``. Each
-implementation is one consumer group (``actors.<implementation>``), so it scales
-on its own; one host process may serve several.
+class with ``decide``), a batched :class:`trialog.actor.Policy`, or a session
+coroutine ``async def run(session)``. Each implementation is one consumer group
+(``actors.<implementation>``), so it scales on its own; one host process may serve
+several.
+
+Decisions run off the event loop, in one worker thread per implementation: the
+observations of a bite (all trials) are decided in one call while the loop goes
+on reading, so a slow implementation slows only its own trials. During catch-up
+(I-7) they run inline instead, so that replayed actions are compared with the log.
+A policy that follows a model gets each newer version from ``models`` (loaded in
+the same worker thread, between two batches) and its actions record the version.
 
 Observations arrive decoded into the actor class's types; rewards — retroactive
 ones included — and messages are delivered live as they are read from the log.
@@ -13,15 +21,18 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trialog.actor import (
     ActorEvent,
+    DecideRequest,
     EndEvent,
     MessageEvent,
     ObservationEvent,
+    Policy,
     RewardEvent,
 )
 from trialog.bus.base import Record
@@ -38,6 +49,7 @@ from trialog.events import (
     TrialStarted,
 )
 from trialog.logs import get_logger
+from trialog.models import ModelFollower, ModelVersion
 from trialog.runtime.service import Handler
 from trialog.runtime.trial import (
     ClassSchemas,
@@ -48,8 +60,12 @@ from trialog.runtime.trial import (
     trial_info,
 )
 from trialog.spec import load_entry
+from trialog.topics import EVENTS
 
 log = get_logger(__name__)
+
+
+_NO_ACTION = object()  # a decide() that raised
 
 
 class Emits(Protocol):
@@ -129,9 +145,20 @@ class _Played:
 @dataclass
 class _Trial:
     started: TrialStarted
+    info: TrialInfo
     partition: int
     start_offset: int
     actors: dict[str, _Played] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """An observation waiting for its action."""
+
+    trial: _Trial
+    played: _Played
+    tick: int
+    observation: Any
 
 
 class ActorHandler(Handler):
@@ -140,17 +167,25 @@ class ActorHandler(Handler):
     kinds = frozenset({TrialStarted.KIND, Observation.KIND, Reward.KIND, Message.KIND, TrialEnded.KIND})
     service_name = "actors"
 
-    def __init__(self, implementation: str, entry: str | Any):
+    def __init__(self, implementation: str, entry: str | Any, config: Mapping[str, Any] | None = None):
         self.implementation = implementation
         self.target = load_entry(entry, what=f"actor implementation {implementation}") if isinstance(entry, str) else entry
         self.session_style = inspect.iscoroutinefunction(self.target)
-        if not self.session_style and not (inspect.isclass(self.target) and hasattr(self.target, "decide")):
+        is_class = inspect.isclass(self.target)
+        if not self.session_style and not (is_class and (hasattr(self.target, "decide") or issubclass(self.target, Policy))):
             raise TrialogError(
-                f"actor implementation {implementation}: {entry!r} must be a class with decide(observation) "
-                "or an `async def run(session)` coroutine function"
+                f"actor implementation {implementation}: {entry!r} must be a class with decide(observation), "
+                "a trialog.actor.Policy, or an `async def run(session)` coroutine function"
             )
+        self.policy: Policy | None = self.target(dict(config or {})) if is_class and issubclass(self.target, Policy) else None
         self.service_name = f"actors.{implementation}"
         self.trials: dict[str, _Trial] = {}
+        # One worker thread per implementation: decisions (and model loads) in order, off the loop.
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"decide-{implementation}")
+        self._pending: list[_Pending] = []
+        self._deciding: asyncio.Task | None = None
+        self._follower: ModelFollower | None = None
+        self.batches = 0  # decide calls made (one per batch), for tests and metrics
 
     def wants(self, record: Record, kind: str | None) -> bool:
         if kind == TrialStarted.KIND:
@@ -183,6 +218,8 @@ class ActorHandler(Handler):
                 for played in trial.actors.values():
                     self._deliver(played, EndEvent(event.tick, event.reason))
                 del self.trials[event.trial_id]
+                if self.policy is not None:
+                    self._worker.submit(self.policy.trial_ended, event.trial_id)
 
     def _start(self, record: Record, started: TrialStarted) -> None:
         mine = [a for a in started.actors if a.implementation == self.implementation and not a.client]
@@ -190,7 +227,7 @@ class ActorHandler(Handler):
             return
         info = trial_info(started)
         schemas = class_schemas(self.loop.bus.store, started)
-        trial = _Trial(started, record.partition, record.offset)
+        trial = _Trial(started, info, record.partition, record.offset)
         for actor in info.actors:
             if actor.name not in {a.name for a in mine}:
                 continue
@@ -199,7 +236,7 @@ class ActorHandler(Handler):
                 if self.session_style:
                     played.session = Session(self.loop, info, actor, played.schemas)
                     played.task = asyncio.get_running_loop().create_task(self._run_session(played))
-                else:
+                elif self.policy is None:
                     played.agent = self.target(info, actor)
                     played.agent.observation_schema = played.schemas.observation_json
                     played.agent.action_schema = played.schemas.action_json
@@ -230,13 +267,85 @@ class ActorHandler(Handler):
             return
         if obs.final:
             return
-        try:
-            action = played.agent.decide(value)
-            payload = played.schemas.action.encode(action)
-        except Exception as exc:  # the agent's bug: no action; the environment's timeout policy takes over
-            log.error("actor did not produce a valid action", trial=trial.started.trial_id, actor=played.info.name, tick=obs.tick, error=f"{type(exc).__name__}: {exc}")
+        pending = _Pending(trial, played, obs.tick, value)
+        if not self.loop.is_live(EVENTS, trial.partition):
+            self._emit_decisions([pending], *self._decide([pending]))  # catch-up: compared with the log in order
             return
-        self.loop.emit(Action(trial.started.trial_id, tick=obs.tick, actor=played.info.name, payload=payload))
+        self._pending.append(pending)
+        if self._deciding is None or self._deciding.done():
+            self._deciding = asyncio.get_running_loop().create_task(self._decide_pending())
+
+    async def _decide_pending(self) -> None:
+        """Decide what is pending in one call in the worker thread; what arrives meanwhile
+        is the next batch."""
+        loop = asyncio.get_running_loop()
+        while self._pending:
+            batch, self._pending = self._pending, []
+            payloads, versions = await loop.run_in_executor(self._worker, self._decide, batch)
+            self._emit_decisions(batch, payloads, versions)
+
+    def _decide(self, batch: list[_Pending]) -> tuple[list[bytes | None], list[int | None]]:
+        """In the worker thread: the actions of a batch, encoded (None where there is none)."""
+        self.batches += 1
+        if self.policy is not None:
+            try:
+                actions = list(self.policy.decide_batch([DecideRequest(p.trial.info, p.played.info, p.tick, p.observation) for p in batch]))
+                if len(actions) != len(batch):
+                    raise TrialogError(f"decide_batch returned {len(actions)} actions for {len(batch)} requests")
+            except Exception as exc:  # the policy's bug: no actions; the environment's timeout policy takes over
+                log.error("policy did not decide", implementation=self.implementation, requests=len(batch), error=f"{type(exc).__name__}: {exc}")
+                return [None] * len(batch), [None] * len(batch)
+            versions = [self.policy.policy_version] * len(batch)
+        else:
+            actions, versions = [], []
+            for p in batch:
+                try:
+                    actions.append(p.played.agent.decide(p.observation))
+                except Exception as exc:
+                    log.error("actor did not produce an action", trial=p.trial.info.trial_id, actor=p.played.info.name, tick=p.tick, error=f"{type(exc).__name__}: {exc}")
+                    actions.append(_NO_ACTION)
+                versions.append(getattr(p.played.agent, "policy_version", None))
+        payloads: list[bytes | None] = []
+        for p, action in zip(batch, actions):
+            if action is _NO_ACTION:
+                payloads.append(None)
+                continue
+            try:
+                payloads.append(p.played.schemas.action.encode(action))
+            except CodecError as exc:
+                log.error("action does not match the action schema", trial=p.trial.info.trial_id, actor=p.played.info.name, tick=p.tick, error=str(exc))
+                payloads.append(None)
+        return payloads, versions
+
+    def _emit_decisions(self, batch: list[_Pending], payloads: list[bytes | None], versions: list[int | None]) -> None:
+        for p, payload, version in zip(batch, payloads, versions):
+            if payload is None or self.trials.get(p.trial.info.trial_id) is not p.trial:
+                continue  # no action (timeout policy applies), or the trial ended / moved meanwhile
+            self.loop.emit(Action(p.trial.info.trial_id, tick=p.tick, actor=p.played.info.name, payload=payload, policy_version=version))
+
+    # --- models ---------------------------------------------------------------------------------
+    def assigned(self, role: str, partition: int) -> None:
+        if self.policy is not None and self.policy.model and self._follower is None:
+            self._follower = ModelFollower(self.loop.bus, self._on_model)
+            self._follower.start()
+
+    def _on_model(self, version: ModelVersion) -> None:
+        if version.model == self.policy.model:
+            self._worker.submit(self._load, version)
+
+    def _load(self, version: ModelVersion) -> None:
+        """In the worker thread, between two batches."""
+        try:
+            self.policy.load(version)
+            self.policy.policy_version = version.version
+            log.info("model version loaded", implementation=self.implementation, model=version.model, version=version.version)
+        except Exception as exc:
+            log.error("model version not loaded; keeping the previous one", model=version.model, version=version.version, error=f"{type(exc).__name__}: {exc}")
+
+    async def close(self) -> None:
+        if self._follower is not None:
+            await self._follower.stop()
+        self._worker.shutdown(wait=False, cancel_futures=True)
 
     def _deliver(self, played: _Played, event: ActorEvent) -> None:
         if played.session is not None:

@@ -91,6 +91,9 @@ class Handler:
         """Trials this handler holds state for (a metric); handlers keep them in ``trials``."""
         return len(getattr(self, "trials", ()))
 
+    async def close(self) -> None:
+        """The loop is stopping (after its last commit): release what the handler started."""
+
 
 @dataclass
 class _Partition:
@@ -176,6 +179,7 @@ class ServiceLoop:
         finally:
             await self._drain_and_commit()
             await self.consumer.stop()
+            await self.handler.close()
 
     def _process(self, record: Record) -> None:
         key = (record.role, record.partition)

@@ -38,6 +38,8 @@ def trial_info(started: ResolvedTrial) -> TrialInfo:
         actors=tuple(ActorInfo(a.name, a.actor_class, a.implementation, loads(a.config), a.client) for a in started.actors),
         parameters=loads(started.parameters),
         max_ticks=started.max_ticks,
+        experiment=started.experiment,
+        phase=started.phase,
     )
 
 
