@@ -16,12 +16,19 @@ The spec names the implementation with ``client: true``; the orchestrator writes
 has written ``actor.joined``, which :func:`join` does once it has read the trial.
 The session is the same :class:`~trialog.actor.ActorSession` the actor services
 give session-style actors.
+
+A seat has one holder (:mod:`trialog.trust`): ``holder`` is the client's own id
+(keep it to resume the seat after a reconnect); a join while another holder has
+the seat raises :class:`TrialError`, unless ``takeover=True`` — then the other
+holder's session ends with the reason ``seat_taken_over``. Without the seats key
+in the keyring, pass the seat's join ``token``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 
 from trialog.actor import EndEvent, MessageEvent, ObservationEvent, RewardEvent
@@ -41,6 +48,9 @@ from trialog.events import (
 from trialog.runtime.actors import Session
 from trialog.runtime.trial import class_schemas, loads, matches, trial_info
 from trialog.topics import EVENTS
+from trialog.trust import Authenticator, Keyring, Seat, SeatBook, TrustError, read_join_token, seat_headers
+
+TAKEN_OVER = "seat_taken_over"
 
 
 class _Emitter:
@@ -67,9 +77,24 @@ class _Emitter:
 
 
 @contextlib.asynccontextmanager
-async def join(bus: Bus, trial_id: str, actor: str, *, timeout: float = 60) -> AsyncIterator[Session]:
+async def join(
+    bus: Bus, trial_id: str, actor: str, *, timeout: float = 60, token: str | None = None, holder: str | None = None, takeover: bool = False
+) -> AsyncIterator[Session]:
     """Join ``trial_id`` as ``actor``; raises :class:`TrialError` if the trial does not
-    appear within ``timeout`` seconds or has no such client actor."""
+    appear within ``timeout`` seconds, has no such client actor, or its seat is held
+    by another holder (and ``takeover`` is not set)."""
+    seat_key = None
+    if token is not None:
+        claims = read_join_token(token)
+        if (claims.trial_id, claims.actor) != (trial_id, actor):
+            raise TrialError(f"this join token is for seat {claims.actor} of trial {claims.trial_id}", trial_id=trial_id)
+        seat_key = claims.seat_key
+        try:
+            bus.trust  # noqa: B018  (a keyring, if this process has one)
+        except TrustError:
+            bus.trust = Authenticator(Keyring({}, source="a join token"))  # the token's seat key is all it needs
+    seat = Seat(trial_id, actor, holder or uuid.uuid4().hex, takeover)
+    bus.trust.hold(seat, seat_key)
     await bus.start()
     partition, start = bus.partition_of(trial_id), 0
     indexed = await Controller(bus).trial_record(trial_id)
@@ -89,36 +114,57 @@ async def join(bus: Bus, trial_id: str, actor: str, *, timeout: float = 60) -> A
         me = next(a for a in info.actors if a.name == actor)
         session = Session(emitter, info, me, class_schemas(bus.store, resolved)[me.actor_class])
         emitter.emit(ActorJoined(trial_id, actor=actor, implementation=spec.implementation))
-        reader = asyncio.create_task(_read(bus, consumer, session))
+        admitted: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        reader = asyncio.create_task(_read(bus, consumer, session, seat, admitted))
+        refusal = await asyncio.wait_for(asyncio.shield(admitted), timeout)
+        if refusal is not None:
+            raise TrialError(refusal, trial_id=trial_id, reason="seat_held")
         yield session
     except TimeoutError:
-        raise TrialError(f"trial {trial_id} did not appear within {timeout:.0f} s", trial_id=trial_id) from None
+        raise TrialError(f"trial {trial_id} did not appear (or did not admit {actor}) within {timeout:.0f} s", trial_id=trial_id) from None
     finally:
         if reader is not None:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
         await emitter.close()
         await consumer.stop()
+        bus.trust.release(trial_id, actor)
         await bus.stop()
+
+
+def _genuine(bus: Bus, record) -> bool:
+    return bus.refusal(record) is None
 
 
 async def _find_trial(bus: Bus, consumer, trial_id: str) -> ResolvedTrial:
     while True:
         for record in await consumer.poll(timeout_ms=500):
-            if record.trial_id == trial_id and record.header(HEADER_KIND) in ("trial.pending", "trial.started"):
-                return bus.codec.decode(record.value, record.header(HEADER_KIND))
+            if record.trial_id == trial_id and record.header(HEADER_KIND) in ("trial.pending", "trial.started") and _genuine(bus, record):
+                resolved = bus.codec.decode(record.value, record.header(HEADER_KIND))
+                bus.trust.learn(resolved)
+                return resolved
 
 
-async def _read(bus: Bus, consumer, session: Session) -> None:
-    """Feed the session the events addressed to its actor, in log order, until the end."""
+async def _read(bus: Bus, consumer, session: Session, seat: Seat, admitted: asyncio.Future) -> None:
+    """Feed the session the events addressed to its actor, in log order, until the end;
+    settle ``admitted`` when this holder's join is read back (None, or why it was refused)."""
     name, actor_class = session.actor.name, session.actor.actor_class
     seen_ticks: set[int] = set()
+    seats = SeatBook()
     while True:
         for record in await consumer.poll(timeout_ms=500):
-            if record.trial_id != session.trial.trial_id:
+            if record.trial_id != session.trial.trial_id or not _genuine(bus, record):
                 continue
             event = bus.codec.decode(record.value, record.header(HEADER_KIND))
             match event:
+                case ActorJoined(actor=a) if a == name:
+                    holder, takeover = seat_headers(record.headers)
+                    refusal, displaced = seats.joined(seat.trial_id, a, holder, takeover)
+                    if holder == seat.holder and not admitted.done():
+                        admitted.set_result(refusal)
+                    elif refusal is None and displaced == seat.holder:
+                        session.push(EndEvent(session.tick, TAKEN_OVER))  # another holder took the seat over
+                        return
                 case Observation(actor=a) if a == name and event.tick not in seen_ticks:
                     seen_ticks.add(event.tick)
                     value = bus.store.decode(event.payload, session.schemas.observation)

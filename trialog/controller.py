@@ -34,6 +34,7 @@ from trialog.events import (
     Event,
     Message,
     ParametersChanged,
+    ResolvedTrial,
     Reward,
     StartRequest,
     TerminateRequest,
@@ -215,18 +216,22 @@ class Controller:
                 self._last_tick[record.trial_id] = tick
             return
         if kind == Reward.KIND and record.trial_id in self._rewards:
+            if self.bus.refusal(record) is not None:
+                return  # forged: the orchestrator dead-letters it; it counts for nothing
             try:
                 r = self.bus.codec.decode(record.value, kind)
             except Exception:
                 return
             self._rewards[record.trial_id][(r.receiver, r.tick)].append(r)
             return
-        if kind not in LIFECYCLE:
+        if kind not in LIFECYCLE or self.bus.refusal(record) is not None:
             return
         try:
             event = self.bus.codec.decode(record.value, kind)
         except Exception:
             return  # the orchestrator dead-letters bad records; a watcher just skips them
+        if isinstance(event, ResolvedTrial):
+            self.bus.trust.learn(event)  # so this process can write as (or to) the trial's actors
         for q in self._listeners:
             q.put_nowait(event)
         w = self._watches.get(event.trial_id)

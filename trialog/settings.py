@@ -56,6 +56,11 @@ class Settings:
     model_store: str = _setting(
         "", "Folder (shared by learners and actor services) for model weights too large to travel inline on the models topic."
     )
+    keyring: str = _setting(
+        "",
+        "Keyring (JSON file, or a directory of one file per key) that tags and verifies records; "
+        "empty: TRIALOG_KEY_* variables, else the local development keyring for a broker on this machine (docs/security.md).",
+    )
 
     # --- derived names -----------------------------------------------------------
     def topic(self, role: str) -> str:

@@ -43,11 +43,14 @@ from trialog.logs import get_logger
 from trialog.runtime.service import Handler
 from trialog.spec import Spec
 from trialog.topics import CONTROL, EVENTS, TRIALS
+from trialog.trust import SeatBook, seat_headers
 
 log = get_logger(__name__)
 
 # Kinds that only count as activity (read from headers, never decoded here).
 _ACTIVITY = frozenset({"observation", "action", "actor.timeout", "actor.left", "parameters.changed"})
+# Kinds this service answers for when they are refused (one owner per kind); read from headers.
+_VERIFIED_UNDECODED = frozenset({"reward", "message"})
 _RECENTLY_ENDED = 10_000  # ended trial IDs remembered to ignore stragglers quietly
 
 
@@ -68,6 +71,7 @@ class _Live:
     last_activity: float = field(default_factory=time.monotonic)
     tick: int = 0
     waiting_for: set[str] = field(default_factory=set)
+    clients: set[str] = field(default_factory=set)
     pending: TrialPending | None = None  # kept only while client actors join
     end_sent: bool = False
 
@@ -79,6 +83,7 @@ class OrchestratorHandler(Handler):
          EnvironmentDone.KIND, TrialEnded.KIND, ActorJoined.KIND, TrialTerminating.KIND}
     )  # fmt: skip
     dead_letters = True
+    owned_kinds = kinds | _VERIFIED_UNDECODED
     batched = True  # not on the tick path: lifecycle answers may wait a fetch batch
     service_name = "orchestrator"
 
@@ -88,6 +93,7 @@ class OrchestratorHandler(Handler):
         self.requested: dict[str, int] = {}  # trial ID -> partition, answered but not yet read back
         self.ended: OrderedDict[str, None] = OrderedDict()
         self.deferred: dict[int, list[tuple[Record, Event]]] = {}
+        self.seats = SeatBook()
 
     # --- dispatch ------------------------------------------------------------------------------
     def handle(self, record: Record, event: Event) -> None:
@@ -110,6 +116,13 @@ class OrchestratorHandler(Handler):
                                            created_ms=record.timestamp_ms, updated_ms=record.timestamp_ms), TRIALS)  # fmt: skip
             case ActorJoined() if trial is not None:
                 trial.last_activity = time.monotonic()
+                if event.actor not in trial.clients:
+                    self.loop.dead_letter(record, f"actor.joined for {event.actor!r}, which is not a client actor of this trial")
+                    return
+                refusal, _ = self.seats.joined(event.trial_id, event.actor, *seat_headers(record.headers))
+                if refusal is not None:
+                    self.loop.dead_letter(record, f"refused: {refusal}")
+                    return
                 trial.waiting_for.discard(event.actor)
                 if trial.status == "pending" and not trial.waiting_for and trial.pending is not None:
                     self.loop.emit(trial.pending.as_kind(TrialStarted))
@@ -123,6 +136,11 @@ class OrchestratorHandler(Handler):
                 self._not_live(record, event.KIND)
 
     def glance(self, record: Record, kind: str) -> None:
+        if kind in _VERIFIED_UNDECODED and self.loop.is_live(EVENTS, record.partition):
+            refused = self.loop.bus.refusal(record)
+            if refused is not None:
+                self.loop.dead_letter(record, f"refused: {refused}")
+                return
         trial = self.live_trials.get(record.trial_id)
         if kind == "reward" and self.loop.is_live(EVENTS, record.partition):
             self._count_reward(record, trial)
@@ -133,9 +151,13 @@ class OrchestratorHandler(Handler):
         trial.last_activity = time.monotonic()
         if kind == "observation":
             try:
-                trial.tick = max(trial.tick, int(record.header(HEADER_TICK) or 0))
+                tick = int(record.header(HEADER_TICK) or 0)
             except ValueError:
-                pass
+                return
+            # Only a genuine observation moves the trial's tick (a forged one must not end it).
+            if tick <= trial.tick or self.loop.bus.refusal(record) is not None:
+                return
+            trial.tick = tick
             # A backstop only: the environment runtime ends trials at max_ticks itself.
             if trial.max_ticks is not None and trial.tick > trial.max_ticks:
                 self._end(record.trial_id, trial, "max_ticks", trial.tick, "the environment went past max_ticks")
@@ -215,9 +237,10 @@ class OrchestratorHandler(Handler):
             )
             self.live_trials[tid] = trial
         trial.last_activity = time.monotonic()
+        trial.clients = {a.name for a in event.actors if a.client}
         if isinstance(event, TrialPending):
             trial.pending = event
-            trial.waiting_for = {a.name for a in event.actors if a.client}
+            trial.waiting_for = set(trial.clients)
             trial.join_deadline_ms = record.timestamp_ms + event.join_timeout_ms
         else:
             if trial.status == "running":
@@ -236,6 +259,7 @@ class OrchestratorHandler(Handler):
 
     def _on_ended(self, record: Record, event: TrialEnded) -> None:
         trial = self.live_trials.pop(event.trial_id, None)
+        self.seats.forget(event.trial_id)
         self._remember_ended(event.trial_id)
         if trial is None:
             return

@@ -86,8 +86,9 @@ async def test_bad_records_go_to_dead_letters_while_trials_finish(kafka_settings
         async with Controller(bus) as ctl:
             ids = [await ctl.start_trial("trialtest", seed=i, environment="slow", max_ticks=20) for i in range(3)]
             await wait_for(lambda: all(ctl.last_tick(t) >= 2 for t in ids), timeout=60, what="trials under way")
-            garbage = [("events", ids[0].encode(), b"\x00not avro at all", [("kind", b"action")])]
-            wrong_schema = [("events", ids[1].encode(), bus.codec.encode(Action(ids[1], tick=ctl.last_tick(ids[1]), actor="alice", payload=b"\xc3\x01bad")), Action(ids[1], tick=0, actor="alice").headers())]
+            garbage = [("events", ids[0].encode(), b"\x00not avro at all", [("kind", b"action")])]  # untagged: refused
+            # Tagged with alice's key (this process holds the keyring), but not alice's action schema.
+            wrong_schema = [bus.to_record("events", Action(ids[1], tick=ctl.last_tick(ids[1]), actor="alice", payload=b"\xc3\x01bad"))]
             unknown_trial = [("events", b"no-such-trial", bus.codec.encode(Action("no-such-trial", tick=0, actor="alice")), Action("no-such-trial", tick=0, actor="alice").headers())]
             await bus.send_many(garbage + wrong_schema + unknown_trial)
             ends = [await ctl.wait_ended(t, timeout=120) for t in ids]
@@ -103,7 +104,8 @@ async def test_bad_records_go_to_dead_letters_while_trials_finish(kafka_settings
         finally:
             await reader.stop()
     reasons = " | ".join(sorted(letter["reason"] for letter in letters))
-    assert "undecodable record" in reasons
+    assert "refused: action from '' is not tagged" in reasons or "refused: action from '': not an actor" in reasons
+    assert "does not match its schema" in reasons
     assert "not live" in reasons
     assert any(letter["key"] == ids[0].encode() and letter["value"] == b"\x00not avro at all" for letter in letters)
     assert len(letters) >= 3, reasons

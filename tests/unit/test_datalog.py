@@ -169,7 +169,9 @@ async def test_bad_input_is_reported_not_fatal(bus, tmp_path):
         [loop] = d.add([logger_loop(bus, tmp_path, grace_s=0.1, idle_s=0.5)])
         tid, ended = await run_trial(bus, ctl, seed=9)
         key = tid.encode()
-        await bus.send_many([(EVENTS, key, b"\xc3\x01garbage", [("kind", b"reward"), ("tick", b"1")])])
+        # Garbage from a writer holding a key (a forged one would be refused before decoding).
+        headers = [("kind", b"reward"), ("tick", b"1")]
+        await bus.send_many([(EVENTS, key, b"\xc3\x01garbage", headers + bus.trust.tag(tid, headers, b"\xc3\x01garbage"))])
         await ctl.send_reward(tid, "nobody", 1.0, tick=1, sender="x")
         await wait_for(lambda: Archive(tmp_path).entry(tid), timeout=10, what="archive")
         problems = Archive(tmp_path).entry(tid)["problems"]

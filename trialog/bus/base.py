@@ -17,9 +17,12 @@ from dataclasses import dataclass
 from aiokafka.partitioner import murmur2  # pure function: Kafka's default key hash
 
 from trialog.codec import SchemaStore
-from trialog.events import DeadLetter, Event, EventCodec
+from trialog.events import DeadLetter, Event, EventCodec, ResolvedTrial
 from trialog.settings import Settings
-from trialog.topics import DEAD_LETTERS
+from trialog.topics import CONTROL, DEAD_LETTERS, EVENTS
+from trialog.trust import Authenticator, Keyring
+
+SIGNED = frozenset({CONTROL, EVENTS})  # roles whose records carry tags (trialog.trust)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,18 @@ class Bus(abc.ABC):
         # and trial ID -> partition: murmur2 in pure Python costs ~8 µs, paid per event otherwise.
         self.partitions = settings.partitions
         self._partition_cache: dict[str, int] = {}
+        self._trust: Authenticator | None = None
+
+    @property
+    def trust(self) -> Authenticator:
+        """Tags what this process writes and checks what it reads (keyring loaded on first use)."""
+        if self._trust is None:
+            self._trust = Authenticator(Keyring.load(self.settings))
+        return self._trust
+
+    @trust.setter
+    def trust(self, value: Authenticator) -> None:
+        self._trust = value
 
     @property
     def store(self) -> SchemaStore:
@@ -145,8 +160,21 @@ class Bus(abc.ABC):
         in order. Records for one partition keep their order (idempotent producer)."""
 
     def to_record(self, role: str, event: Event) -> tuple[str, bytes, bytes, list[tuple[str, bytes]]]:
-        """An event as a (role, key, value, headers) record: keyed by its trial ID (I-1)."""
-        return (role, event.trial_id.encode(), self.codec.encode(event), event.headers())
+        """An event as a (role, key, value, headers) record: keyed by its trial ID (I-1),
+        tagged with the sender's key (and its receivers') on ``control`` and ``events``."""
+        value = self.codec.encode(event)
+        headers = event.headers()
+        if role in SIGNED:
+            if isinstance(event, ResolvedTrial):
+                self.trust.learn(event)  # its actors' keys tag it, and what follows
+            headers += self.trust.tag(event.trial_id, headers, value)
+        return (role, event.trial_id.encode(), value, headers)
+
+    def refusal(self, record: Record) -> str | None:
+        """Why a consumed record must not count (forged, or written without the right key), or None."""
+        if record.role not in SIGNED:
+            return None
+        return self.trust.check(record.key, record.headers, record.value)
 
     async def publish(self, role: str, event: Event) -> Delivered:
         """Encode one event and send it, keyed by its trial ID; wait for the acknowledgement."""

@@ -27,7 +27,7 @@ from trialog.bus.base import Bus, Record
 from trialog.controller import Controller
 from trialog.datalog.samples import Sample, TrialFold
 from trialog.errors import CodecError
-from trialog.events import HEADER_KIND, HEADER_RECEIVER, HEADER_TICK, TrialRecord
+from trialog.events import HEADER_KIND, HEADER_RECEIVER, HEADER_TICK, ResolvedTrial, TrialRecord
 from trialog.topics import EVENTS
 
 
@@ -77,7 +77,7 @@ async def trial_records(bus: Bus, trial_id: str, *, follow: bool = False, start:
                 position = record.offset + 1
                 if record.trial_id != trial_id:
                     continue
-                ended = ended or record.header(HEADER_KIND) == "trial.ended"
+                ended = ended or (record.header(HEADER_KIND) == "trial.ended" and bus.refusal(record) is None)
                 yield record
             position = max(position, consumer.position_hint(EVENTS, p) or 0)
     finally:
@@ -85,12 +85,18 @@ async def trial_records(bus: Bus, trial_id: str, *, follow: bool = False, start:
 
 
 def feed(fold: TrialFold, bus: Bus, record: Record) -> None:
-    """Decode one record into the fold (undecodable ones become problems)."""
+    """Decode one record into the fold (undecodable or forged ones become problems)."""
+    refused = bus.refusal(record)
+    if refused is not None:
+        fold.bad_record(record.offset, f"refused: {refused}")
+        return
     try:
         event = bus.codec.decode(record.value, record.header(HEADER_KIND))
     except CodecError as exc:
         fold.bad_record(record.offset, f"undecodable record: {exc}")
         return
+    if isinstance(event, ResolvedTrial):
+        bus.trust.learn(event)  # who plays whom: what the trial's next records are checked against
     fold.add(event)
 
 

@@ -165,6 +165,7 @@ class ActorHandler(Handler):
     """Plays one actor implementation."""
 
     kinds = frozenset({TrialStarted.KIND, Observation.KIND, Reward.KIND, Message.KIND, TrialEnded.KIND})
+    owned_kinds = frozenset({Observation.KIND})  # observations to the actors played here
     service_name = "actors"
 
     def __init__(self, implementation: str, entry: str | Any, config: Mapping[str, Any] | None = None):

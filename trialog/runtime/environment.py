@@ -25,6 +25,7 @@ from trialog.environment import RewardOut, Step
 from trialog.errors import CodecError
 from trialog.events import (
     Action,
+    ActorJoined,
     ActorLeft,
     ActorTimeout,
     EnvironmentDone,
@@ -42,6 +43,7 @@ from trialog.runtime.service import Handler
 from trialog.runtime.trial import ClassSchemas, class_schemas, dumps, loads, trial_info
 from trialog.spec import load_entry
 from trialog.topics import EVENTS
+from trialog.trust import SeatBook, seat_headers
 
 log = get_logger(__name__)
 
@@ -56,6 +58,7 @@ class _Trial:
     start_offset: int
     schemas: dict[str, ClassSchemas]
     actor_class: dict[str, str]
+    clients: frozenset[str] = frozenset()
     tick: int = 0
     active: set[str] = field(default_factory=set)
     actions: dict[str, Any] = field(default_factory=dict)
@@ -70,8 +73,10 @@ class EnvironmentHandler(Handler):
     """Hosts every trial whose environment implementation is one of ``implementations``."""
 
     kinds = frozenset(
-        {TrialStarted.KIND, Action.KIND, ActorTimeout.KIND, TrialTerminating.KIND, TrialEnded.KIND, Message.KIND, ParametersChanged.KIND}
-    )
+        {TrialStarted.KIND, Action.KIND, ActorTimeout.KIND, TrialTerminating.KIND, TrialEnded.KIND, Message.KIND, ParametersChanged.KIND,
+         ActorJoined.KIND}
+    )  # fmt: skip
+    owned_kinds = frozenset({Action.KIND, ParametersChanged.KIND, ActorTimeout.KIND})
     service_name = "environment"
 
     def __init__(self, implementations: Mapping[str, str | EnvFactory]):
@@ -80,12 +85,17 @@ class EnvironmentHandler(Handler):
         for name, entry in implementations.items():
             self.factories[name] = load_entry(entry, what=f"environment {name}") if isinstance(entry, str) else entry
         self.trials: dict[str, _Trial] = {}
+        self.seats = SeatBook()  # who holds each client seat (joins come before the trial starts)
 
     # --- log events ------------------------------------------------------------------------
     def wants(self, record: Record, kind: str | None) -> bool:
-        return kind == TrialStarted.KIND or record.trial_id in self.trials
+        return kind in (TrialStarted.KIND, ActorJoined.KIND) or record.trial_id in self.trials
 
     def handle(self, record: Record, event: Event) -> None:
+        if isinstance(event, ActorJoined):
+            # Refusals are the orchestrator's to report; the join's offset is where a rebuild of the trial starts.
+            self.seats.joined(event.trial_id, event.actor, *seat_headers(record.headers), offset=record.offset)
+            return
         if isinstance(event, TrialStarted):
             if event.environment in self.factories and event.trial_id not in self.trials:
                 self._start(record, event)
@@ -105,18 +115,21 @@ class EnvironmentHandler(Handler):
             case TrialTerminating():
                 trial.terminating = True
             case TrialEnded():
+                self.seats.forget(trial.started.trial_id)
                 self._close(trial)
 
     def _start(self, record: Record, started: TrialStarted) -> None:
         info = trial_info(started)
         schemas = class_schemas(self.loop.bus.store, started)
+        joined_at = self.seats.first_offset(started.trial_id)  # a rebuild must see who holds the seats
         trial = _Trial(
             started=started,
             env=None,
             partition=record.partition,
-            start_offset=record.offset,
+            start_offset=record.offset if joined_at is None else min(record.offset, joined_at),
             schemas=schemas,
             actor_class={a.name: a.actor_class for a in started.actors},
+            clients=frozenset(a.name for a in started.actors if a.client),
             active={a.name for a in started.actors},
         )
         self.trials[started.trial_id] = trial
@@ -133,6 +146,11 @@ class EnvironmentHandler(Handler):
         if action.actor not in trial.actor_class:
             self.loop.dead_letter(record, f"action from {action.actor!r}, who is not an actor of this trial")
             return
+        if action.actor in trial.clients:
+            refusal = self.seats.refuses(action.trial_id, action.actor, seat_headers(record.headers)[0])
+            if refusal is not None:
+                self.loop.dead_letter(record, f"refused: action at tick {action.tick}: {refusal}")
+                return
         schema = trial.schemas[trial.actor_class[action.actor]].action
         try:
             value = self.loop.bus.store.decode(action.payload, schema)

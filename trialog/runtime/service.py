@@ -21,6 +21,12 @@ round trip, so a handler that emits several events for one input costs one hop.
 **Bad records (I-8).** Records that do not decode are dead-lettered by the
 service that owns the job (``dead_letters=True``) and skipped by the others;
 nothing stops the loop.
+
+**Who wrote it (I-9).** Before a record is decoded, its tags are checked
+(:mod:`trialog.trust`); a record that was not written by a key allowed to write
+it, or whose headers disagree with its body, never reaches the handler. The
+service owning that kind (``owned_kinds``) dead-letters it with the reason; the
+others skip it.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from dataclasses import dataclass, field
 from trialog import metrics
 from trialog.bus.base import Bus, Consumer, Record
 from trialog.errors import CodecError, TransportError, TrialogError
-from trialog.events import BY_KIND, HEADER_KIND, Event, identity_from_headers
+from trialog.events import BY_KIND, HEADER_KIND, Event, ResolvedTrial, identity_from_headers
 from trialog.logs import get_logger
 from trialog.topics import EVENTS
 
@@ -51,6 +57,7 @@ class Handler:
     dead_letters: bool = False  # this service reports undecodable records
     batched: bool = False  # off the tick path: fetch in batches (see Bus.consumer)
     service_name: str = "service"
+    owned_kinds: frozenset[str] = frozenset()  # kinds this service dead-letters when refused (one owner each)
 
     loop: ServiceLoop
 
@@ -195,6 +202,10 @@ class ServiceLoop:
             return
         if not self.handler.wants(record, kind):
             return
+        refused = self.bus.refusal(record)
+        if refused is not None:
+            self.refused(record, kind, refused)
+            return
         try:
             event = self.bus.codec.decode(record.value, kind)
         except CodecError as exc:
@@ -202,12 +213,24 @@ class ServiceLoop:
             self.handler.undecodable(record, reason)
             self._bad_record(record, reason)
             return
+        if record.role == EVENTS and event.identity != identity_from_headers(record.headers):
+            self.refused(record, kind, f"headers {identity_from_headers(record.headers)} disagree with the body {event.identity}")
+            return
+        if isinstance(event, ResolvedTrial):
+            self.bus.trust.learn(event)
         try:
             self.handler.handle(record, event)
         except TrialogError as exc:
             log.warning("event rejected", service=self.handler.service_name, trial=record.trial_id, kind=kind, error=str(exc))
         except Exception:  # a bug in user code must not stop a service that hosts many trials
             log.exception("handler failed", service=self.handler.service_name, trial=record.trial_id, kind=kind)
+
+    def refused(self, record: Record, kind: str | None, reason: str) -> None:
+        """A record that must not count: dead-lettered by the owner of its kind, skipped by the others."""
+        if kind in self.handler.owned_kinds:
+            self.dead_letter(record, f"refused: {reason}")
+        else:
+            log.debug("record refused", service=self.handler.service_name, trial=record.trial_id, kind=kind, reason=reason)
 
     def _cross_off(self, part: _Partition, record: Record) -> None:
         key = (record.trial_id, identity_from_headers(record.headers))
@@ -308,7 +331,12 @@ class ServiceLoop:
     async def _flush(self) -> None:
         while self._out:
             batch, self._out = self._out, []
-            records = [self.bus.to_record(role, event) for role, event in batch]
+            records = []
+            for role, event in batch:
+                try:
+                    records.append(self.bus.to_record(role, event))
+                except TrialogError as exc:  # e.g. no key to write it with: say so, keep serving
+                    log.error("cannot write an event", service=self.handler.service_name, trial=event.trial_id, kind=event.KIND, error=str(exc))
             for attempt in range(10):
                 try:
                     await self.bus.send_many(records)
