@@ -115,8 +115,14 @@ class TrialView:
 
 
 def decode(bus: Bus, record: Record) -> Event | None:
-    """A record as an event, or None when it does not decode (its owner dead-letters it)."""
+    """A record as an event, or None when it does not decode or was not written by a key
+    allowed to write it (its owner dead-letters it)."""
+    if bus.refusal(record) is not None:
+        return None
     try:
-        return bus.codec.decode(record.value, record.header(HEADER_KIND))
+        event = bus.codec.decode(record.value, record.header(HEADER_KIND))
     except CodecError:
         return None
+    if isinstance(event, ResolvedTrial):
+        bus.trust.learn(event)  # the seats' keys: what the gateway writes for them is tagged with those
+    return event
