@@ -26,12 +26,17 @@ def memory_settings() -> Settings:
 
 
 @pytest.fixture
-def kafka_settings() -> Settings:
-    """Settings for a real broker with a fresh topic prefix (isolates each test)."""
+def kafka_settings():
+    """Settings for a real broker with a fresh topic prefix (isolates each test); the
+    prefix's topics are deleted afterwards so that the broker does not fill up."""
     servers = os.environ.get("TRIALOG_BOOTSTRAP_SERVERS")
     if not servers:
         pytest.fail("integration tests need a broker: run `export TRIALOG_BOOTSTRAP_SERVERS=$(trialog broker start)` first")
-    return Settings.load({"bootstrap_servers": servers, "topic_prefix": f"test-{uuid.uuid4().hex[:8]}.", "partitions": 4}, environ={})
+    settings = Settings.load({"bootstrap_servers": servers, "topic_prefix": f"test-{uuid.uuid4().hex[:8]}.", "partitions": 4}, environ={})
+    yield settings
+    from trialog.bus.kafka import KafkaBus
+
+    asyncio.run(KafkaBus(settings).delete_topics())
 
 
 def free_ports(count: int) -> list[int]:

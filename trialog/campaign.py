@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from trialog.commands import trial_overrides
 from trialog.errors import TrialogError
 from trialog.settings import Settings
 from trialog.spec import Spec, load_spec
@@ -148,11 +149,11 @@ def summary_table(spec: Spec, result, returns: dict[str, dict[str, float]]) -> s
         ticks = sum(t for _, t in items) / n
         lines.append(f"{label:34} {n:>6} {ticks:>7.1f} " + " ".join(f"{means[a]:>16.2f}" for a in actors) + f" {sum(means.values()):>9.2f}")
     reasons = ", ".join(f"{k}: {v}" for k, v in sorted(result.by_reason().items()))
-    failed = [o for o in result.outcomes if o.error]
+    failed = [o for o in result.outcomes if o.failed]
     lines.append("")
     lines.append(f"{len(result.outcomes)} trials in {result.seconds:.1f} s — {result.ticks} ticks ({result.ticks / max(result.seconds, 1e-9):,.0f} ticks/s) — end reasons: {reasons}")
     for o in failed[:5]:
-        lines.append(f"  {o.trial_id or '(no id)'}: {o.error}")
+        lines.append(f"  {o.trial_id or '(no id)'}: {o.error or 'ended by an error'}")
     return "\n".join(lines)
 
 
@@ -169,14 +170,12 @@ def plot_campaign(spec: Spec, result, returns: dict[str, dict[str, float]], out:
 
 
 def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] | None = None, archive_dir: str | None = None) -> int:
-    from trialog.cli import _overrides
-
     spec = load_spec(args.spec_file)
-    base = _overrides(args)
-    seed_base = base.pop("seed", 0)
+    base = trial_overrides(args)
+    seed_base = base.pop("seed", None)
 
     def overrides_for(i: int) -> dict[str, Any]:
-        extra = dict(base, seed=seed_base + i)
+        extra = dict(base) if seed_base is None else dict(base, seed=seed_base + i)
         if pairings:
             extra["implementations"] = {**pairings[i % len(pairings)], **base.get("implementations", {})}
         return extra
@@ -196,7 +195,7 @@ def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] |
     print(summary_table(spec, result, returns))
     if args.plot:
         print(f"plot: {plot_campaign(spec, result, returns, args.plot).png}")
-    return 0 if not any(o.error for o in result.outcomes) else 1
+    return 1 if any(o.failed for o in result.outcomes) else 0
 
 
 def wait_archived(archive_dir: str, trial_ids: list[str], timeout: float = 90) -> None:

@@ -1,22 +1,29 @@
-"""The ``trialog`` command.
+"""The ``trialog`` command: the SDK's commands, and the services' through an entry point.
 
 Every command that talks to Kafka takes the connection settings as flags, as
 ``TRIALOG_*`` variables or from a ``--settings`` file (see :mod:`trialog.settings`).
+
+The SDK stands below the services and never imports them: the services add their
+commands (``trialog serve orchestrator`` …) through the ``trialog.commands`` entry
+point that the package declares (pyproject.toml). Commands that need an optional
+extra are always listed and say how to install it when run.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import os
 import sys
-from collections.abc import Callable
-from typing import Any
-
-import orjson
+from importlib.metadata import entry_points
 
 from trialog import logs
-from trialog.errors import TrialogError
-from trialog.settings import add_arguments, from_args
+from trialog.commands import add_trial_overrides, command, positive_int, run_async, trial_overrides
+from trialog.errors import TrialError, TrialogError
+from trialog.settings import from_args
+
+__all__ = ["build_parser", "command", "main", "run_async"]
+
+ENTRY_POINTS = "trialog.commands"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,50 +40,31 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader of our output went away (`trialog replay ... | head`): stop quietly, as
+        # Unix tools do; stdout goes to /dev/null so the final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trialog", description="Trials of AI agents and humans, carried and logged by Apache Kafka.")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-    from trialog import broker
+    from trialog import broker, check, demo, plot
+    from trialog.datalog import cli as datalog_cli
 
     broker.add_cli(sub)
     _add_settings(sub)
     _add_topics(sub)
-    _add_serve(sub)
+    serve = _add_serve(sub)
     _add_trial(sub)
     _add_run(sub)
-    for module in ("trialog.demo", "trialog.check", "trialog.datalog.cli", "trialog.plot"):
-        add = _optional_cli(module)
-        if add is not None:
-            add(sub)
+    for module in (demo, check, datalog_cli, plot):
+        module.add_cli(sub)
+    for entry in entry_points(group=ENTRY_POINTS):
+        # A broken plugin fails loudly here rather than losing its commands in silence.
+        entry.load()(sub, serve)
     return parser
-
-
-def _optional_cli(module: str) -> Callable[[Any], None] | None:
-    """Commands whose modules need optional extras register only when importable."""
-    import importlib
-
-    try:
-        return getattr(importlib.import_module(module), "add_cli", None)
-    except ImportError:
-        return None
-
-
-def command(sub, name: str, help: str, *, settings: bool = True) -> argparse.ArgumentParser:
-    p = sub.add_parser(name, help=help, description=help)
-    if settings:
-        add_arguments(p)
-    return p
-
-
-def run_async(coro) -> Any:
-    """Run a command's coroutine, on uvloop when it is installed (see docs/performance.md)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 # --- settings, topics ------------------------------------------------------------------------------
@@ -132,105 +120,21 @@ def _add_topics(sub) -> None:
 # --- services --------------------------------------------------------------------------------------
 
 
-def _spec_files(args) -> list[str]:
-    files = [f.strip() for f in from_args(args).spec.split(",") if f.strip()]
-    if not files:
-        raise TrialogError("no spec: pass --spec FILE or set TRIALOG_SPEC (the orchestrator takes several, comma-separated)")
-    return files
-
-
-def _add_serve(sub) -> None:
+def _add_serve(sub):
+    """``trialog serve``: its subcommands come from the services (entry point ``trialog.commands``)."""
     serve = sub.add_parser("serve", help="Run a Trialog service (orchestrator, environment, actors, logger, gateway).")
-    ssub = serve.add_subparsers(metavar="SERVICE")
 
-    def common(p) -> None:
-        p.add_argument("--health-port", type=int, default=8080, help="HTTP port for /livez and /readyz (0: off; default 8080)")
+    def no_service(args) -> int:
+        raise TrialogError(
+            "name a service (`trialog serve --help`); if none is listed, the services' commands are not "
+            f"registered: reinstall the package (pip install -e .) so that its {ENTRY_POINTS!r} entry point exists"
+        )
 
-    orch = command(ssub, "orchestrator", "Validate start requests, start and end trials, keep the trials index.")
-    common(orch)
-    env = command(ssub, "environment", "Host environment implementations (one consumer group each).")
-    common(env)
-    env.add_argument("--implementation", action="append", default=[], metavar="NAME", help="serve only these (repeatable; default all)")
-    act = command(ssub, "actors", "Play actor implementations (one consumer group each).")
-    common(act)
-    act.add_argument("--implementation", action="append", default=[], metavar="NAME", help="serve only these (repeatable; default all non-client)")
-
-    def do_orchestrator(args) -> int:
-        from services.orchestrator.main import main as run
-        from trialog.bus import connect
-        from trialog.spec import load_spec
-
-        bus = connect(from_args(args))
-        specs = [load_spec(f, bus.store) for f in _spec_files(args)]
-        run_async(run(bus, specs, health_port=args.health_port))
-        return 0
-
-    def hosted(module: str) -> Callable[[Any], int]:
-        def do(args) -> int:
-            import importlib
-
-            from trialog.bus import connect
-            from trialog.spec import load_spec
-
-            bus = connect(from_args(args))
-            files = _spec_files(args)
-            if len(files) != 1:
-                raise TrialogError("environment and actor services take exactly one --spec")
-            spec = load_spec(files[0], bus.store)
-            run_async(importlib.import_module(module).main(bus, spec, args.implementation, health_port=args.health_port))
-            return 0
-
-        return do
-
-    orch.set_defaults(func=do_orchestrator)
-    env.set_defaults(func=hosted("services.environment.host"))
-    act.set_defaults(func=hosted("services.actors.host"))
-    for module in ("services.logger.cli", "services.gateway.cli"):
-        add = _optional_cli(module)
-        if add is not None:
-            add(ssub)
+    serve.set_defaults(func=no_service)
+    return serve.add_subparsers(metavar="SERVICE")
 
 
 # --- trials ------------------------------------------------------------------------------------------
-
-
-def _pairs(items: list[str], what: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise TrialogError(f"{what} {item!r} must look like key=value")
-        try:
-            out[key] = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            out[key] = value
-    return out
-
-
-def _add_trial_overrides(p) -> None:
-    p.add_argument("--seed", type=int, help="trial seed (default: the spec's, else derived from the trial ID)")
-    p.add_argument("--implementation", action="append", default=[], metavar="ACTOR=IMPL", help="play ACTOR with IMPL (repeatable)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="user parameter (JSON value or string; repeatable)")
-    p.add_argument("--max-ticks", type=int)
-    p.add_argument("--experiment", default="", help="label the trial(s) with an experiment name (recorded in the log)")
-    p.add_argument("--phase", default="", help="label the trial(s) with an experiment phase: heatup, train or evaluate")
-
-
-def _overrides(args) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if args.seed is not None:
-        out["seed"] = args.seed
-    if args.implementation:
-        out["implementations"] = {k: str(v) for k, v in _pairs(args.implementation, "--implementation").items()}
-    if args.param:
-        out["parameters"] = _pairs(args.param, "--param")
-    if args.max_ticks:
-        out["max_ticks"] = args.max_ticks
-    if args.experiment:
-        out["experiment"] = args.experiment
-    if args.phase:
-        out["phase"] = args.phase
-    return out
 
 
 def _add_trial(sub) -> None:
@@ -238,7 +142,7 @@ def _add_trial(sub) -> None:
     tsub = trial.add_subparsers(metavar="ACTION")
     start = command(tsub, "start", "Ask the orchestrator for a trial; prints its ID (and waits for its end with --wait).")
     start.add_argument("spec_name", metavar="SPEC", help="name of a spec the orchestrator serves")
-    _add_trial_overrides(start)
+    add_trial_overrides(start, seed_help="trial seed (default: the spec's, else derived from the trial ID)")
     start.add_argument("--wait", action="store_true", help="wait for the end and print the reason")
     term = command(tsub, "terminate", "End a trial: soft (at the next tick) or --hard (now).")
     term.add_argument("trial_id")
@@ -255,7 +159,7 @@ def _add_trial(sub) -> None:
 
         async def go():
             async with Controller(connect(from_args(args))) as ctl:
-                tid = await ctl.start_trial(args.spec_name, **_overrides(args))
+                tid = await ctl.start_trial(args.spec_name, **trial_overrides(args))
                 started = await ctl.wait_started(tid)
                 print(tid, flush=True)
                 if args.wait:
@@ -272,9 +176,18 @@ def _add_trial(sub) -> None:
 
         async def go():
             async with Controller(connect(from_args(args))) as ctl:
+                record = await ctl.trial_record(args.trial_id)
+                if record is None:
+                    raise TrialError(f"no trial {args.trial_id} in {ctl.bus.settings.topic('trials')}: check the ID and the topic prefix", trial_id=args.trial_id)
+                if record.status in ("ended", "rejected"):
+                    return record
                 await ctl.terminate(args.trial_id, hard=args.hard, reason=args.reason)
+                return record
 
-        run_async(go())
+        record = run_async(go())
+        if record.status in ("ended", "rejected"):
+            print(f"{args.trial_id} is already {record.status} ({record.reason}): nothing to terminate")
+            return 0
         print(f"terminate ({'hard' if args.hard else 'soft'}) requested for {args.trial_id}")
         return 0
 
@@ -319,13 +232,13 @@ def _add_trial(sub) -> None:
 def _add_run(sub) -> None:
     p = command(sub, "run", "Run a campaign of trials from a spec file, with progress and a summary.")
     p.add_argument("spec_file", metavar="SPEC", help="the spec file")
-    p.add_argument("--trials", type=int, default=10)
-    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--trials", type=positive_int, default=10, metavar="N", help="how many trials (default 10)")
+    p.add_argument("--concurrency", type=positive_int, default=4, metavar="N", help="trials running at once (default 4)")
     p.add_argument("--serve", action="store_true", help="also run the services for this spec locally for the campaign's duration")
-    p.add_argument("--environment-processes", type=int, default=1, help="with --serve: environment service processes")
-    p.add_argument("--actor-processes", type=int, default=1, help="with --serve: actor service processes")
+    p.add_argument("--environment-processes", type=positive_int, default=1, metavar="N", help="with --serve: environment service processes")
+    p.add_argument("--actor-processes", type=positive_int, default=1, metavar="N", help="with --serve: actor service processes")
     p.add_argument("--plot", default="trialog-plots/returns.png", metavar="FILE.png", help="where the returns plot goes, data beside it (default: %(default)s; '': none)")
-    _add_trial_overrides(p)
+    add_trial_overrides(p, seed_help="trial i of the campaign gets seed N+i (default: each trial's seed is the spec's, else derived from its trial ID)")
 
     def do_run(args) -> int:
         from trialog.campaign import run_from_cli

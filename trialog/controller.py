@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from trialog.bus.base import Bus, Consumer, Record
-from trialog.errors import TrialError
+from trialog.errors import TrialError, TrialTimeout
 from trialog.events import (
     HEADER_KIND,
     HEADER_TICK,
@@ -43,6 +43,7 @@ from trialog.events import (
     TrialRecord,
     TrialRejected,
     TrialStarted,
+    trial_id_problem,
 )
 from trialog.rewards import aggregate
 from trialog.runtime.trial import matches
@@ -110,7 +111,12 @@ class Controller:
     ) -> str:
         """Ask for a trial; returns its ID at once (use :meth:`wait_started`/:meth:`wait_ended`).
         ``experiment``/``phase`` label the trial in the log (training presets set them)."""
-        trial_id = trial_id or new_trial_id()
+        trial_id = new_trial_id() if trial_id is None else trial_id
+        problem = trial_id_problem(trial_id)
+        if problem:
+            raise TrialError(f"cannot start a trial: {problem}", trial_id=trial_id, reason=problem)
+        if max_ticks is not None and max_ticks < 1:
+            raise TrialError(f"max_ticks must be at least 1, got {max_ticks}", trial_id=trial_id, reason="invalid max_ticks")
         self._watch(trial_id)
         self._rewards[trial_id] = defaultdict(list)
         await self.bus.publish(
@@ -168,8 +174,17 @@ class Controller:
         return w
 
     async def wait_started(self, trial_id: str, timeout: float | None = 60) -> TrialStarted:
-        """The resolved trial; raises :class:`TrialError` with the reason if it was rejected."""
-        return await asyncio.wait_for(asyncio.shield(self._watch(trial_id).started), timeout)
+        """The resolved trial; raises :class:`TrialError` with the reason if it was rejected,
+        :class:`TrialTimeout` if no orchestrator answered within ``timeout`` seconds."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._watch(trial_id).started), timeout)
+        except TimeoutError:
+            raise TrialTimeout(
+                f"no orchestrator answered the start of trial {trial_id} within {timeout:g} s: is `trialog serve "
+                f"orchestrator` running with that spec, on topics {self.bus.settings.topic('control')} (same prefix and bootstrap servers)?",
+                trial_id=trial_id,
+                reason="no answer",
+            ) from None
 
     async def wait_ended(self, trial_id: str, timeout: float | None = None) -> TrialEnded:
         return await asyncio.wait_for(asyncio.shield(self._watch(trial_id).ended), timeout)
@@ -291,6 +306,11 @@ class TrialOutcome:
     ticks: int = 0
     error: str = ""
     seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        """Rejected, unanswered, or ended by an error."""
+        return bool(self.error) or self.reason == "error"
 
 
 @dataclass

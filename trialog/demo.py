@@ -8,6 +8,7 @@ several implementation pairings with progress, and prints returns per pairing.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -42,7 +43,10 @@ def run(args) -> int:
 
     bootstrap = broker.start()
     print(f"broker ready at {bootstrap}", file=sys.stderr)
-    settings = Settings.load({"bootstrap_servers": bootstrap, "topic_prefix": "trialog-demo."})
+    flags = {"bootstrap_servers": bootstrap}
+    if "TRIALOG_TOPIC_PREFIX" not in os.environ:  # the demo's own topics, unless the deployment names a prefix
+        flags["topic_prefix"] = "trialog-demo."
+    settings = Settings.load(flags)
     spec_file, pairings = DEMOS[args.game]
     campaign_args = argparse.Namespace(
         spec_file=str(EXAMPLES / spec_file), trials=args.trials, concurrency=args.concurrency, serve=True,
@@ -58,8 +62,7 @@ def run(args) -> int:
 
 
 def _logger_available() -> bool:
-    try:
-        import services.logger.cli  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """The logger archives trials as Parquet: only where the datalog extra (pyarrow) is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None

@@ -53,3 +53,26 @@ class TrialError(TrialogError):
         super().__init__(message)
         self.trial_id = trial_id
         self.reason = reason
+
+
+class TrialTimeout(TrialError, TimeoutError):
+    """No answer about a trial in time (also a :class:`TimeoutError`, for ``asyncio`` code)."""
+
+
+class RecordsTooLarge(TrialError):
+    """Records larger than their topic takes (``max.message.bytes``): refused before
+    producing, so that they never reach (and never stall) the producer. The other
+    records of the same send were delivered.
+
+    ``refused``: index in the send -> why; ``delivered``: index -> where it landed."""
+
+    def __init__(self, refused: dict[int, str], delivered: dict, *, trial_id: str | None = None):
+        first = next(iter(refused.values()))
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        super().__init__(
+            f"{first}{more}: send less (e.g. a smaller observation or config), or raise the topic's max.message.bytes",
+            trial_id=trial_id,
+            reason="record too large",
+        )
+        self.refused = refused
+        self.delivered = delivered

@@ -37,6 +37,20 @@ HEADER_RECEIVER = "receiver"
 HEADER_SCHEMA = "schema"
 HEADER_ID = "id"  # the discriminator, present only when an event has one (messages)
 
+TRIAL_ID_MAX = 200  # characters; a trial ID is every record's key (I-1) and appears in file names
+
+
+def trial_id_problem(trial_id: str) -> str | None:
+    """Why a trial ID cannot name a trial (None when it can): empty, too long, or
+    holding control characters (it keys every record and names archive files)."""
+    if not trial_id:
+        return "the trial ID is empty"
+    if len(trial_id) > TRIAL_ID_MAX:
+        return f"the trial ID has {len(trial_id)} characters; at most {TRIAL_ID_MAX}"
+    if not trial_id.isprintable():
+        return "the trial ID holds control characters"
+    return None
+
 
 @dataclass(frozen=True, slots=True)
 class Event:

@@ -15,6 +15,7 @@ import orjson
 import structlog
 
 _configured = False
+_handler: logging.Handler | None = None  # ours on the root logger, replaced on reconfiguration
 
 
 def configure(fmt: str | None = None, level: str | None = None) -> None:
@@ -42,7 +43,21 @@ def configure(fmt: str | None = None, level: str | None = None) -> None:
         logger_factory=lambda *args: structlog.PrintLogger(sys.stderr),
         cache_logger_on_first_use=False,
     )
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    # The standard library's records (aiokafka's) go through the same renderer, so that
+    # JSON output stays one JSON object per line.
+    global _handler
+    root = logging.getLogger()
+    if _handler is not None:
+        root.removeHandler(_handler)
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+        )
+    )
+    root.addHandler(_handler)
+    root.setLevel(max(numeric, logging.WARNING))
     # aiokafka is chatty about routine coordinator moves; its warnings stay, its info goes.
     logging.getLogger("aiokafka").setLevel(max(numeric, logging.WARNING))
     _configured = True

@@ -214,7 +214,7 @@ def _figure_class():
 
 
 def add_cli(sub) -> None:
-    from trialog.cli import command
+    from trialog.commands import command
 
     p = command(sub, "plot", "Plot trial returns (PNG, with the data beside it as CSV and JSON), from the log or an archive.")
     p.add_argument("--out", default="trialog-returns.png", metavar="FILE.png", help="the picture (default: %(default)s); FILE.csv and FILE.json are written beside it")
@@ -227,7 +227,7 @@ def add_cli(sub) -> None:
 
 
 def _plot_command(args) -> int:
-    from trialog.cli import run_async
+    from trialog.commands import run_async
     from trialog.settings import from_args
 
     spec = None

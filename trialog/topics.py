@@ -19,6 +19,12 @@ ROLES = (CONTROL, EVENTS, TRIALS, MODELS, DEAD_LETTERS)
 
 WEEK_MS = 7 * 24 * 3600 * 1000
 
+# The largest record (batch) each topic takes: set on the topics we create, checked
+# before producing (trialog.bus), so that an oversized record is refused with a clear
+# error instead of failing inside the producer. Kafka's own default is about 1 MB.
+RECORD_LIMIT = 1024 * 1024
+MODEL_RECORD_LIMIT = 8 * 1024 * 1024  # weights travel inline when they fit
+
 
 @dataclass(frozen=True)
 class TopicPlan:
@@ -32,7 +38,7 @@ class TopicPlan:
 def plan(settings: Settings) -> list[TopicPlan]:
     """What ``trialog topics create`` makes, with the configs each topic needs."""
     p, rf = settings.partitions, settings.replication_factor
-    common = {"min.insync.replicas": str(min(2, rf))}
+    common = {"min.insync.replicas": str(min(2, rf)), "max.message.bytes": str(RECORD_LIMIT)}
     return [
         TopicPlan(CONTROL, settings.topic(CONTROL), p, rf, {**common, "cleanup.policy": "delete", "retention.ms": str(WEEK_MS)}),
         # The datalog: kept as long as the deployment says (forever by default).
@@ -45,8 +51,13 @@ def plan(settings: Settings) -> list[TopicPlan]:
         ),
         # An index: trial ID -> latest TrialRecord. Compaction keeps the latest only.
         TopicPlan(TRIALS, settings.topic(TRIALS), p, rf, {**common, "cleanup.policy": "compact"}),
-        TopicPlan(MODELS, settings.topic(MODELS), 1, rf, {**common, "cleanup.policy": "compact"}),
+        TopicPlan(MODELS, settings.topic(MODELS), 1, rf, {**common, "cleanup.policy": "compact", "max.message.bytes": str(MODEL_RECORD_LIMIT)}),
         TopicPlan(
             DEAD_LETTERS, settings.topic(DEAD_LETTERS), 1, rf, {**common, "cleanup.policy": "delete", "retention.ms": str(4 * WEEK_MS)}
         ),
     ]
+
+
+def record_limits(settings: Settings) -> dict[str, int]:
+    """Role -> the largest record the topic takes, as the plan creates it."""
+    return {t.role: int(t.configs["max.message.bytes"]) for t in plan(settings)}

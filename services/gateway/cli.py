@@ -1,13 +1,10 @@
-"""``trialog serve gateway``: registered by :mod:`trialog.cli` when Starlette and uvicorn are installed."""
+"""``trialog serve gateway`` (needs the ``gateway`` extra: Starlette and uvicorn)."""
 
 from __future__ import annotations
 
 import os
 
-import starlette  # noqa: F401  (the command exists only where the gateway extra is installed)
-import uvicorn  # noqa: F401
-
-from trialog.cli import command, run_async
+from trialog.commands import command, require_extra, run_async, spec_files
 from trialog.settings import from_args
 
 
@@ -18,13 +15,14 @@ def add_cli(serve_subparsers) -> None:
     p.add_argument("--public-url", default=os.environ.get("TRIALOG_GATEWAY_URL", ""), help="the address people open, for join links (default http://HOST:PORT)")
 
     def do_gateway(args) -> int:
+        require_extra("starlette", "gateway", "trialog serve gateway")
+        require_extra("uvicorn", "gateway", "trialog serve gateway")
         from services.gateway.app import main
         from trialog.bus import connect
-        from trialog.cli import _spec_files
         from trialog.spec import load_spec
 
         bus = connect(from_args(args))
-        specs = {s.name: s for s in (load_spec(f, bus.store) for f in _spec_files(args))}
+        specs = {s.name: s for s in (load_spec(f, bus.store) for f in spec_files(args))}
         run_async(main(bus, specs, host=args.host, port=args.port, base_url=args.public_url or None))
         return 0
 

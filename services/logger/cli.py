@@ -1,31 +1,30 @@
-"""``trialog serve logger``: registered by :mod:`trialog.cli` when pyarrow is installed."""
+"""``trialog serve logger`` (needs the ``datalog`` extra: pyarrow)."""
 
 from __future__ import annotations
 
 import os
 
-import pyarrow  # noqa: F401  (the command exists only where the datalog extra is installed)
-
-from trialog.cli import command, run_async
+from trialog.commands import add_health_port, command, require_extra, run_async
 from trialog.errors import TrialogError
 from trialog.settings import from_args
 
 
-def add_cli(serve_subparsers) -> None:
-    p = command(serve_subparsers, "logger", "Archive every trial of the events topic as Parquet (late rewards as corrections).")
-    p.add_argument("--health-port", type=int, default=8080, help="HTTP port for /livez and /readyz (0: off; default 8080)")
+def add_cli(serve) -> None:
+    p = command(serve, "logger", "Archive every trial of the events topic as Parquet (late rewards as corrections).")
+    add_health_port(p)
     p.add_argument("--archive-dir", default=os.environ.get("TRIALOG_ARCHIVE_DIR", ""), help="archive folder (or TRIALOG_ARCHIVE_DIR)")
     p.add_argument("--grace", type=float, default=5.0, metavar="SECONDS", help="wait this long after a trial ends for late rewards before archiving it (default 5)")
     p.add_argument("--idle", type=float, default=3600.0, metavar="SECONDS", help="archive a trial with no end after this long without events (default 3600)")
+    p.set_defaults(func=_run)
 
-    def do_logger(args) -> int:
-        from services.logger.main import main
-        from trialog.bus import connect
 
-        if not args.archive_dir:
-            raise TrialogError("no archive folder: pass --archive-dir DIR or set TRIALOG_ARCHIVE_DIR")
-        bus = connect(from_args(args))
-        run_async(main(bus, args.archive_dir, grace_s=args.grace, idle_s=args.idle, health_port=args.health_port))
-        return 0
+def _run(args) -> int:
+    require_extra("pyarrow", "datalog", "trialog serve logger")
+    from services.logger.main import main
+    from trialog.bus import connect
 
-    p.set_defaults(func=do_logger)
+    if not args.archive_dir:
+        raise TrialogError("no archive folder: pass --archive-dir DIR or set TRIALOG_ARCHIVE_DIR")
+    bus = connect(from_args(args))
+    run_async(main(bus, args.archive_dir, grace_s=args.grace, idle_s=args.idle, health_port=args.health_port))
+    return 0

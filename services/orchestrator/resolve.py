@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from trialog.errors import SpecError, TrialError
-from trialog.events import ActorClassSpec, ActorSpec, StartRequest, TrialStarted
+from trialog.events import ActorClassSpec, ActorSpec, StartRequest, TrialStarted, trial_id_problem
 from trialog.spec import ActorDefault, Spec, _Reader, load_entry, parse_actor_list
 
 
@@ -50,6 +50,9 @@ def default_seed(trial_id: str) -> int:
 def resolve(spec: Spec, request: StartRequest) -> TrialStarted:
     """Raise :class:`TrialError` (with the reason) when the request cannot be honoured."""
     t = spec.trial
+    problem = trial_id_problem(request.trial_id)
+    if problem:
+        raise TrialError(problem)
     try:
         env = request.environment or t.environment
         if env not in spec.environments:
@@ -65,7 +68,7 @@ def resolve(spec: Spec, request: StartRequest) -> TrialStarted:
             environment_config=env_config,
             actors=actors,
             seed=request.seed if request.seed is not None else (t.seed if t.seed is not None else default_seed(request.trial_id)),
-            max_ticks=request.max_ticks or t.max_ticks,
+            max_ticks=request.max_ticks if request.max_ticks is not None else t.max_ticks,
             parameters={**t.parameters, **_json_object(request.parameters, "parameters")},
             experiment=request.experiment,
             phase=request.phase,
@@ -89,6 +92,8 @@ def resolve(spec: Spec, request: StartRequest) -> TrialStarted:
 
 def _finalize(spec: Spec, d: TrialDraft) -> TrialStarted:
     t = spec.trial
+    if d.max_ticks is not None and d.max_ticks < 1:
+        raise TrialError(f"max_ticks must be at least 1, got {d.max_ticks}")
     actor_specs = []
     for a in d.actors:
         if a.implementation not in spec.actors:

@@ -135,6 +135,10 @@ class OrchestratorHandler(Handler):
             case _ if trial is None:
                 self._not_live(record, event.KIND)
 
+    def unsent(self, event: Event, reason: str) -> None:
+        if isinstance(event, (TrialStarted, TrialPending)):  # e.g. a config too large to log: reject the trial
+            self.loop.emit(TrialRejected(event.trial_id, reason=f"{event.KIND} not sent: {reason}"))
+
     def glance(self, record: Record, kind: str) -> None:
         if kind in _VERIFIED_UNDECODED and self.loop.is_live(EVENTS, record.partition):
             refused = self.loop.bus.refusal(record)

@@ -282,7 +282,7 @@ def test_strimzi_mode_declares_topics_and_a_user_per_service(render: Callable) -
     assert topics["trialog.control"]["spec"]["partitions"] == topics["trialog.events"]["spec"]["partitions"] == 6
     assert topics["trialog.trials"]["spec"]["config"]["cleanup.policy"] == "compact"
     assert topics["trialog.models"]["spec"]["config"]["cleanup.policy"] == "compact"
-    assert topics["trialog.events"]["spec"]["config"] == {"cleanup.policy": "delete", "retention.ms": -1}
+    assert topics["trialog.events"]["spec"]["config"] == {"cleanup.policy": "delete", "retention.ms": -1, "max.message.bytes": 1048576}
     assert topics["trialog.dead-letters"]["spec"]["config"]["retention.ms"] == 2592000000
 
     deployments = {d["metadata"]["name"]: d for d in rendered.of_kind("Deployment")}
@@ -329,6 +329,7 @@ def test_strimzi_tls_users_mount_their_own_certificates(render: Callable) -> Non
         "retention.ms": 31536000000,
         "min.insync.replicas": 2,
         "message.timestamp.type": "LogAppendTime",
+        "max.message.bytes": 1048576,
     }
     assert "helm.sh/resource-policy" not in events["metadata"].get("annotations", {})
 

@@ -143,7 +143,9 @@ def test_the_builder_stage_makes_a_complete_wheel_from_that_context(tmp_path: Pa
     assert any(n.startswith("services/") for n in names), "the services package is not in the wheel"
     assert any(n.startswith("trialog/_schemas/") and n.endswith(".avsc") for n in names), "no Avro schemas in the wheel"
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
-    assert "trialog = trialog.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    entry_text = zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "trialog = trialog.cli:main" in entry_text
+    assert "[trialog.commands]" in entry_text and "services = services.cli:add_commands" in entry_text, "`trialog serve` would list no service"
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     for extra in ("envs", "datalog"):
         assert f"Provides-Extra: {extra}" in metadata, f"the image installs the extra {extra}, which the package lacks"

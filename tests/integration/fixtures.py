@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from services.environment.games.rps import RockPaperScissors
 from trialog.actor import Agent, EndEvent, MessageEvent, ObservationEvent
-from trialog.environment import Environment
+from trialog.environment import Environment, MessageOut
 
 # What session actors saw, by (trial, actor) — the tests run these actors in-process.
 SEEN: dict[tuple[str, str], list] = {}
@@ -56,3 +57,15 @@ async def rewarding_player(session) -> None:
 
 class NoEnvironment(Environment):
     pass
+
+
+class Bloated(RockPaperScissors):
+    """RPS whose environment, at round ``bloat_at``, sends a message larger than the
+    events topic takes (``bloat_bytes``): the trial must end with a clear error."""
+
+    def update(self, actions):
+        step = super().update(actions)
+        if self.round == int(self.trial.config.get("bloat_at", 3)):
+            blob = "x" * int(self.trial.config.get("bloat_bytes", 2_000_000))
+            step = dataclasses.replace(step, messages=[MessageOut(receivers=list(self.players), payload={"blob": blob})])
+        return step

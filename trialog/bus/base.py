@@ -11,15 +11,17 @@ Topics are named by *role* (``control``, ``events``, ``trials``, ``models``,
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from aiokafka.partitioner import murmur2  # pure function: Kafka's default key hash
 
 from trialog.codec import SchemaStore
+from trialog.errors import RecordsTooLarge
 from trialog.events import DeadLetter, Event, EventCodec, ResolvedTrial
 from trialog.settings import Settings
-from trialog.topics import CONTROL, DEAD_LETTERS, EVENTS
+from trialog.topics import CONTROL, DEAD_LETTERS, EVENTS, record_limits
 from trialog.trust import Authenticator, Keyring
 
 SIGNED = frozenset({CONTROL, EVENTS})  # roles whose records carry tags (trialog.trust)
@@ -27,7 +29,10 @@ SIGNED = frozenset({CONTROL, EVENTS})  # roles whose records carry tags (trialog
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One consumed record; ``role`` is the topic's role, not its full name."""
+    """One consumed record; ``role`` is the topic's role, not its full name.
+
+    A batch the consumer could not read arrives as one record with ``problem`` set
+    (why), no key, value or headers, covering ``span`` offsets from ``offset``."""
 
     role: str
     partition: int
@@ -36,6 +41,12 @@ class Record:
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...]
     timestamp_ms: int
+    problem: str | None = None
+    span: int = 1
+
+    @property
+    def next_offset(self) -> int:
+        return self.offset + self.span
 
     def header(self, name: str) -> str | None:
         for k, v in self.headers:
@@ -55,6 +66,20 @@ class Delivered:
     role: str
     partition: int
     offset: int
+
+
+# What a record costs on top of its key, value and headers: a batch header (61 bytes)
+# and a record's varints and attributes, counted generously so that a record that
+# passes the check never fails in the broker for its size.
+RECORD_OVERHEAD = 128
+HEADER_OVERHEAD = 10
+
+Item = tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]  # (role, key, value, headers)
+
+
+def record_size(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]]) -> int:
+    """An upper bound of a record's size in a batch of its own, as the broker counts it."""
+    return RECORD_OVERHEAD + len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") + HEADER_OVERHEAD for k, v in headers)
 
 
 def partition_for(key: bytes, partitions: int) -> int:
@@ -122,6 +147,8 @@ class Bus(abc.ABC):
         # and trial ID -> partition: murmur2 in pure Python costs ~8 µs, paid per event otherwise.
         self.partitions = settings.partitions
         self._partition_cache: dict[str, int] = {}
+        #: role -> the largest record its topic takes (topics are created with these limits).
+        self.record_limits = record_limits(settings)
         self._trust: Authenticator | None = None
 
     @property
@@ -155,9 +182,31 @@ class Bus(abc.ABC):
 
     # --- producing -------------------------------------------------------------------------
     @abc.abstractmethod
-    async def send_many(self, items: Sequence[tuple[str, bytes, bytes, list[tuple[str, bytes]]]]) -> list[Delivered]:
+    async def send_many(self, items: Sequence[Item]) -> list[Delivered]:
         """Send (role, key, value, headers) records; return once all are acknowledged,
-        in order. Records for one partition keep their order (idempotent producer)."""
+        in order. Records for one partition keep their order (idempotent producer).
+
+        Records larger than their topic takes are not sent: the others are, then
+        :class:`~trialog.errors.RecordsTooLarge` says which were refused and why."""
+
+    def oversized(self, items: Sequence[Item]) -> dict[int, str]:
+        """Index -> reason, for the records their topic would refuse for their size."""
+        out: dict[int, str] = {}
+        for i, (role, key, value, headers) in enumerate(items):
+            limit = self.record_limits.get(role)
+            size = record_size(key, value, headers)
+            if limit is not None and size > limit:
+                kind = next((v.decode(errors="replace") for k, v in headers if k == "kind" and v), "record")
+                out[i] = f"{kind} of {size:,} bytes for trial {key.decode(errors='replace') if key else '?'} exceeds the {limit:,}-byte limit of topic {self.settings.topic(role)}"
+        return out
+
+    @staticmethod
+    def refuse(refused: dict[int, str], delivered: dict[int, Delivered], items: Sequence[Item]) -> list[Delivered]:
+        """The answer of a send: everything delivered, or RecordsTooLarge naming the refused."""
+        if refused:
+            key = items[min(refused)][1]
+            raise RecordsTooLarge(refused, delivered, trial_id=key.decode(errors="replace") if key else None)
+        return [delivered[i] for i in range(len(items))]
 
     def to_record(self, role: str, event: Event) -> tuple[str, bytes, bytes, list[tuple[str, bytes]]]:
         """An event as a (role, key, value, headers) record: keyed by its trial ID (I-1),
@@ -199,6 +248,12 @@ class Bus(abc.ABC):
             timestamp_ms=record.timestamp_ms,
         )
         value = self.codec.encode(letter)
+        limit = self.record_limits[DEAD_LETTERS]
+        if record_size(record.key, value, letter.headers_list()) > limit:
+            # The letter must get through: keep the reason and the headers, drop the body.
+            size = len(record.value or b"")
+            letter = dataclasses.replace(letter, value=None, reason=f"{reason} (its value of {size:,} bytes is not kept: over the {limit:,}-byte limit of dead letters)")
+            value = self.codec.encode(letter)
         await self.send_many([(DEAD_LETTERS, record.key or b"", value, letter.headers_list())])
 
     def partition_of(self, trial_id: str) -> int:
@@ -237,3 +292,7 @@ class Bus(abc.ABC):
     @abc.abstractmethod
     async def describe_topics(self) -> dict[str, dict]:
         """Partitions and configs of the deployment's topics (for checks and tests)."""
+
+    @abc.abstractmethod
+    async def delete_topics(self) -> list[str]:
+        """Delete the deployment's topics (tests clean up after themselves); return the ones deleted."""

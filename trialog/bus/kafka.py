@@ -14,6 +14,17 @@ measurements behind them):
 - group assignment: ``RangePartitionAssignor``, which gives one member the same
   partition numbers of every topic it reads — the orchestrator reads partition p
   of ``control`` and of ``events`` together (I-2).
+
+Two defences keep one bad record from stopping a service (docs/reliability.md):
+
+- a record larger than its topic takes is refused *before* the producer sees it
+  (:meth:`Bus.oversized`); should the broker still refuse one for its size, the
+  producer is replaced, because an idempotent producer whose batch failed answers
+  every later send to that partition with ``OutOfOrderSequenceNumber``;
+- a batch the consumer cannot read (a compression codec it lacks, corrupt bytes)
+  is skipped and handed to the service as one :class:`Record` with ``problem``
+  set, spanning the batch's offsets, so that its owner dead-letters it; the
+  records before and after it are delivered as usual.
 """
 
 from __future__ import annotations
@@ -26,21 +37,39 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from aiokafka.errors import KafkaError, TopicAlreadyExistsError
+from aiokafka.errors import (
+    CorruptRecordException,
+    KafkaError,
+    MessageSizeTooLargeError,
+    OutOfOrderSequenceNumber,
+    RecordTooLargeError,
+    TopicAlreadyExistsError,
+    UnsupportedCodecError,
+)
 from aiokafka.structs import OffsetAndMetadata
 
 from trialog.bus.base import (
     BATCH_WAIT_MS,
+    RECORD_OVERHEAD,
     AssignmentCallback,
     Bus,
     Consumer,
     Delivered,
     Record,
 )
+from trialog.logs import get_logger
 from trialog.errors import TransportError
 from trialog.topics import CONTROL, EVENTS, TRIALS, plan
 
 KEYED = frozenset({CONTROL, EVENTS, TRIALS})  # partitioned by trial ID, same count (I-2)
+
+log = get_logger(__name__)
+
+# The broker refused a record for its size, or the idempotent producer lost its
+# sequence after such a refusal: the producer must be replaced to send again.
+_POISONING = (MessageSizeTooLargeError, RecordTooLargeError, OutOfOrderSequenceNumber)
+# A batch the consumer cannot read; anything else a fetch raises is not about the batch.
+_UNREADABLE = (UnsupportedCodecError, CorruptRecordException)
 
 FETCH_MAX_WAIT_MS = 500
 BATCH_MIN_BYTES = 256 * 1024
@@ -51,26 +80,47 @@ class KafkaBus(Bus):
 
     _producer: AIOKafkaProducer | None = None
     _users = 0  # start/stop pairs: the producer closes when its last user stops
+    _replacing: asyncio.Lock | None = None
 
     async def start(self) -> None:
         self._users += 1
         if self._producer is not None:
             return
-        self._producer = AIOKafkaProducer(
-            **self.settings.kafka_client_options(),
-            client_id=f"{self.settings.client_id}-producer",
-            enable_idempotence=True,
-            acks="all",
-            linger_ms=0,
-            max_request_size=8 * 1024 * 1024,
-        )
         try:
-            await self._producer.start()
+            self._producer = await self._new_producer()
             await self._learn_partitions()
         except KafkaError as exc:
             self._producer = None
             self._users -= 1
             raise TransportError(f"cannot reach Kafka at {self.settings.bootstrap_servers}: {exc}") from exc
+
+    async def _new_producer(self) -> AIOKafkaProducer:
+        producer = AIOKafkaProducer(
+            **self.settings.kafka_client_options(),
+            client_id=f"{self.settings.client_id}-producer",
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=0,
+            # The largest record any of our topics takes: larger ones are refused before
+            # they get here (Bus.oversized), with the topic's own limit in the message.
+            max_request_size=max(self.record_limits.values()) + RECORD_OVERHEAD,
+        )
+        try:
+            await producer.start()
+        except BaseException:
+            await producer.stop()
+            raise
+        return producer
+
+    async def _replace_producer(self, broken: AIOKafkaProducer) -> None:
+        """A fresh producer (a new producer ID, fresh sequence numbers) for the next sends."""
+        self._replacing = self._replacing or asyncio.Lock()
+        async with self._replacing:
+            if self._producer is not broken:
+                return  # replaced meanwhile by another send
+            log.warning("replacing the producer after a refused record (its sequence numbers are spent)")
+            self._producer = await self._new_producer()
+        await broken.stop()
 
     async def _learn_partitions(self) -> None:
         """Trust the cluster over the settings for the partition count of events (I-2)."""
@@ -87,22 +137,52 @@ class KafkaBus(Bus):
             producer, self._producer = self._producer, None
             await producer.stop()
 
-    async def send_many(self, items):
-        if self._producer is None:
+    async def send_many(self, items, *, retry: bool = True):
+        producer = self._producer
+        if producer is None:
             raise TransportError("the bus is not started: use `async with bus:` or `await bus.start()`")
+        refused = self.oversized(items)
+        sent: list[int] = []
         futures = []
-        roles = []
-        for role, key, value, headers in items:
-            # Keyed roles share the partition count of events: give the partition we already
-            # know rather than have the producer hash the key again.
-            partition = self.partition_of(key.decode()) if role in KEYED and key else None
-            futures.append(await self._producer.send(self.settings.topic(role), value=value, key=key, headers=headers, partition=partition))
-            roles.append(role)
         try:
-            metas = await asyncio.gather(*futures)
+            for i, (role, key, value, headers) in enumerate(items):
+                if i in refused:
+                    continue
+                # Keyed roles share the partition count of events: give the partition we already
+                # know rather than have the producer hash the key again.
+                partition = self.partition_of(key.decode()) if role in KEYED and key else None
+                futures.append(await producer.send(self.settings.topic(role), value=value, key=key, headers=headers, partition=partition))
+                sent.append(i)
         except KafkaError as exc:
             raise TransportError(f"Kafka refused a record: {exc}") from exc
-        return [Delivered(role, m.partition, m.offset) for role, m in zip(roles, metas)]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        delivered: dict[int, Delivered] = {}
+        failed: dict[int, BaseException] = {}
+        for i, result in zip(sent, results):
+            if isinstance(result, (MessageSizeTooLargeError, RecordTooLargeError)):
+                refused[i] = f"the broker refused a record of trial {items[i][1].decode(errors='replace')} for its size ({result})"
+            elif isinstance(result, BaseException):
+                failed[i] = result
+            else:
+                delivered[i] = Delivered(items[i][0], result.partition, result.offset)
+        if any(isinstance(r, _POISONING) for r in results):
+            await self._replace_producer(producer)
+            if failed and retry:  # sent behind the refused record: once more, in order, on the fresh producer
+                again = sorted(failed)
+                try:
+                    for i, d in zip(again, await self.send_many([items[i] for i in again], retry=False)):
+                        delivered[i] = d
+                    failed = {}
+                except RecordsTooLarge as exc:
+                    refused.update({again[j]: why for j, why in exc.refused.items()})
+                    delivered.update({again[j]: d for j, d in exc.delivered.items()})
+                    failed = {}
+        if failed:
+            failure = failed[min(failed)]
+            if not isinstance(failure, KafkaError):
+                raise failure
+            raise TransportError(f"Kafka refused a record: {failure}") from failure
+        return self.refuse(refused, delivered, items)
 
     def consumer(self, roles, *, group=None, on_assigned=None, on_revoked=None, partitions=None, from_start=True, batched=False):
         return KafkaConsumer(self, roles, group, on_assigned, on_revoked, partitions, from_start, batched)
@@ -155,6 +235,18 @@ class KafkaBus(Bus):
             await admin.close()
 
 
+    async def delete_topics(self) -> list[str]:
+        admin = await self._admin()
+        try:
+            existing = set(await admin.list_topics())
+            names = [t.name for t in plan(self.settings) if t.name in existing]
+            if names:
+                await admin.delete_topics(names)
+            return names
+        finally:
+            await admin.close()
+
+
 class _Listener(ConsumerRebalanceListener):
     def __init__(self, consumer: KafkaConsumer):
         self.consumer = consumer
@@ -190,6 +282,8 @@ class KafkaConsumer(Consumer):
         self.batched = batched
         self._topic_roles = {bus.settings.topic(r): r for r in self.roles}
         self._consumer: AIOKafkaConsumer | None = None
+        self._next: dict[TopicPartition, int] = {}  # the next offset to hand out (ours: see poll)
+        self._unreadable: dict[TopicPartition, tuple[int, int, str]] = {}  # first, next offset, why
 
     def role_of(self, tp: TopicPartition) -> tuple[str, int]:
         return (self._topic_roles[tp.topic], tp.partition)
@@ -231,12 +325,15 @@ class KafkaConsumer(Consumer):
                     tps.extend(self._tp(role, p) for p in parts)
                 self._consumer.assign(tps)
                 if self.from_start:
-                    await self._consumer.seek_to_beginning(*tps)
+                    for tp, offset in (await self._consumer.beginning_offsets(tps)).items():
+                        self._consumer.seek(tp, offset)
+                        self._next[tp] = offset
                 else:
                     # Pin "the end" now, not at the first fetch: a reader started before
                     # a request is sent must see the answer.
                     for tp, offset in (await self._consumer.end_offsets(tps)).items():
                         self._consumer.seek(tp, offset)
+                        self._next[tp] = offset
         except (KafkaError, TransportError) as exc:
             consumer, self._consumer = self._consumer, None
             await consumer.stop()
@@ -251,17 +348,73 @@ class KafkaConsumer(Consumer):
 
     async def poll(self, timeout_ms: int = 100, max_records: int | None = None) -> list[Record]:
         assert self._consumer is not None, "consumer not started"
-        batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        if self._unreadable:
+            return await self._around_unreadable(timeout_ms)
+        try:
+            batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        except Exception as exc:
+            if not self._found_unreadable(exc):
+                raise
+            return []
+        return self._records(batches)
+
+    def _records(self, batches) -> list[Record]:
         out: list[Record] = []
         for tp, messages in batches.items():
             role = self._topic_roles[tp.topic]
             for m in messages:
                 out.append(Record(role, tp.partition, m.offset, m.key, m.value, tuple(m.headers or ()), m.timestamp))
+            if messages:
+                self._next[tp] = messages[-1].offset + 1
         return out
+
+    # --- batches that cannot be read ------------------------------------------------------------
+    # aiokafka raises out of getmany() when it meets such a batch, dropping the records it had
+    # already taken from other batches, and raises again at every fetch of that batch: a
+    # service would stop, and restart into the same batch. So: note the batch, go back to
+    # what was handed out, hand out the records before the batch one by one (aiokafka never
+    # touches the batch then), and skip the batch as one Record with its problem.
+
+    def _found_unreadable(self, exc: BaseException) -> bool:
+        found = _unreadable_batch(exc)
+        if found is None:
+            return False
+        tp, first, after = found
+        reason = f"unreadable batch of {self.bus.settings.topic(self._topic_roles[tp.topic])}[{tp.partition}] at offsets {first}..{after - 1} ({type(exc).__name__}: {exc}); its records are skipped"
+        log.warning("unreadable batch", topic=tp.topic, partition=tp.partition, first=first, last=after - 1, error=f"{type(exc).__name__}: {exc}")
+        previous = self._unreadable.get(tp)
+        self._unreadable[tp] = (first, after, reason)
+        if previous is not None and previous[0] == first and self._next.get(tp, first) < first:
+            # Nothing readable is left before the batch (offsets missing there: compaction).
+            self._next[tp] = first
+        for other in self._consumer.assignment():
+            if other in self._next:
+                self._consumer.seek(other, self._next[other])
+        return True
+
+    async def _around_unreadable(self, timeout_ms: int) -> list[Record]:
+        tp, (first, after, reason) = next(iter(self._unreadable.items()))
+        if tp not in self._consumer.assignment():
+            del self._unreadable[tp]
+            return []
+        if self._next.get(tp, first) < first:
+            try:
+                return self._records(await self._consumer.getmany(tp, timeout_ms=timeout_ms, max_records=1))
+            except Exception as exc:
+                if not self._found_unreadable(exc):
+                    raise
+                return []
+        del self._unreadable[tp]
+        self._consumer.seek(tp, after)
+        self._next[tp] = after
+        return [Record(self._topic_roles[tp.topic], tp.partition, first, None, None, (), 0, problem=reason, span=after - first)]
 
     def seek(self, role: str, partition: int, offset: int) -> None:
         assert self._consumer is not None
-        self._consumer.seek(self._tp(role, partition), offset)
+        tp = self._tp(role, partition)
+        self._consumer.seek(tp, offset)
+        self._next[tp] = offset
+        self._unreadable.pop(tp, None)
 
     def highwater(self, role: str, partition: int) -> int | None:
         return self._consumer.highwater(self._tp(role, partition)) if self._consumer is not None else None
@@ -301,3 +454,19 @@ class KafkaConsumer(Consumer):
         if self._consumer is None:
             return set()
         return {self.role_of(tp) for tp in self._consumer.assignment() if tp.topic in self._topic_roles}
+
+
+def _unreadable_batch(exc: BaseException) -> tuple[TopicPartition, int, int] | None:
+    """(partition, first offset, next offset) of the batch aiokafka failed to unpack, from
+    the frame that was unpacking it; None when the error did not come from a batch."""
+    tb = exc.__traceback__
+    found = None
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_code.co_name == "_unpack_records" and "next_batch" in frame.f_locals and "tp" in frame.f_locals:
+            batch = frame.f_locals["next_batch"]
+            found = (frame.f_locals["tp"], batch.base_offset, batch.next_offset)
+        tb = tb.tb_next
+    if found is None and isinstance(exc, _UNREADABLE):
+        log.error("unreadable records, but their batch could not be located", error=f"{type(exc).__name__}: {exc}")
+    return found

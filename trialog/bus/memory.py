@@ -48,15 +48,18 @@ class MemoryBus(Bus):
         pass
 
     async def send_many(self, items):
-        out = []
-        for role, key, value, headers in items:
+        refused = self.oversized(items)
+        delivered = {}
+        for i, (role, key, value, headers) in enumerate(items):
+            if i in refused:
+                continue
             parts = self.logs[role]
             p = partition_for(key, len(parts)) if key else 0
             offset = len(parts[p])
             parts[p].append(Record(role, p, offset, key, value, tuple(headers), int(time.time() * 1000)))
-            out.append(Delivered(role, p, offset))
+            delivered[i] = Delivered(role, p, offset)
         self._wake()
-        return out
+        return self.refuse(refused, delivered, items)
 
     def _wake(self) -> None:
         self.changed.set()
@@ -71,6 +74,12 @@ class MemoryBus(Bus):
 
     async def describe_topics(self) -> dict[str, dict]:
         return {self.settings.topic(r): {"partitions": len(p), "configs": self.configs[r]} for r, p in self.logs.items()}
+
+    async def delete_topics(self) -> list[str]:
+        deleted = [self.settings.topic(r) for r in self.logs]
+        self.logs.clear()
+        self.configs.clear()
+        return deleted
 
     def records(self, role: str) -> list[Record]:
         """Every record of a role, partition by partition (for assertions)."""

@@ -1,4 +1,4 @@
-"""``trialog replay`` and ``trialog export``: registered by :mod:`trialog.cli` when pyarrow is installed."""
+"""``trialog replay`` and ``trialog export`` (they need the ``datalog`` extra: pyarrow)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-import pyarrow  # noqa: F401  (the commands exist only where the datalog extra is installed)
-
-from trialog.cli import command, run_async
+from trialog.commands import command, require_extra, run_async
 from trialog.errors import TrialogError
 from trialog.settings import from_args
 
@@ -59,11 +57,13 @@ def _warn(problems: list[str]) -> None:
 
 def _replay(args) -> int:
     from trialog.bus import connect
-    from trialog.datalog.archive import Archive
     from trialog.datalog.replay import read_trial, replay
     from trialog.datalog.verify import verify
 
     if args.from_archive:
+        require_extra("pyarrow", "datalog", "trialog replay --from-archive")
+        from trialog.datalog.archive import Archive
+
         if args.follow:
             raise TrialogError("--follow reads the topic; an archive holds finished trials only")
         archive = Archive(args.from_archive)
@@ -113,6 +113,7 @@ def _spec_name(value: str | None) -> str | None:
 
 
 def _export(args) -> int:
+    require_extra("pyarrow", "datalog", "trialog export")
     from trialog.datalog.export import Filters, export_from_archive, export_from_topic
 
     filters = Filters(spec=_spec_name(args.spec), implementation=args.implementation, since_ms=args.since, until_ms=args.until, status=args.status)

@@ -306,6 +306,11 @@ class EnvironmentHandler(Handler):
                 if policy != "default_action" or not schemas.has_default_action:
                     self.loop.emit(ActorLeft(trial.started.trial_id, tick=trial.tick, actor=actor, reason="response timeout"))
 
+    def unsent(self, event: Event, reason: str) -> None:
+        trial = self.trials.get(event.trial_id)
+        if trial is not None and not trial.done:
+            self._fail(trial, f"{event.KIND} not sent: {reason}")
+
     def live(self, role: str, partition: int) -> None:
         for trial in self.trials.values():
             if trial.partition == partition:

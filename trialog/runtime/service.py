@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from trialog import metrics
 from trialog.bus.base import Bus, Consumer, Record
-from trialog.errors import CodecError, TransportError, TrialogError
+from trialog.errors import CodecError, RecordsTooLarge, TransportError, TrialogError
 from trialog.events import BY_KIND, HEADER_KIND, Event, ResolvedTrial, identity_from_headers
 from trialog.logs import get_logger
 from trialog.topics import EVENTS
@@ -100,6 +100,10 @@ class Handler:
 
     async def close(self) -> None:
         """The loop is stopping (after its last commit): release what the handler started."""
+
+    def unsent(self, event: Event, reason: str) -> None:
+        """An event this handler emitted was too large for its topic and was not sent
+        (the loop dead-letters a note of it): end or reject its trial, if this handler can."""
 
 
 @dataclass
@@ -193,7 +197,10 @@ class ServiceLoop:
         part = self.parts.get(key)
         if part is None:  # revoked meanwhile
             return
-        part.position = record.offset + 1
+        part.position = record.next_offset
+        if record.problem is not None:  # a batch the consumer could not read, skipped
+            self._bad_record(record, record.problem)
+            return
         if not part.live and part.expected and record.role == EVENTS:
             self._cross_off(part, record)
         kind = record.header(HEADER_KIND)
@@ -263,6 +270,17 @@ class ServiceLoop:
     def dead_letter(self, record: Record, reason: str) -> None:
         """For handlers: park a record they cannot use (e.g. an action that does not match its schema)."""
         asyncio.get_running_loop().create_task(self._dead_letter(record, reason))
+
+    def _unsent(self, item: tuple, event: Event, reason: str) -> None:
+        role, key, _value, headers = item
+        log.error("event not sent: too large for its topic", trial=event.trial_id, kind=event.KIND, reason=reason)
+        partition = self.bus.partition_of(event.trial_id) if key else 0
+        # Never written, so no offset: the letter keeps the headers and the reason.
+        self.dead_letter(Record(role, partition, -1, key, None, tuple(headers), int(time.time() * 1000)), reason)
+        try:
+            self.handler.unsent(event, reason)
+        except Exception:
+            log.exception("handler failed on an unsent event", service=self.handler.service_name, trial=event.trial_id)
 
     def _check_caught_up(self) -> None:
         if self.ready.is_set():
@@ -340,6 +358,10 @@ class ServiceLoop:
             for attempt in range(10):
                 try:
                     await self.bus.send_many(records)
+                    break
+                except RecordsTooLarge as exc:  # the others were delivered
+                    for i, reason in exc.refused.items():
+                        self._unsent(records[i], batch[i][1], reason)
                     break
                 except TransportError as exc:
                     log.warning("publish failed; retrying", error=str(exc), attempt=attempt)

@@ -1,0 +1,19 @@
+"""The services' commands (``trialog serve …``), added to the ``trialog`` command
+through the ``trialog.commands`` entry point (pyproject.toml): the SDK's command
+line never imports a service; each service brings its own command."""
+
+from __future__ import annotations
+
+import argparse
+
+from services.actors import cli as actors
+from services.environment import cli as environment
+from services.gateway import cli as gateway
+from services.logger import cli as logger
+from services.orchestrator import cli as orchestrator
+
+
+def add_commands(sub: argparse._SubParsersAction, serve: argparse._SubParsersAction) -> None:
+    """Called by :func:`trialog.cli.build_parser` with the top-level and the ``serve`` subcommands."""
+    for service in (orchestrator, environment, actors, logger, gateway):
+        service.add_cli(serve)
