@@ -127,6 +127,15 @@ class Environment:
         reproduces the change at the same tick.
         """
 
+    def view(self) -> Mapping[str, Any] | None:
+        """Optional: a compact, JSON-able view of the state for people (pages draw it).
+
+        Called after ``start`` and after each ``update``; what it returns is logged as a
+        ``view`` event with that tick's observations. Give it a ``kind`` naming the
+        drawing (``overcooked``). Return None (the default) to publish nothing.
+        """
+        return None
+
     @classmethod
     def describe(cls, config: Mapping[str, Any], actor_class: str) -> Mapping[str, Any]:
         """Optional: Avro schemas for an actor class declared ``auto`` in the spec.

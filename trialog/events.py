@@ -168,6 +168,7 @@ class ResolvedTrial(Event):
     parameters: str = "{}"
     experiment: str = ""  # the experiment (training preset) and its phase, "" outside experiments
     phase: str = ""
+    tick_interval_ms: int | None = None  # real time: one step per interval (schema v3)
 
     def as_kind(self, cls: type[ResolvedTrial]) -> ResolvedTrial:
         """The same resolved trial as another kind (pending → started)."""
@@ -296,6 +297,18 @@ class Message(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class View(Event):
+    """A compact view of the environment's state with the observations of ``tick``,
+    for pages that draw the trial (JSON; ``kind`` names the drawing)."""
+
+    KIND: ClassVar[str] = "view"
+    SCHEMA: ClassVar[str] = "trialog.View"
+    SENDER: ClassVar[str] = ENVIRONMENT
+    tick: int = 0
+    view: str = "{}"
+
+
+@dataclass(frozen=True, slots=True)
 class ActorJoined(Event):
     KIND: ClassVar[str] = "actor.joined"
     SCHEMA: ClassVar[str] = "trialog.ActorJoined"
@@ -384,7 +397,7 @@ class DeadLetter:
 
 EVENT_TYPES: tuple[type[Event], ...] = (
     StartRequest, TerminateRequest, TrialStarted, TrialPending, TrialRejected, TrialTerminating,
-    EnvironmentDone, TrialEnded, Observation, Action, Reward, Message, ActorJoined, ActorLeft,
+    EnvironmentDone, TrialEnded, Observation, Action, Reward, Message, View, ActorJoined, ActorLeft,
     ActorTimeout, ParametersChanged, TrialRecord,
 )  # fmt: skip
 BY_KIND: dict[str, type[Event]] = {t.KIND: t for t in EVENT_TYPES}

@@ -32,6 +32,8 @@ what is wrong.
       inactivity_timeout_ms: 60000
       wall_clock_limit_ms: null
       join_timeout_ms: 60000
+      tick_interval_ms: null         # real time (people playing): one step every 150 ms, say;
+                                     # a missing action at the deadline gets timeout_policy
       parameters: {}
       pre_trial_hooks: ["my_module:my_hook"]
 """
@@ -97,6 +99,7 @@ class TrialDefaults:
     inactivity_timeout_ms: int | None = 60_000
     wall_clock_limit_ms: int | None = None
     join_timeout_ms: int = 60_000
+    tick_interval_ms: int | None = None
     parameters: Mapping[str, Any] = field(default_factory=dict)
     pre_trial_hooks: tuple[str, ...] = ()
 
@@ -254,7 +257,7 @@ def _flag(r: _Reader, v: dict[str, Any], key: str, path: str) -> bool:
 def _trial_defaults(r: _Reader, v: dict[str, Any], environments, actors) -> TrialDefaults:
     allowed = {
         "environment", "environment_config", "actors", "max_ticks", "seed", "response_timeout_ms", "timeout_policy",
-        "inactivity_timeout_ms", "wall_clock_limit_ms", "join_timeout_ms", "parameters", "pre_trial_hooks",
+        "inactivity_timeout_ms", "wall_clock_limit_ms", "join_timeout_ms", "tick_interval_ms", "parameters", "pre_trial_hooks",
     }  # fmt: skip
     r.keys(v, "trial", allowed, {"environment", "actors"})
     env = r.string(v["environment"], "trial.environment")
@@ -278,6 +281,7 @@ def _trial_defaults(r: _Reader, v: dict[str, Any], environments, actors) -> Tria
         inactivity_timeout_ms=r.integer(v.get("inactivity_timeout_ms", 60_000), "trial.inactivity_timeout_ms", optional=True, minimum=1),
         wall_clock_limit_ms=r.integer(v.get("wall_clock_limit_ms"), "trial.wall_clock_limit_ms", optional=True, minimum=1),
         join_timeout_ms=r.integer(v.get("join_timeout_ms", 60_000), "trial.join_timeout_ms", minimum=1),
+        tick_interval_ms=r.integer(v.get("tick_interval_ms"), "trial.tick_interval_ms", optional=True, minimum=1),
         parameters=r.mapping(v.get("parameters"), "trial.parameters", required=False),
         pre_trial_hooks=tuple(hooks),
     )

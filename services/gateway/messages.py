@@ -27,6 +27,7 @@ from trialog.events import (
     ResolvedTrial,
     Reward,
     TrialEnded,
+    View,
 )
 from trialog.runtime.trial import ClassSchemas, class_schemas, loads
 
@@ -56,6 +57,9 @@ class TrialView:
         self.resolved = resolved
         self.schemas: dict[str, ClassSchemas] = class_schemas(bus.store, resolved)
         self.class_of = {a.name: a.actor_class for a in resolved.actors}
+        # Once the environment publishes views, pages draw those: observations (which can
+        # be large feature vectors) are then left out of the socket; the log keeps them.
+        self.has_views = False
 
     def describe(self) -> dict[str, Any]:
         r = self.resolved
@@ -90,7 +94,10 @@ class TrialView:
         match event:
             case Observation():
                 return {"type": "observation", "tick": event.tick, "actor": event.actor, "final": event.final,
-                        "observation": self.observation(event)}  # fmt: skip
+                        "observation": None if self.has_views else self.observation(event)}  # fmt: skip
+            case View():
+                self.has_views = True
+                return {"type": "view", "tick": event.tick, "view": loads(event.view)}
             case Action():
                 try:
                     action = self.action(event)

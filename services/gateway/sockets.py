@@ -29,6 +29,7 @@ from trialog.events import (
     ResolvedTrial,
     Reward,
     TrialEnded,
+    View,
 )
 from trialog.logs import get_logger
 from trialog.runtime.trial import dumps, matches
@@ -52,6 +53,7 @@ class _SeatState:
         self.observation: Observation | None = None  # the latest one for this actor
         self.answered: set[int] = set()
         self.ended: TrialEnded | None = None
+        self.view: View | None = None  # the latest, drawn first on a (re)connect
 
     @property
     def waiting(self) -> Observation | None:
@@ -73,6 +75,8 @@ class _SeatState:
                     self.observation = event
             case Action(actor=a) if a == me:
                 self.answered.add(event.tick)
+            case View():
+                self.view = event
             case TrialEnded():
                 self.ended = event
 
@@ -81,6 +85,8 @@ class _SeatState:
         me = self.seat.actor
         cls = self.trial.class_of.get(me, "") if self.trial else ""
         match event:
+            case View():
+                return True
             case Observation(actor=a):
                 return a == me
             case Reward(receiver=r):
@@ -149,6 +155,8 @@ async def _seat_from_log(ws: WebSocket, gw: Gateway, state: _SeatState, records,
             if state.ended is not None:
                 await ws.send_json(state.trial.message(state.ended))
                 return
+            if state.view is not None:
+                await ws.send_json(state.trial.message(state.view))
             if state.waiting is not None:
                 await ws.send_json(state.trial.message(state.waiting))
             caught_up.set()

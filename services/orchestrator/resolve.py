@@ -128,6 +128,7 @@ def _finalize(spec: Spec, d: TrialDraft) -> TrialStarted:
         parameters=orjson.dumps(d.parameters).decode(),
         experiment=d.experiment,
         phase=d.phase,
+        tick_interval_ms=t.tick_interval_ms,
     )
 
 

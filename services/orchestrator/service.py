@@ -48,7 +48,7 @@ from trialog.trust import SeatBook, seat_headers
 log = get_logger(__name__)
 
 # Kinds that only count as activity (read from headers, never decoded here).
-_ACTIVITY = frozenset({"observation", "action", "actor.timeout", "actor.left", "parameters.changed"})
+_ACTIVITY = frozenset({"observation", "action", "actor.timeout", "actor.left", "parameters.changed", "view"})
 # Kinds this service answers for when they are refused (one owner per kind); read from headers.
 _VERIFIED_UNDECODED = frozenset({"reward", "message"})
 _RECENTLY_ENDED = 10_000  # ended trial IDs remembered to ignore stragglers quietly

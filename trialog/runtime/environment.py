@@ -4,6 +4,12 @@ Per trial it waits for the actions of tick t from every active actor, applies th
 response-timeout policy to latecomers, calls ``update`` and writes the
 observations of tick t+1 (I-6: two hops per tick, nothing in between).
 
+**Real time.** A trial with ``tick_interval_ms`` steps once per interval: the
+deadline of tick t is the interval after its observations were written; an actor
+whose action is not in by then gets the timeout policy (``actor.timeout``, then
+the default action). A person who waits does not stall the trial, and an agent
+that answers at once does not speed it up.
+
 Every decision that changes a trial is taken *from the log*: a timeout is
 written as ``actor.timeout`` and applied when read back, a parameter change is
 applied when its ``parameters.changed`` is read. So replaying a trial's events
@@ -14,6 +20,7 @@ how another instance takes over a trial after a crash (see
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +44,7 @@ from trialog.events import (
     TrialEnded,
     TrialStarted,
     TrialTerminating,
+    View,
 )
 from trialog.logs import get_logger
 from trialog.runtime.service import Handler
@@ -64,6 +72,7 @@ class _Trial:
     actions: dict[str, Any] = field(default_factory=dict)
     waiting_since: float = 0.0
     timed_out: bool = False  # actor.timeout written for this tick
+    due: bool = False  # real time: this tick's interval is over
     terminating: bool = False
     done: bool = False
     pending_parameters: list[tuple[int, dict]] = field(default_factory=list)  # (effective tick, parameters)
@@ -139,6 +148,7 @@ class EnvironmentHandler(Handler):
         except Exception as exc:  # the user's environment failed: the trial ends with reason error
             self._fail(trial, f"environment start failed: {type(exc).__name__}: {exc}")
             return
+        self._emit_view(trial, 0)
         self._emit_observations(trial, 0, observations, {}, {}, final=False)
         self._begin_wait(trial)
 
@@ -176,6 +186,8 @@ class EnvironmentHandler(Handler):
     def _maybe_step(self, trial: _Trial) -> None:
         if trial.done or any(a not in trial.actions for a in trial.active):
             return
+        if self._before_deadline(trial):
+            return  # real time: the deadline timer steps it
         if not trial.active:
             self._finish(trial, trial.tick, "environment", "every actor left the trial")
             return
@@ -212,6 +224,7 @@ class EnvironmentHandler(Handler):
             reason = "max_ticks"
         elif trial.terminating:
             reason = "terminated"
+        self._emit_view(trial, next_tick)
         self._emit_observations(trial, next_tick, step.observations, step.terminated, step.truncated, final=reason is not None, ended=ended_now)
         if reason is not None:
             self._finish(trial, next_tick, reason)
@@ -246,6 +259,16 @@ class EnvironmentHandler(Handler):
         for obs in out:
             self.loop.emit(obs)
 
+    def _emit_view(self, trial: _Trial, tick: int) -> None:
+        view = getattr(trial.env, "view", None)
+        try:
+            value = view() if view is not None else None
+        except Exception as exc:  # a view is for people: its failure must not end the trial
+            log.warning("environment view failed", trial=trial.started.trial_id, tick=tick, error=f"{type(exc).__name__}: {exc}")
+            return
+        if value is not None:
+            self.loop.emit(View(trial.started.trial_id, tick=tick, view=dumps(value)))
+
     def _emit_rewards(self, trial: _Trial, tick: int, rewards: Mapping[str, float] | Any) -> None:
         items = (
             [RewardOut(name, value) for name, value in rewards.items()] if isinstance(rewards, Mapping) else list(rewards)
@@ -266,7 +289,25 @@ class EnvironmentHandler(Handler):
 
     def _begin_wait(self, trial: _Trial) -> None:
         trial.waiting_since = time.monotonic()
-        trial.timed_out = False
+        trial.timed_out = trial.due = False
+        interval = trial.started.tick_interval_ms
+        if interval and self.loop.is_live(EVENTS, trial.partition):
+            asyncio.get_running_loop().call_later(interval / 1000, self._deadline, trial.started.trial_id, trial.tick)
+
+    def _before_deadline(self, trial: _Trial) -> bool:
+        """Real time only, and only live: during catch-up the log's own timeouts decide."""
+        return bool(trial.started.tick_interval_ms) and not trial.due and self.loop.is_live(EVENTS, trial.partition)
+
+    def _deadline(self, trial_id: str, tick: int) -> None:
+        """The tick interval is over: step, or write the latecomers' timeouts first."""
+        trial = self.trials.get(trial_id)
+        if trial is None or trial.done or trial.tick != tick or trial.due:
+            return
+        trial.due = True
+        if all(a in trial.actions for a in trial.active):
+            self._maybe_step(trial)
+        else:
+            self._time_out(trial)
 
     def _finish(self, trial: _Trial, tick: int, reason: str, details: str = "") -> None:
         trial.done = True

@@ -16,6 +16,7 @@ The environment config (the spec's ``environment_config``)::
     agent_classes: {player: [player_0, player_1]}    # optional: which agents an actor class describes
     rewards: [{component: env}]                      # optional: modular rewards
     turn_based: false                                # AEC envs that are not parallelizable
+    view: overcooked                                 # optional: a view for pages (services/environment/views.py)
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ import numpy as np
 from gymnasium import spaces
 
 from services.environment.adapters.spaces import SpaceCodec, infer_space, space_codec
+from services.environment.views import VIEWS
 from trialog.environment import ActorInfo, Environment, Step, TrialInfo
 from trialog.errors import SpecError, TrialError
 from trialog.rewards_modular import RewardSet, StepView
 
-CONFIG_KEYS = ("env", "kwargs", "name", "agents", "agent_classes", "rewards", "turn_based")
+CONFIG_KEYS = ("env", "kwargs", "name", "agents", "agent_classes", "rewards", "turn_based", "view")
 ACTION_MASK = "action_mask"
 
 
@@ -49,6 +51,7 @@ class HostConfig:
     agent_classes: Mapping[str, Sequence[Any]] | None = None
     rewards: Sequence[Mapping[str, Any]] | None = None
     turn_based: bool = False
+    view: str | None = None
 
     @classmethod
     def parse(cls, config: Mapping[str, Any]) -> HostConfig:
@@ -68,6 +71,7 @@ class HostConfig:
             agent_classes=config.get("agent_classes"),
             rewards=config.get("rewards"),
             turn_based=bool(config.get("turn_based", False)),
+            view=_view_name(config.get("view")),
         )
 
 
@@ -149,6 +153,11 @@ class HostedEnvironment(Environment):
 
     def end(self) -> None:
         self.env.close()
+
+    def view(self) -> dict[str, Any] | None:
+        if self.config.view is None:
+            return None
+        return VIEWS[self.config.view](getattr(self.env, "unwrapped", self.env), self.agent_of)
 
     def set_parameters(self, parameters: Mapping[str, Any]) -> None:
         coefficients = parameters.get("reward_coefficients")
@@ -325,6 +334,12 @@ def _resolve_agent(possible: list[Any], ref: Any) -> Any:
         if str(agent) == str(ref):
             return agent
     raise SpecError(f"{ref!r} is not an agent of this environment; agents: {possible}", path="environment_config")
+
+
+def _view_name(name: Any) -> str | None:
+    if name is not None and name not in VIEWS:
+        raise SpecError(f"unknown view {name!r}; shipped views: {', '.join(VIEWS)}", path="environment_config.view")
+    return name
 
 
 def _dumps(schema: Any) -> str:

@@ -72,7 +72,7 @@ const handlers = {
   reward(msg) {
     stats.score += msg.value;
     $("#score").textContent = stats.score.toFixed(1);
-    log(`tick ${msg.tick}: reward ${msg.value} from ${msg.sender}`);
+    if (msg.value !== 0) log(`tick ${msg.tick}: reward ${msg.value} from ${msg.sender}`);
   },
   message(msg) {
     log(`tick ${msg.tick}: ${msg.sender} says ${JSON.stringify(msg.payload)}`);

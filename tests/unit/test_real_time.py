@@ -1,0 +1,55 @@
+"""Real-time trials (``tick_interval_ms``) on the in-memory bus: one step per interval
+whether actors answer at once or never; a missing action at the deadline becomes the
+default action, logged as ``actor.timeout``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+
+from tests.harness import deployment
+from trialog.bus.memory import MemoryBus
+from trialog.events import Action, ActorTimeout, Observation
+from trialog.spec import parse_spec
+from trialog.topics import EVENTS
+
+SPEC = Path(__file__).resolve().parents[1] / "integration" / "trialtest.yaml"
+INTERVAL_MS, TICKS = 60, 6
+
+
+def real_time_spec(bus):
+    raw = yaml.safe_load(SPEC.read_text())
+    raw["name"] = "realtime"
+    raw["trial"]["tick_interval_ms"] = INTERVAL_MS
+    raw["trial"]["response_timeout_ms"] = 10  # ignored in real time: the deadline is the interval
+    return parse_spec(raw, file=str(SPEC), base_dir=SPEC.parent, store=bus.store)
+
+
+async def events_of(bus, trial_id):
+    consumer = bus.consumer([EVENTS])
+    await consumer.start()
+    out = [bus.codec.decode(r.value, r.header("kind")) for r in await consumer.poll(timeout_ms=100, max_records=100_000) if r.trial_id == trial_id]
+    await consumer.stop()
+    return out
+
+
+async def test_steps_are_paced_and_a_silent_actor_gets_the_default_action(memory_settings):
+    bus = MemoryBus(memory_settings)
+    async with deployment(bus, real_time_spec(bus)) as (_, ctl):
+        t0 = time.monotonic()
+        fast = await ctl.start_trial("realtime", max_ticks=TICKS)
+        await ctl.wait_ended(fast, timeout=30)
+        paced = time.monotonic() - t0
+        silent = await ctl.start_trial("realtime", max_ticks=TICKS, implementations={"bob": "silent"})
+        await ctl.wait_ended(silent, timeout=30)
+        fast_events, silent_events = await events_of(bus, fast), await events_of(bus, silent)
+    # Both agents answer at once, yet the trial takes an interval per tick.
+    assert paced >= TICKS * INTERVAL_MS / 1000 * 0.9
+    assert not [e for e in fast_events if isinstance(e, ActorTimeout)]
+    # bob never answers: every tick, a logged timeout at the deadline, and the trial goes on.
+    assert [e.tick for e in silent_events if isinstance(e, ActorTimeout)] == list(range(TICKS))
+    assert all(e.policy == "default_action" for e in silent_events if isinstance(e, ActorTimeout))
+    assert [e.tick for e in silent_events if isinstance(e, Action) and e.actor == "alice"] == list(range(TICKS))
+    assert max(e.tick for e in silent_events if isinstance(e, Observation)) == TICKS
