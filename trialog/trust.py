@@ -47,7 +47,7 @@ lifecycle record with each actor key of its trial), so that an actor service or 
 verifies what it reads with its own key.
 
 **Who may write what** (:func:`sender_keys`): ``trial.*`` only the orchestrator;
-observations, ``environment.done``, ``actor.timeout``, ``actor.left`` and rewards or
+observations, views, ``environment.done``, ``actor.timeout``, ``actor.left`` and rewards or
 messages whose sender is ``env`` or ``env/...`` only the environment; actions,
 ``actor.joined`` and rewards or messages whose sender is an actor of the trial only
 that actor's key; start and terminate requests a controller, gateway or learner;
@@ -132,7 +132,7 @@ KEY_BYTES = 32
 MAC_HEADERS = ("kind", "tick", "sender", "receiver", "id", HEADER_HOLDER, HEADER_TAKEOVER)
 
 LIFECYCLE_KINDS = frozenset({"trial.pending", "trial.started", "trial.rejected", "trial.terminating", "trial.ended", "trial.record"})
-ENVIRONMENT_KINDS = frozenset({"observation", "environment.done", "actor.timeout", "actor.left"})
+ENVIRONMENT_KINDS = frozenset({"observation", "environment.done", "actor.timeout", "actor.left", "view"})
 ACTOR_KINDS = frozenset({"action", "actor.joined"})
 ADDRESSED_KINDS = frozenset({"reward", "message", "parameters.changed"})
 REQUEST_KINDS = frozenset({"trial.start", "trial.terminate"})
@@ -445,8 +445,11 @@ class Authenticator:
             raise TrustError(f"no key for seat {seat.actor} of trial {seat.trial_id}: join with the seat's join token")
         self._seats[(seat.trial_id, seat.actor)] = seat
 
-    def release(self, trial_id: str, actor: str) -> None:
-        self._seats.pop((trial_id, actor), None)
+    def release(self, trial_id: str, actor: str, holder: str | None = None) -> None:
+        """Stop playing a seat (only if ``holder``, when given, still holds it here)."""
+        seat = self._seats.get((trial_id, actor))
+        if seat is not None and (holder is None or seat.holder == holder):
+            del self._seats[(trial_id, actor)]
 
     def actor_key(self, trial_id: str, actor: str) -> str | None:
         """The key id an actor of a trial writes with, if the trial is known."""

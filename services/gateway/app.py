@@ -24,6 +24,7 @@ from trialog.controller import Controller
 from trialog.errors import TrialError
 from trialog.spec import Spec
 from trialog.topics import EVENTS
+from trialog.trust import GATEWAY, Authenticator
 
 
 class Gateway:
@@ -31,6 +32,8 @@ class Gateway:
 
     def __init__(self, bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0):
         self.bus = bus
+        # People's rewards and messages, and the trials the lobby starts, are the gateway's to sign.
+        bus.trust = Authenticator(bus.trust.keyring, role=GATEWAY)
         self.specs = dict(specs)
         self.base_url = base_url
         self.join_wait_s = join_wait_s
@@ -76,7 +79,7 @@ class Gateway:
         if default is None or client is None:
             raise TrialError(f"spec {spec_name!r} has no seat {actor!r} a person can take")
         trial_id = await self.controller.start_trial(spec_name, implementations={actor: client})
-        return trial_id, link(self.base_url, trial_id, actor)
+        return trial_id, link(self.base_url, self.bus.trust.keyring, trial_id, actor)
 
 
 def build_app(bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0) -> Starlette:

@@ -49,7 +49,7 @@ async def take_seat(request: Request) -> JSONResponse:
     record = gw.feed.index.get(trial_id)
     if record is None or actor not in gw.client_seats(record.spec, record.implementations):
         return JSONResponse({"error": f"trial {trial_id!r} has no seat {actor!r} for a person"}, status_code=404)
-    return JSONResponse({"url": link(gw.base_url, trial_id, actor)})
+    return JSONResponse({"url": link(gw.base_url, gw.bus.trust.keyring, trial_id, actor)})
 
 
 async def new_trial(request: Request) -> JSONResponse:

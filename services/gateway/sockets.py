@@ -19,7 +19,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from services.gateway.feed import CAUGHT_UP, Feed
 from services.gateway.messages import TrialView, decode
-from services.gateway.seats import Seat, SeatRefused, verify
+from services.gateway.seats import verify
 from trialog.errors import CodecError, TrialogError
 from trialog.events import (
     Action,
@@ -33,14 +33,24 @@ from trialog.events import (
 )
 from trialog.logs import get_logger
 from trialog.runtime.trial import dumps, matches
+from trialog.trust import JoinToken, Seat, SeatBook, seat_headers
 
 if TYPE_CHECKING:
     from services.gateway.app import Gateway
 
 log = get_logger(__name__)
 
-JUDGE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,40}$")
+NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # a judge's name, a page's holder id
 REFUSED = 4403  # WebSocket close code for a refused seat (application range 4000-4999)
+
+
+class SeatRefused(TrialogError):
+    """A join was refused; the message is shown on the page as it is. ``held``: the seat
+    is someone else's, and the page may offer to take it over."""
+
+    def __init__(self, message: str, *, held: bool = False):
+        super().__init__(message)
+        self.held = held
 
 
 class _SeatState:
@@ -49,11 +59,16 @@ class _SeatState:
     def __init__(self, seat: Seat):
         self.seat = seat
         self.trial: TrialView | None = None
-        self.joined = False
+        self.holders = SeatBook()  # who holds the seat, by the log's joins
+        self.holder: str | None = None
         self.observation: Observation | None = None  # the latest one for this actor
         self.answered: set[int] = set()
         self.ended: TrialEnded | None = None
         self.view: View | None = None  # the latest, drawn first on a (re)connect
+
+    @property
+    def mine(self) -> bool:
+        return self.holder == self.seat.holder
 
     @property
     def waiting(self) -> Observation | None:
@@ -63,13 +78,14 @@ class _SeatState:
             return None
         return obs
 
-    def fold(self, event) -> None:
+    def fold(self, event, headers) -> None:
         me = self.seat.actor
         match event:
-            case ResolvedTrial() if self.trial is None:
-                pass  # set by the caller, which has the bus
             case ActorJoined(actor=a) if a == me:
-                self.joined = True
+                holder, takeover = seat_headers(headers)
+                refused, _ = self.holders.joined(self.seat.trial_id, a, holder, takeover)
+                if refused is None:
+                    self.holder = holder
             case Observation(actor=a) if a == me:
                 if self.observation is None or event.tick >= self.observation.tick:
                     self.observation = event
@@ -99,22 +115,32 @@ class _SeatState:
 
 
 async def seat_socket(ws: WebSocket) -> None:
+    """``/ws/seat?token=T&holder=H[&takeover=1]``: play the seat the join token opens."""
     gw: Gateway = ws.app.state.gateway
     await ws.accept()
+    seat: Seat | None = None
     try:
-        seat = verify(ws.query_params.get("token", ""))
+        claims: JoinToken = verify(gw.bus.trust.keyring, ws.query_params.get("token", ""))
+        holder = ws.query_params.get("holder", "")
+        if not NAME.match(holder):
+            raise SeatRefused("the page gave no holder id (letters, digits, . _ -): reload it")
+        seat = Seat(claims.trial_id, claims.actor, holder, ws.query_params.get("takeover") == "1")
         async with gw.feed.subscribe(seat.trial_id, timeout=gw.join_wait_s) as records:
-            state = _SeatState(seat)
-            await _play(ws, gw, state, records)
-    except TrialogError as exc:  # a refused seat, an unknown trial
+            await _play(ws, gw, _SeatState(seat), records)
+    except SeatRefused as exc:
+        await _refuse(ws, str(exc), held=exc.held)
+    except TrialogError as exc:  # a bad token, an unknown trial
         await _refuse(ws, str(exc))
     except WebSocketDisconnect:
         pass
+    finally:
+        if seat is not None:
+            gw.bus.trust.release(seat.trial_id, seat.actor, seat.holder)
 
 
-async def _refuse(ws: WebSocket, reason: str) -> None:
+async def _refuse(ws: WebSocket, reason: str, *, held: bool = False) -> None:
     with contextlib.suppress(Exception):
-        await ws.send_json({"type": "refused", "reason": reason})
+        await ws.send_json({"type": "refused", "reason": reason, "held": held})
         await ws.close(REFUSED)
 
 
@@ -148,10 +174,9 @@ async def _seat_from_log(ws: WebSocket, gw: Gateway, state: _SeatState, records,
     async for record in records:
         if record is CAUGHT_UP:
             _check_seat(state)
-            if not state.joined and state.ended is None:
-                spec = state.trial.resolved.actor(state.seat.actor)
-                await gw.publish(ActorJoined(state.seat.trial_id, actor=state.seat.actor, implementation=spec.implementation))
-            await ws.send_json({"type": "welcome", "actor": state.seat.actor, **state.trial.describe()})
+            if state.ended is None:
+                await _take_seat(gw, state)
+            await ws.send_json({"type": "welcome", "actor": state.seat.actor, "holder": state.seat.holder, **state.trial.describe()})
             if state.ended is not None:
                 await ws.send_json(state.trial.message(state.ended))
                 return
@@ -166,13 +191,28 @@ async def _seat_from_log(ws: WebSocket, gw: Gateway, state: _SeatState, records,
             continue
         if isinstance(event, ResolvedTrial) and state.trial is None:
             state.trial = TrialView(gw.bus, event)
-        state.fold(event)
+        state.fold(event, record.headers)
+        if caught_up.is_set() and state.holder is not None and not state.mine:
+            await ws.send_json({"type": "replaced", "reason": f"another page took seat {state.seat.actor} over"})
+            return
         if caught_up.is_set() and state.concerns(event):
             message = state.trial.message(event)
             if message is not None:
                 await ws.send_json(message)
             if isinstance(event, TrialEnded):
                 return
+
+
+async def _take_seat(gw: Gateway, state: _SeatState) -> None:
+    """Join (first holder, or a takeover) or resume (same holder) — the log decides who holds it."""
+    seat = state.seat
+    if state.holder is not None and not state.mine and not seat.takeover:
+        raise SeatRefused(f"seat {seat.actor} is held by another page; take it over to play here", held=True)
+    gw.bus.trust.hold(seat)  # what this gateway writes for the seat carries its key and holder
+    if not state.mine:
+        implementation = state.trial.resolved.actor(seat.actor).implementation
+        await gw.publish(ActorJoined(seat.trial_id, actor=seat.actor, implementation=implementation))
+        state.holder = seat.holder  # the log will say so too, when the join is read back
 
 
 def _check_seat(state: _SeatState) -> None:
@@ -295,8 +335,8 @@ async def _judge(ws: WebSocket, gw: Gateway, state: _Watched) -> None:
             await ws.send_json({"type": "error", "reason": "a watcher sends only rewards: {type: reward, judge, receiver, tick, value, confidence}"})
             continue
         name = str(msg.get("judge", ""))
-        if not JUDGE_NAME.match(name):
-            await ws.send_json({"type": "error", "reason": "give your name (letters, digits, . _ -; up to 40) to judge"})
+        if not NAME.match(name):
+            await ws.send_json({"type": "error", "reason": "give your name (letters, digits, . _ -; up to 64) to judge"})
             continue
         reward = _reward(msg, state.trial, sender=f"person:{name}", current_tick=state.tick)
         if isinstance(reward, str):

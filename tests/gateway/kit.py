@@ -60,7 +60,7 @@ async def socket(url: str) -> AsyncIterator[Socket]:
         yield Socket(ws)
 
 
-def seat_url(link: str) -> str:
-    """The seat socket behind a join link (what play.js opens)."""
+def seat_url(link: str, holder: str = "page-1", *, takeover: bool = False) -> str:
+    """The seat socket behind a join link, for one holder (what play.js opens)."""
     base, _, query = link.partition("/play?")
-    return f"{base}/ws/seat?{query}"
+    return f"{base}/ws/seat?{query}&holder={holder}" + ("&takeover=1" if takeover else "")

@@ -16,6 +16,7 @@ from tests.integration.test_trials import read_trial
 from trialog.bus.kafka import KafkaBus
 from trialog.events import Action, ActorJoined, Reward
 from trialog.spec import load_spec
+from trialog.trust import Keyring
 
 pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -46,7 +47,7 @@ async def play(seat, move: str, *, until_tick: int | None = None) -> list[int]:
 async def test_a_person_plays_reconnects_and_the_log_has_their_moves(running):
     bus, ctl, base = running
     tid = await ctl.start_trial("rps", implementations={"bob": "human"}, max_ticks=12)
-    url = seat_url(link(base, tid, "bob"))
+    url = seat_url(link(base, bus.trust.keyring, tid, "bob"))
     async with socket(url) as seat:
         welcome = await seat.next("welcome")
         assert welcome["actor"] == "bob" and welcome["classes"]["player"]["action_schema"]["symbols"] == ["ROCK", "PAPER", "SCISSORS"]
@@ -90,10 +91,17 @@ async def test_a_watcher_judges_a_past_tick(running):
 
 async def test_bad_links_are_refused(running):
     bus, ctl, base = running
+    keyring = bus.trust.keyring
     tid = await ctl.start_trial("rps", implementations={"bob": "human"}, max_ticks=4)
+    genuine = link(base, keyring, tid, "bob")
+    altered = genuine[:-4] + ("A" if genuine[-4] != "A" else "B") + genuine[-3:]  # one character of the MAC
     for url, why in [
-        (f"{base}/ws/seat?token=garbage", "not valid"),
-        (seat_url(link(base, tid, "alice")), "no seat"),  # alice is played by an agent
+        (seat_url(f"{base}/play?token=garbage"), "damaged"),
+        (seat_url(link(base, Keyring.generate(), tid, "bob")), "not issued by this deployment"),  # another deployment's
+        (seat_url(altered), "not issued by this deployment"),
+        (seat_url(link(base, keyring, tid, "bob", ttl_s=-1)), "expired"),
+        (seat_url(link(base, keyring, tid, "alice")), "no seat"),  # alice is played by an agent
+        (seat_url(genuine, holder=""), "holder"),
     ]:
         async with socket(url) as seat:
             assert why in (await seat.next("refused"))["reason"]
@@ -102,3 +110,25 @@ async def test_bad_links_are_refused(running):
         assert any(t["trial"] == tid and t["seats"] == ["bob"] for t in lobby["trials"] if t["status"] == "pending")
         assert (await http.post("/api/seat", json={"trial": tid, "actor": "alice"})).status_code == 404
     await ctl.terminate(tid, hard=True)
+
+
+async def test_one_holder_per_seat_and_an_explicit_takeover(running):
+    bus, ctl, base = running
+    tid = await ctl.start_trial("rps", implementations={"bob": "human"}, max_ticks=30)
+    url = link(base, bus.trust.keyring, tid, "bob")
+    async with socket(seat_url(url, "laptop")) as first:
+        await first.next("welcome")
+        await play(first, "ROCK", until_tick=1)
+        # Another page (another holder) is refused, and told it may take the seat over...
+        async with socket(seat_url(url, "phone")) as second:
+            refused = await second.next("refused")
+            assert refused["held"] and "held by another page" in refused["reason"]
+        # ...which it does: the first page is told, and the second plays on.
+        async with socket(seat_url(url, "phone", takeover=True)) as second:
+            await second.next("welcome")
+            assert "took seat bob over" in (await first.next("replaced"))["reason"]
+            await play(second, "PAPER", until_tick=4)
+    await ctl.terminate(tid, hard=True)
+    events = await read_trial(bus, tid)
+    joins = [e for e in events if isinstance(e, ActorJoined)]
+    assert len(joins) == 2  # the first holder's join and the takeover; the refused page wrote nothing

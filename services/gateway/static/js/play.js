@@ -90,19 +90,40 @@ const handlers = {
   refused(msg) {
     stats.refused = msg.reason;
     status(msg.reason, "refused");
+    if (msg.held) offerTakeover();
   },
   replaced(msg) {
     stats.refused = msg.reason;
     status(msg.reason, "refused");
+    offerTakeover();
   },
   error(msg) {
     log(`error: ${msg.reason}`);
   },
 };
 
-const socket = connect(`/ws/seat?token=${encodeURIComponent(token)}&holder=${holderId()}`, handlers, {
-  onClose: () => {
-    if (!stats.ended && !stats.refused) status("connection lost — reconnecting…", "refused");
-  },
-  reconnect: () => !stats.ended && !stats.refused,
-});
+function offerTakeover() {
+  // The seat is another page's (another browser, or this one's other tab): play here instead?
+  const b = document.createElement("button");
+  b.id = "take-over";
+  b.textContent = "Take the seat over";
+  b.addEventListener("click", () => {
+    b.remove();
+    stats.refused = null;
+    socket.close();
+    socket = open(true);
+  });
+  $("#status").after(b);
+}
+
+function open(takeover = false) {
+  const path = `/ws/seat?token=${encodeURIComponent(token)}&holder=${holderId()}${takeover ? "&takeover=1" : ""}`;
+  return connect(path, handlers, {
+    onClose: () => {
+      if (!stats.ended && !stats.refused) status("connection lost — reconnecting…", "refused");
+    },
+    reconnect: () => !stats.ended && !stats.refused,
+  });
+}
+
+let socket = open();
