@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trialog", description="Trials of AI agents and humans, carried and logged by Apache Kafka.")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-    from trialog import broker, check, demo, plot
+    from trialog import broker, check, conformance, demo, plot
     from trialog.datalog import cli as datalog_cli
 
     broker.add_cli(sub)
@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = _add_serve(sub)
     _add_trial(sub)
     _add_run(sub)
-    for module in (demo, check, datalog_cli, plot):
+    for module in (demo, check, conformance, datalog_cli, plot):
         module.add_cli(sub)
     for entry in entry_points(group=ENTRY_POINTS):
         # A broken plugin fails loudly here rather than losing its commands in silence.

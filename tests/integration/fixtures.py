@@ -69,3 +69,12 @@ class Bloated(RockPaperScissors):
             blob = "x" * int(self.trial.config.get("bloat_bytes", 2_000_000))
             step = dataclasses.replace(step, messages=[MessageOut(receivers=list(self.players), payload={"blob": blob})])
         return step
+
+
+class SkipsTickThree(Agent):
+    """Breaks the protocol on purpose (never answers tick 3): the conformance suite must say so."""
+
+    def decide(self, observation):
+        if observation["round"] == 3:
+            raise RuntimeError("skipping tick 3")
+        return "ROCK"

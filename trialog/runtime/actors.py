@@ -50,6 +50,7 @@ from trialog.events import (
 )
 from trialog.logs import get_logger
 from trialog.models import ModelFollower, ModelVersion
+from trialog.received import Received
 from trialog.runtime.service import Handler
 from trialog.runtime.trial import (
     ClassSchemas,
@@ -140,6 +141,7 @@ class _Played:
     session: Session | None = None
     task: asyncio.Task | None = None
     last_answered: int = -1
+    received: Received = field(default_factory=Received)  # each reward and message once; probes
 
 
 @dataclass
@@ -209,12 +211,17 @@ class ActorHandler(Handler):
                 self._on_observation(trial, trial.actors[name], event)
             case Reward():
                 for played in trial.actors.values():
-                    if matches(event.receiver, played.info.name, played.info.actor_class):
+                    if matches(event.receiver, played.info.name, played.info.actor_class) and played.received.reward(event):
                         self._deliver(played, RewardEvent(event.tick, event.value, event.confidence, event.sender, loads(event.user_data) if event.user_data else None))
             case Message():
+                payload = loads(event.payload)
                 for played in trial.actors.values():
                     if any(matches(r, played.info.name, played.info.actor_class) for r in event.receivers) and event.sender != played.info.name:
-                        self._deliver(played, MessageEvent(event.tick, event.sender, loads(event.payload)))
+                        deliver, probe_answer = played.received.message(event, played.info.name, payload)
+                        if deliver:
+                            self._deliver(played, MessageEvent(event.tick, event.sender, payload))
+                        if probe_answer is not None:
+                            self.loop.emit(probe_answer)
             case TrialEnded():
                 for played in trial.actors.values():
                     self._deliver(played, EndEvent(event.tick, event.reason))

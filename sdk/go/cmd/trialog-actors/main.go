@@ -1,0 +1,78 @@
+// Command trialog-actors serves actor implementations of a Trialog spec from Go.
+//
+//	trialog-actors --schemas schemas --serve go_counter=rps-counter --serve go_cook=overcooked-cook
+//
+// Each --serve IMPL=AGENT plays the spec's (external) implementation IMPL with one of
+// the example agents, as the consumer group actors.IMPL. Connection: --brokers or
+// TRIALOG_BOOTSTRAP_SERVERS, --topic-prefix or TRIALOG_TOPIC_PREFIX.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/trialog/trialog/sdk/go/examples"
+	"github.com/trialog/trialog/sdk/go/trialog"
+)
+
+type serveFlags []string
+
+func (s *serveFlags) String() string     { return strings.Join(*s, ",") }
+func (s *serveFlags) Set(v string) error { *s = append(*s, v); return nil }
+
+func env(name, fallback string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return fallback
+}
+
+func main() {
+	var serve serveFlags
+	brokers := flag.String("brokers", env("TRIALOG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), "Kafka bootstrap servers, comma-separated")
+	prefix := flag.String("topic-prefix", env("TRIALOG_TOPIC_PREFIX", "trialog."), "the deployment's topic prefix")
+	schemas := flag.String("schemas", "schemas", "Trialog's schemas/ directory")
+	flag.Var(&serve, "serve", "IMPL=AGENT: play implementation IMPL with AGENT (repeatable)")
+	flag.Parse()
+	names := make([]string, 0, len(examples.Agents))
+	for n := range examples.Agents {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if len(serve) == 0 {
+		fmt.Fprintf(os.Stderr, "trialog-actors: nothing to serve: pass --serve IMPL=AGENT (agents: %s)\n", strings.Join(names, ", "))
+		os.Exit(2)
+	}
+	store, err := trialog.LoadDir(*schemas)
+	if err != nil {
+		log.Fatalf("trialog-actors: %v", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	var wg sync.WaitGroup
+	for _, s := range serve {
+		impl, agent, _ := strings.Cut(s, "=")
+		factory, ok := examples.Agents[agent]
+		if impl == "" || !ok {
+			log.Fatalf("trialog-actors: --serve %q: want IMPL=AGENT with AGENT one of %s", s, strings.Join(names, ", "))
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := trialog.Config{Brokers: strings.Split(*brokers, ","), TopicPrefix: *prefix, Implementation: impl, Store: store, NewAgent: factory}
+			if err := trialog.Run(ctx, cfg); err != nil {
+				log.Printf("trialog-actors: %s: %v", impl, err)
+				stop()
+			}
+		}()
+	}
+	wg.Wait()
+}

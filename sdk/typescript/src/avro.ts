@@ -1,0 +1,137 @@
+/**
+ * Avro single-object encoding by fingerprint, on avsc (docs/interop.md).
+ *
+ * Two choices every Trialog reader in JavaScript must make, made here once:
+ * - `long` is decoded as `BigInt`: seeds are any signed 64-bit value (a test vector
+ *   holds -2^63) and JavaScript numbers are exact only to 2^53 (docs/protocol.md,
+ *   "64-bit numbers in JavaScript");
+ * - unions are always wrapped, `{"<branch>": value}` or `null`, as Avro's JSON encoding
+ *   writes them, so a value never depends on guessing a branch.
+ */
+import avro from "avsc";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+
+export const MARKER = Buffer.from([0xc3, 0x01]);
+
+/** `long` as BigInt; numbers that are safe integers are accepted when writing. */
+export const LongAsBigInt = avro.types.LongType.__with({
+  fromBuffer: (buf: Buffer) => buf.readBigInt64LE(),
+  toBuffer: (n: bigint | number) => {
+    const buf = Buffer.alloc(8);
+    buf.writeBigInt64LE(BigInt(n));
+    return buf;
+  },
+  fromJSON: (v: unknown) => BigInt(v as string),
+  toJSON: (n: bigint) => Number(n),
+  isValid: (n: unknown) => typeof n === "bigint" || (typeof n === "number" && Number.isSafeInteger(n)),
+  compare: (a: bigint, b: bigint) => (a < b ? -1 : a > b ? 1 : 0),
+});
+
+const OPTIONS = { wrapUnions: true } as const;
+
+export interface Schema {
+  type: avro.Type;
+  fingerprint: Buffer; // CRC-64-AVRO of the canonical form, little-endian (as on the wire)
+  fullName: string;
+}
+
+/** Every schema a service knows, by fingerprint and by full name. */
+export class Store {
+  private byFingerprint = new Map<string, Schema>();
+  private byName = new Map<string, Schema>();
+  private registry: Record<string, avro.Type> = {};
+
+  /** Trialog's schemas/ directory: files referring to others' types are parsed after them. */
+  static loadDir(dir: string): Store {
+    const store = new Store();
+    let pending = readdirSync(dir).filter((f) => f.endsWith(".avsc")).sort();
+    if (pending.length === 0) throw new Error(`no .avsc files in ${dir}: pass the path of Trialog's schemas/ directory`);
+    while (pending.length > 0) {
+      const retry: string[] = [];
+      let lastError: unknown;
+      for (const file of pending) {
+        const schema = JSON.parse(readFileSync(join(dir, file), "utf8"));
+        const registry = { ...store.registry, long: LongAsBigInt } as Record<string, avro.Type>;
+        try {
+          const type = avro.Type.forSchema(schema, { ...OPTIONS, registry });
+          Object.assign(store.registry, registry);
+          delete store.registry.long;
+          store.add(type);
+        } catch (err) {
+          retry.push(file);
+          lastError = err;
+        }
+      }
+      if (retry.length === pending.length) throw lastError;
+      pending = retry;
+    }
+    return store;
+  }
+
+  /** Register a self-contained schema (JSON text or object); the same schema twice gives the first. */
+  register(schema: string | object): Schema {
+    const parsed = typeof schema === "string" ? JSON.parse(schema) : schema;
+    return this.add(avro.Type.forSchema(parsed, { ...OPTIONS, registry: { long: LongAsBigInt } }));
+  }
+
+  private add(type: avro.Type): Schema {
+    const fingerprint = crc64Avro(Buffer.from(canonicalForm(type)));
+    const key = fingerprint.toString("hex");
+    const known = this.byFingerprint.get(key);
+    if (known) return known;
+    const schema = { type, fingerprint, fullName: type.name ?? type.typeName };
+    this.byFingerprint.set(key, schema);
+    this.byName.set(schema.fullName, schema);
+    return schema;
+  }
+
+  byFullName(name: string): Schema | undefined {
+    return this.byName.get(name);
+  }
+
+  /** The writer schema of a single-object encoded value. */
+  writer(value: Buffer): Schema {
+    if (value.length < 10 || value[0] !== MARKER[0] || value[1] !== MARKER[1]) {
+      throw new Error("not an Avro single-object encoding (no C3 01 marker)");
+    }
+    const schema = this.byFingerprint.get(value.subarray(2, 10).toString("hex"));
+    if (!schema) throw new Error(`unknown writer schema: fingerprint ${value.subarray(2, 10).toString("hex")}`);
+    return schema;
+  }
+
+  /** Decode with the writer schema, resolved into `reader` when given (Avro's schema resolution). */
+  decode(value: Buffer, reader?: Schema): any {
+    const writer = this.writer(value);
+    const body = value.subarray(10);
+    if (!reader || reader.fingerprint.equals(writer.fingerprint)) return writer.type.fromBuffer(body);
+    return reader.type.fromBuffer(body, reader.type.createResolver(writer.type));
+  }
+}
+
+/** Encode `value` as a single-object encoding with `schema`. */
+export function encode(schema: Schema, value: unknown): Buffer {
+  return Buffer.concat([MARKER, schema.fingerprint, schema.type.toBuffer(value)]);
+}
+
+/** avsc's schema() without attributes is the schema's Parsing Canonical Form. */
+export function canonicalForm(type: avro.Type): string {
+  return JSON.stringify(type.schema());
+}
+
+const EMPTY = 0xc15d213aa4d7a795n;
+const MASK = 0xffffffffffffffffn;
+const TABLE: bigint[] = Array.from({ length: 256 }, (_, i) => {
+  let fp = BigInt(i);
+  for (let j = 0; j < 8; j++) fp = (fp >> 1n) ^ (EMPTY & -(fp & 1n) & MASK);
+  return fp;
+});
+
+/** CRC-64-AVRO, little-endian bytes. */
+export function crc64Avro(data: Buffer): Buffer {
+  let fp = EMPTY;
+  for (const b of data) fp = (fp >> 8n) ^ TABLE[Number((fp ^ BigInt(b)) & 0xffn)];
+  const out = Buffer.alloc(8);
+  out.writeBigUInt64LE(fp & MASK);
+  return out;
+}
