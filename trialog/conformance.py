@@ -14,6 +14,7 @@ and the probe they rely on.
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import os
 import shlex
@@ -53,6 +54,7 @@ from trialog.runtime.trial import class_schemas, matches, trial_info
 from trialog.settings import Settings
 from trialog.spec import Spec, load_entry, load_spec
 from trialog.topics import EVENTS
+from trialog.trust import actor_key_id
 
 TICKS = 12  # per conformance trial: room for every injection below and a kill
 RESTART_TIMEOUT_S = 90.0  # a killed member leaves its group after its session timeout
@@ -79,7 +81,7 @@ class Check:
 
 
 CHECKS = (
-    "answers each observation of its actors exactly once, with the class's action schema",
+    "answers each observation of its actors exactly once, with the class's action schema, tagged with its key",
     "receives live and retroactive rewards and messages, each once",
     "ignores duplicates (a repeated observation and reward change nothing)",
     "resumes after a SIGKILL without re-sending an action the log holds",
@@ -338,6 +340,9 @@ class Suite:
                     check.fail(f"{t.trial_id}: action for the final observation of {actor} at tick {tick}")
                 elif (tick, actor) not in out.observed:
                     check.fail(f"{t.trial_id}: action of {actor} for tick {tick}, which it was never sent")
+                refused = self.bus.trust.check(r.key, r.headers, r.value)
+                if refused:
+                    check.fail(f"{t.trial_id}: action of {actor} at tick {tick} is refused: {refused}")
                 try:
                     action = self.bus.codec.decode(r.value, "action")
                     assert isinstance(action, Action), f"value is a {type(action).__name__}"
@@ -465,7 +470,15 @@ async def run_conformance(settings: Settings, spec_file: str, implementation: st
     else:
         raise TrialogError(f"{implementation!r} is served outside Trialog: pass --command, the command that serves it")
     log_file = Path(tempfile.mkdtemp(prefix="trialog-conformance-")) / "service.log"
-    service = ServiceUnderTest(argv, _settings_env(settings), log_file)
+    # The service under test gets what a deployment gives an actor service: its own key only.
+    key_id = actor_key_id(implementation)
+    secret = bus.trust.keyring.key(key_id)
+    if secret is None:
+        raise TrialogError(f"the keyring ({bus.trust.keyring.source}) cannot give {key_id}: conformance needs the operator's keyring")
+    env = {k: v for k, v in _settings_env(settings).items() if not k.startswith("TRIALOG_KEY_")}
+    env["TRIALOG_KEYRING"] = ""
+    env["TRIALOG_KEY_" + key_id.upper().replace(".", "_").replace("-", "_")] = base64.urlsafe_b64encode(secret).rstrip(b"=").decode()
+    service = ServiceUnderTest(argv, env, log_file)
     print(f"conformance: {implementation} from {spec_file}, topics {settings.topic_prefix}*, service log {log_file}", flush=True)
     async with bus:
         await bus.create_topics()

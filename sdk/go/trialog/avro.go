@@ -51,15 +51,30 @@ func NewStore() *Store {
 	return &Store{byFP: map[[8]byte]*Schema{}, byName: map[string]*Schema{}, cache: &avro.SchemaCache{}}
 }
 
-// LoadDir parses every .avsc file of dir (Trialog's schemas/); files that refer to
-// types of other files are parsed after them.
+// LoadDir parses every .avsc file of dir (Trialog's schemas/), then the earlier
+// versions kept in dir/previous (writer schemas of older records: they decode, into
+// the current types by schema resolution); files that refer to types of other files
+// are parsed after them.
 func LoadDir(dir string) (*Store, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.avsc"))
 	if err != nil || len(paths) == 0 {
 		return nil, fmt.Errorf("no .avsc files in %s: pass the path of Trialog's schemas/ directory", dir)
 	}
-	sort.Strings(paths)
 	s := NewStore()
+	if err := s.parseFiles(paths, s.cache, true); err != nil {
+		return nil, err
+	}
+	previous, _ := filepath.Glob(filepath.Join(dir, "previous", "*.avsc"))
+	older := &avro.SchemaCache{}
+	older.AddAll(s.cache)
+	if err := s.parseFiles(previous, older, false); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) parseFiles(paths []string, cache *avro.SchemaCache, current bool) error {
+	sort.Strings(paths)
 	pending := paths
 	for len(pending) > 0 {
 		var retry []string
@@ -67,21 +82,21 @@ func LoadDir(dir string) (*Store, error) {
 		for _, p := range pending {
 			text, err := os.ReadFile(p)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			schema, err := avro.ParseWithCache(string(text), "", s.cache)
+			schema, err := avro.ParseWithCache(string(text), "", cache)
 			if err != nil {
 				retry, lastErr = append(retry, p), fmt.Errorf("%s: %w", p, err)
 				continue
 			}
-			s.add(schema)
+			s.add(schema, current)
 		}
 		if len(retry) == len(pending) {
-			return nil, lastErr
+			return lastErr
 		}
 		pending = retry
 	}
-	return s, nil
+	return nil
 }
 
 // Register parses a self-contained schema (JSON text) and adds it; registering the
@@ -91,10 +106,11 @@ func (s *Store) Register(schemaJSON string) (*Schema, error) {
 	if err != nil {
 		return nil, fmt.Errorf("invalid Avro schema: %w", err)
 	}
-	return s.add(parsed), nil
+	return s.add(parsed, true), nil
 }
 
-func (s *Store) add(parsed avro.Schema) *Schema {
+// add indexes a schema by fingerprint, and by name unless it is an older version.
+func (s *Store) add(parsed avro.Schema, byName bool) *Schema {
 	fp := fingerprint(parsed)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -103,7 +119,9 @@ func (s *Store) add(parsed avro.Schema) *Schema {
 	}
 	schema := &Schema{Avro: parsed, Fingerprint: fp}
 	s.byFP[fp] = schema
-	s.byName[schema.FullName()] = schema
+	if byName {
+		s.byName[schema.FullName()] = schema
+	}
 	return schema
 }
 

@@ -73,9 +73,10 @@ func (a *Actor) message(receivers []string, payload any, id string, tick int64) 
 // Config of an actor service: one implementation, one consumer group.
 type Config struct {
 	Brokers        []string
-	TopicPrefix    string // default "trialog."
-	Implementation string // the spec's implementation name; the group is <TopicPrefix>actors.<Implementation>
-	Store          *Store // Trialog's schemas (LoadDir of the repository's schemas/)
+	TopicPrefix    string   // default "trialog."
+	Implementation string   // the spec's implementation name; the group is <TopicPrefix>actors.<Implementation>
+	Store          *Store   // Trialog's schemas (LoadDir of the repository's schemas/)
+	Key            ActorKey // this implementation's key (LoadActorKey)
 	NewAgent       AgentFactory
 	Logger         *log.Logger
 	Options        []kgo.Opt // extra franz-go options (TLS, SASL, compression…)
@@ -122,8 +123,8 @@ type partState struct {
 
 // Run serves the implementation until ctx is cancelled.
 func Run(ctx context.Context, cfg Config) error {
-	if cfg.Implementation == "" || cfg.Store == nil || cfg.NewAgent == nil {
-		return errors.New("trialog: Config needs Implementation, Store and NewAgent")
+	if cfg.Implementation == "" || cfg.Store == nil || cfg.NewAgent == nil || len(cfg.Key.Secret) == 0 {
+		return errors.New("trialog: Config needs Implementation, Store, Key and NewAgent")
 	}
 	if cfg.TopicPrefix == "" {
 		cfg.TopicPrefix = "trialog."
@@ -279,6 +280,9 @@ func (s *Service) goLive(p int32, part *partState) {
 
 func (s *Service) handle(r *kgo.Record, h map[string]string, trialID string) {
 	kind := h[HeaderKind]
+	if toActors[kind] && kind != "observation" && s.cfg.Key.Check(r) != "" {
+		return // not written for us by the core: ignored (its owner dead-letters it)
+	}
 	if kind == "trial.started" {
 		if _, known := s.trials[trialID]; !known {
 			var started TrialStarted
@@ -297,8 +301,12 @@ func (s *Service) handle(r *kgo.Record, h map[string]string, trialID string) {
 		if t.actors[h[HeaderReceiver]] == nil {
 			return // another implementation's actor: not decoded
 		}
+		if reason := s.cfg.Key.Check(r); reason != "" {
+			s.deadLetter(r, "observation: "+reason)
+			return
+		}
 		var obs Observation
-		if _, err := s.cfg.Store.Decode(r.Value, &obs); err != nil || obs.TrialID != trialID || t.actors[obs.Actor] == nil {
+		if _, err := s.cfg.Store.Decode(r.Value, &obs); err != nil || obs.TrialID != trialID || t.actors[obs.Actor] == nil || h[HeaderTick] != fmt.Sprint(obs.Tick) {
 			s.deadLetter(r, fmt.Sprintf("observation record does not decode as trialog.Observation of this trial: %v", err))
 			return
 		}
@@ -465,6 +473,7 @@ func (s *Service) emitEvent(partition int32, kind, schema string, tick int64, se
 		return err
 	}
 	rec := &kgo.Record{Topic: s.events, Partition: partition, Key: []byte(trialID), Value: encoded, Headers: eventHeaders(kind, tick, sender, receiver, schema, id)}
+	s.cfg.Key.Tag(rec)
 	part := s.parts[partition]
 	if part != nil && !part.live {
 		key := identity(trialID, headers(rec))

@@ -9,7 +9,7 @@
  *   writes them, so a value never depends on guessing a branch.
  */
 import avro from "avsc";
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 
 export const MARKER = Buffer.from([0xc3, 0x01]);
@@ -42,47 +42,60 @@ export class Store {
   private byName = new Map<string, Schema>();
   private registry: Record<string, avro.Type> = {};
 
-  /** Trialog's schemas/ directory: files referring to others' types are parsed after them. */
+  /**
+   * Trialog's schemas/ directory, then the earlier versions kept in schemas/previous
+   * (writer schemas of older records, read into the current types by schema
+   * resolution); files referring to others' types are parsed after them.
+   */
   static loadDir(dir: string): Store {
     const store = new Store();
-    let pending = readdirSync(dir).filter((f) => f.endsWith(".avsc")).sort();
-    if (pending.length === 0) throw new Error(`no .avsc files in ${dir}: pass the path of Trialog's schemas/ directory`);
+    const files = (d: string) => (existsSync(d) ? readdirSync(d).filter((f) => f.endsWith(".avsc")).sort().map((f) => join(d, f)) : []);
+    const current = files(dir);
+    if (current.length === 0) throw new Error(`no .avsc files in ${dir}: pass the path of Trialog's schemas/ directory`);
+    store.parseFiles(current, store.registry, true);
+    store.parseFiles(files(join(dir, "previous")), { ...store.registry }, false);
+    return store;
+  }
+
+  private parseFiles(paths: string[], registry: Record<string, avro.Type>, current: boolean): void {
+    let pending = paths;
     while (pending.length > 0) {
       const retry: string[] = [];
       let lastError: unknown;
-      for (const file of pending) {
-        const schema = JSON.parse(readFileSync(join(dir, file), "utf8"));
-        const registry = { ...store.registry, long: LongAsBigInt } as Record<string, avro.Type>;
+      for (const path of pending) {
+        const schema = JSON.parse(readFileSync(path, "utf8"));
+        const attempt = { ...registry, long: LongAsBigInt } as Record<string, avro.Type>;
+        if (!current) delete attempt[fullName(schema)]; // an older version of a type defined already
         try {
-          const type = avro.Type.forSchema(schema, { ...OPTIONS, registry });
-          Object.assign(store.registry, registry);
-          delete store.registry.long;
-          store.add(type);
+          const type = avro.Type.forSchema(schema, { ...OPTIONS, registry: attempt });
+          delete attempt.long;
+          Object.assign(registry, attempt);
+          this.add(type, current);
         } catch (err) {
-          retry.push(file);
+          retry.push(path);
           lastError = err;
         }
       }
       if (retry.length === pending.length) throw lastError;
       pending = retry;
     }
-    return store;
   }
 
   /** Register a self-contained schema (JSON text or object); the same schema twice gives the first. */
   register(schema: string | object): Schema {
     const parsed = typeof schema === "string" ? JSON.parse(schema) : schema;
-    return this.add(avro.Type.forSchema(parsed, { ...OPTIONS, registry: { long: LongAsBigInt } }));
+    return this.add(avro.Type.forSchema(parsed, { ...OPTIONS, registry: { long: LongAsBigInt } }), true);
   }
 
-  private add(type: avro.Type): Schema {
+  /** Index a schema by fingerprint, and by name unless it is an older version. */
+  private add(type: avro.Type, byName: boolean): Schema {
     const fingerprint = crc64Avro(Buffer.from(canonicalForm(type)));
     const key = fingerprint.toString("hex");
     const known = this.byFingerprint.get(key);
     if (known) return known;
     const schema = { type, fingerprint, fullName: type.name ?? type.typeName };
     this.byFingerprint.set(key, schema);
-    this.byName.set(schema.fullName, schema);
+    if (byName) this.byName.set(schema.fullName, schema);
     return schema;
   }
 
@@ -107,6 +120,11 @@ export class Store {
     if (!reader || reader.fingerprint.equals(writer.fingerprint)) return writer.type.fromBuffer(body);
     return reader.type.fromBuffer(body, reader.type.createResolver(writer.type));
   }
+}
+
+function fullName(schema: { name?: string; namespace?: string }): string {
+  const name = schema.name ?? "";
+  return name.includes(".") || !schema.namespace ? name : `${schema.namespace}.${name}`;
 }
 
 /** Encode `value` as a single-object encoding with `schema`. */

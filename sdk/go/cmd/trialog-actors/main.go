@@ -40,6 +40,7 @@ func main() {
 	brokers := flag.String("brokers", env("TRIALOG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), "Kafka bootstrap servers, comma-separated")
 	prefix := flag.String("topic-prefix", env("TRIALOG_TOPIC_PREFIX", "trialog."), "the deployment's topic prefix")
 	schemas := flag.String("schemas", "schemas", "Trialog's schemas/ directory")
+	keyring := flag.String("keyring", os.Getenv("TRIALOG_KEYRING"), "keyring file (default: TRIALOG_KEY_ACTORS_<IMPL>, else the development keyring for a local broker)")
 	flag.Var(&serve, "serve", "IMPL=AGENT: play implementation IMPL with AGENT (repeatable)")
 	flag.Parse()
 	names := make([]string, 0, len(examples.Agents))
@@ -64,10 +65,14 @@ func main() {
 		if impl == "" || !ok {
 			log.Fatalf("trialog-actors: --serve %q: want IMPL=AGENT with AGENT one of %s", s, strings.Join(names, ", "))
 		}
+		key, err := trialog.LoadActorKey(impl, *keyring, strings.Split(*brokers, ","))
+		if err != nil {
+			log.Fatalf("trialog-actors: %v", err)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cfg := trialog.Config{Brokers: strings.Split(*brokers, ","), TopicPrefix: *prefix, Implementation: impl, Store: store, NewAgent: factory}
+			cfg := trialog.Config{Brokers: strings.Split(*brokers, ","), TopicPrefix: *prefix, Implementation: impl, Store: store, Key: key, NewAgent: factory}
 			if err := trialog.Run(ctx, cfg); err != nil {
 				log.Printf("trialog-actors: %s: %v", impl, err)
 				stop()
