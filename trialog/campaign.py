@@ -14,7 +14,7 @@ import tempfile
 import time
 import urllib.request
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -169,9 +169,10 @@ def plot_campaign(spec: Spec, result, returns: dict[str, dict[str, float]], out:
     return plot_returns(trials, out, title=f"{spec.name}: return per trial (sum over actors), by pairing")
 
 
-def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] | None = None, archive_dir: str | None = None) -> int:
-    spec = load_spec(args.spec_file)
-    base = trial_overrides(args)
+def campaign_overrides(base: dict[str, Any], pairings: list[dict[str, str]] | None = None) -> Callable[[int], dict[str, Any]]:
+    """The overrides of the campaign's trial i: ``seed`` N gives trial i seed N+i (without
+    one, each trial's seed is the spec's, else derived from its ID); pairings take turns."""
+    base = dict(base)
     seed_base = base.pop("seed", None)
 
     def overrides_for(i: int) -> dict[str, Any]:
@@ -179,6 +180,13 @@ def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] |
         if pairings:
             extra["implementations"] = {**pairings[i % len(pairings)], **base.get("implementations", {})}
         return extra
+
+    return overrides_for
+
+
+def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] | None = None, archive_dir: str | None = None) -> int:
+    spec = load_spec(args.spec_file)
+    overrides_for = campaign_overrides(trial_overrides(args), pairings)
 
     asyncio.run(_create_topics(settings))
     if args.serve:

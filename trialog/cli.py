@@ -144,6 +144,7 @@ def _add_trial(sub) -> None:
     start.add_argument("spec_name", metavar="SPEC", help="name of a spec the orchestrator serves")
     add_trial_overrides(start, seed_help="trial seed (default: the spec's, else derived from the trial ID)")
     start.add_argument("--wait", action="store_true", help="wait for the end and print the reason")
+    start.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS", help="give up when no orchestrator answers within this long (default 60)")
     term = command(tsub, "terminate", "End a trial: soft (at the next tick) or --hard (now).")
     term.add_argument("trial_id")
     term.add_argument("--hard", action="store_true")
@@ -160,7 +161,7 @@ def _add_trial(sub) -> None:
         async def go():
             async with Controller(connect(from_args(args))) as ctl:
                 tid = await ctl.start_trial(args.spec_name, **trial_overrides(args))
-                started = await ctl.wait_started(tid)
+                started = await ctl.wait_started(tid, timeout=args.start_timeout)
                 print(tid, flush=True)
                 if args.wait:
                     ended = await ctl.wait_ended(tid)

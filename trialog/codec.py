@@ -14,8 +14,10 @@ application wants (the newest registered); decoding resolves writer → reader, 
 a reader with an added field (with a default) reads old records.
 
 NumPy arrays travel as ``trialog.Tensor`` (dtype name, shape, C-order
-little-endian bytes). Wherever a schema says ``trialog.Tensor``, :meth:`Schema.encode`
-accepts an ``ndarray`` and :meth:`Schema.decode` returns one.
+little-endian bytes), a record with the logical type ``trialog.tensor``: wherever a
+schema says ``trialog.Tensor``, :meth:`Schema.encode` accepts an ``ndarray`` (or
+anything ``np.asarray`` takes) and decoding returns one. NumPy scalars and arrays
+are accepted wherever Avro wants numbers or arrays.
 
 Every failure — bad bytes, an unknown schema, a value that does not match its
 schema — raises :class:`trialog.errors.CodecError`.
@@ -25,11 +27,12 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import fastavro
+import fastavro.read
+import fastavro.write
 import numpy as np
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
@@ -60,6 +63,12 @@ def schemas_dir() -> Path:
 
 
 # --- tensors -------------------------------------------------------------------
+# A fastavro logical type on trialog.Tensor: fastavro converts at the tensor itself,
+# wherever it sits (records, arrays, maps, unions of records), in its own walk.
+# ``logicalType`` is not part of Avro's canonical form, so fingerprints do not change,
+# and readers in other languages ignore a logical type they do not know.
+
+TENSOR_LOGICAL_TYPE = "trialog.tensor"
 
 
 def tensor_to_record(array: Any) -> dict[str, Any]:
@@ -79,140 +88,28 @@ def record_to_tensor(record: dict[str, Any]) -> np.ndarray:
     if dtype is None:
         raise CodecError(f"tensor dtype {name!r} is not one of {', '.join(SUPPORTED_DTYPES)}")
     shape = tuple(record["shape"])
+    if any(n < 0 for n in shape):
+        raise CodecError(f"tensor shape {shape} has a negative dimension")
     expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if len(record["data"]) != expected:
         raise CodecError(f"tensor of dtype {name} and shape {shape} needs {expected} bytes, got {len(record['data'])}")
     return np.frombuffer(record["data"], dtype=dtype).reshape(shape).astype(dtype.newbyteorder("="), copy=False)
 
 
-# --- schema-directed conversion of NumPy values --------------------------------
-# Built once per schema. ``None`` means "nothing to convert", which keeps the common
-# case (no tensors, plain Python values) free of any per-value walk.
-
-Convert = Callable[[Any], Any] | None
-
-
-def _python_scalar(value: Any) -> Any:
-    return value.item() if isinstance(value, np.generic) else value
+def _write_tensor(value: Any, schema: Any) -> Any:
+    # fastavro also calls this while choosing a union's branch, with whatever the datum
+    # holds there: anything that is not array-like goes on as it is, to not match.
+    if value is None or isinstance(value, (dict, str, bytes)):
+        return value
+    return tensor_to_record(value)
 
 
-def _encoder_for(schema: Any, seen: set[str]) -> Convert:
-    if isinstance(schema, str):
-        if schema == TENSOR:
-            return tensor_to_record
-        if schema in ("int", "long", "float", "double", "boolean"):
-            return _python_scalar
-        return None
-    if isinstance(schema, list):
-        branches = [(_branch_test(b), _encoder_for(b, seen)) for b in schema]
-        if all(conv is None for _, conv in branches):
-            return None
-
-        def convert_union(value: Any) -> Any:
-            if isinstance(value, np.ndarray):
-                for test, conv in branches:
-                    if test == "tensor":
-                        return conv(value)
-            if isinstance(value, np.generic):
-                return value.item()
-            if isinstance(value, dict):
-                for test, conv in branches:
-                    if test == "record" and conv is not None:
-                        return conv(value)
-            return value
-
-        return convert_union
-    kind = schema.get("type")
-    name = schema.get("name")
-    if kind == "record":
-        if name == TENSOR:
-            return tensor_to_record
-        if name in seen:  # recursive type: don't loop; values of it pass through unconverted
-            return None
-        seen = seen | {name}
-        fields = [(f["name"], _encoder_for(f["type"], seen)) for f in schema["fields"]]
-        fields = [(n, c) for n, c in fields if c is not None]
-        if not fields:
-            return None
-
-        def convert_record(value: Any) -> Any:
-            if not isinstance(value, dict):
-                return value
-            out = dict(value)
-            for field_name, conv in fields:
-                if field_name in out:
-                    out[field_name] = conv(out[field_name])
-            return out
-
-        return convert_record
-    if kind == "array":
-        item = _encoder_for(schema["items"], seen)
-        if item is None:
-            return lambda value: value.tolist() if isinstance(value, np.ndarray) else value
-        return lambda value: [item(v) for v in value]
-    if kind == "map":
-        item = _encoder_for(schema["values"], seen)
-        if item is None:
-            return None
-        return lambda value: {k: item(v) for k, v in value.items()}
-    if kind in ("int", "long", "float", "double", "boolean"):
-        return _python_scalar
-    return None
+def _read_tensor(value: dict[str, Any], writer_schema: Any, reader_schema: Any) -> np.ndarray:
+    return record_to_tensor(value)
 
 
-def _branch_test(schema: Any) -> str:
-    if schema == TENSOR or (isinstance(schema, dict) and schema.get("name") == TENSOR):
-        return "tensor"
-    if isinstance(schema, dict) and schema.get("type") == "record":
-        return "record"
-    return "other"
-
-
-def _decoder_for(schema: Any, seen: set[str]) -> Convert:
-    if isinstance(schema, str):
-        return record_to_tensor if schema == TENSOR else None
-    if isinstance(schema, list):
-        branches = [b for b in schema if _branch_test(b) == "tensor"]
-        if not branches:
-            others = [_decoder_for(b, seen) for b in schema]
-            records = [c for c in others if c is not None]
-            if not records:
-                return None
-            # Only records nested in a union can need conversion here; try each.
-            return lambda value: records[0](value) if isinstance(value, dict) else value
-
-        def convert_union(value: Any) -> Any:
-            if isinstance(value, dict) and set(value) == {"dtype", "shape", "data"}:
-                return record_to_tensor(value)
-            return value
-
-        return convert_union
-    kind = schema.get("type")
-    name = schema.get("name")
-    if kind == "record":
-        if name == TENSOR:
-            return record_to_tensor
-        if name in seen:
-            return None
-        seen = seen | {name}
-        fields = [(f["name"], _decoder_for(f["type"], seen)) for f in schema["fields"]]
-        fields = [(n, c) for n, c in fields if c is not None]
-        if not fields:
-            return None
-
-        def convert_record(value: Any) -> Any:
-            for field_name, conv in fields:
-                value[field_name] = conv(value[field_name])
-            return value
-
-        return convert_record
-    if kind == "array":
-        item = _decoder_for(schema["items"], seen)
-        return None if item is None else (lambda value: [item(v) for v in value])
-    if kind == "map":
-        item = _decoder_for(schema["values"], seen)
-        return None if item is None else (lambda value: {k: item(v) for k, v in value.items()})
-    return None
+fastavro.write.LOGICAL_WRITERS[f"record-{TENSOR_LOGICAL_TYPE}"] = _write_tensor
+fastavro.read.LOGICAL_READERS[f"record-{TENSOR_LOGICAL_TYPE}"] = _read_tensor
 
 
 # --- schemas -------------------------------------------------------------------
@@ -221,9 +118,11 @@ def _decoder_for(schema: Any, seen: set[str]) -> Convert:
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 
 
-def self_contained(schema: Any, named: dict[str, Any], namespace: str = "") -> Any:
+def self_contained(schema: Any, named: dict[str, Any], namespace: str = "", *, logical_types: bool = False) -> Any:
     """The schema with every named type it references defined once, at first use
-    (later uses stay names) — valid for any Avro parser, custom properties kept."""
+    (later uses stay names) — valid for any Avro parser, custom properties kept.
+    ``logical_types`` marks ``trialog.Tensor`` with its logical type, for parsing here
+    (the JSON that travels stays as written)."""
     defined: set[str] = set()
 
     def full(name: str, ns: str) -> str:
@@ -247,6 +146,8 @@ def self_contained(schema: Any, named: dict[str, Any], namespace: str = "") -> A
             own_ns = node.get("namespace", ns)
             name = full(node["name"], own_ns)
             defined.add(name)
+            if name == TENSOR and logical_types:
+                node["logicalType"] = TENSOR_LOGICAL_TYPE
             inner_ns = name.rpartition(".")[0]
             if kind in ("record", "error"):
                 node["fields"] = [{**f, "type": walk(f["type"], inner_ns)} for f in node["fields"]]
@@ -265,7 +166,7 @@ def self_contained(schema: Any, named: dict[str, Any], namespace: str = "") -> A
 class Schema:
     """One parsed Avro schema with its fingerprint, ready to encode and decode."""
 
-    __slots__ = ("name", "parsed", "canonical", "fingerprint", "header", "json", "_to_avro", "_from_avro")
+    __slots__ = ("name", "parsed", "canonical", "fingerprint", "header", "json")
 
     def __init__(self, parsed: Any, json_text: str | None = None):
         self.parsed = parsed
@@ -277,18 +178,9 @@ class Schema:
         self.header = MAGIC + self.fingerprint
         if self.json is None:
             self.json = self.canonical
-        self._to_avro = _encoder_for(parsed, set())
-        self._from_avro = _decoder_for(parsed, set())
 
     def encode(self, value: Any) -> bytes:
         """Single-object encoding of ``value``; raises CodecError if it does not match."""
-        if self._to_avro is not None:
-            try:
-                value = self._to_avro(value)
-            except CodecError:
-                raise
-            except Exception as exc:
-                raise CodecError(f"value does not match schema {self.name}: {exc}") from exc
         buf = io.BytesIO()
         buf.write(self.header)
         try:
@@ -301,7 +193,6 @@ class Schema:
         """Decode the Avro body starting at ``offset`` (after the single-object header)."""
         buf = io.BytesIO(data)
         buf.seek(offset)
-        target = reader or self
         try:
             if reader is None or reader.fingerprint == self.fingerprint:
                 value = fastavro.schemaless_reader(buf, self.parsed)
@@ -311,8 +202,6 @@ class Schema:
             raise CodecError(f"bytes do not decode as {self.name}: {_describe(exc)}") from exc
         if buf.tell() != len(data):
             raise CodecError(f"bytes do not decode as {self.name}: {len(data) - buf.tell()} trailing bytes")
-        if target._from_avro is not None:
-            value = target._from_avro(value)
         return value
 
     def __repr__(self) -> str:
@@ -404,7 +293,8 @@ class SchemaStore:
         # leaves references to earlier named types unexpanded, which other Avro
         # implementations would fingerprint differently.
         standalone = self_contained(schema, named)
-        compiled = Schema(fastavro.parse_schema(standalone, named_schemas={}), json.dumps(standalone, separators=(",", ":"), sort_keys=True))
+        parsed = fastavro.parse_schema(self_contained(schema, named, logical_types=True), named_schemas={})
+        compiled = Schema(parsed, json.dumps(standalone, separators=(",", ":"), sort_keys=True))
         # Two schemas may share a fingerprint yet differ in custom properties (which the
         # canonical form drops): each registration keeps its own JSON.
         self._by_fingerprint.setdefault(compiled.fingerprint, compiled)

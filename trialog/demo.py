@@ -37,16 +37,22 @@ def default_game() -> str:
     return "overcooked" if (EXAMPLES / "overcooked.yaml").exists() else "rps"
 
 
+def demo_settings(bootstrap: str, environ=None) -> Settings:
+    """The demo's settings: its own topic prefix, unless TRIALOG_TOPIC_PREFIX names one."""
+    environ = os.environ if environ is None else environ
+    flags = {"bootstrap_servers": bootstrap}
+    if "TRIALOG_TOPIC_PREFIX" not in environ:
+        flags["topic_prefix"] = "trialog-demo."
+    return Settings.load(flags, environ=environ)
+
+
 def run(args) -> int:
     from trialog import broker
     from trialog.campaign import run_from_cli
 
     bootstrap = broker.start()
     print(f"broker ready at {bootstrap}", file=sys.stderr)
-    flags = {"bootstrap_servers": bootstrap}
-    if "TRIALOG_TOPIC_PREFIX" not in os.environ:  # the demo's own topics, unless the deployment names a prefix
-        flags["topic_prefix"] = "trialog-demo."
-    settings = Settings.load(flags)
+    settings = demo_settings(bootstrap)
     spec_file, pairings = DEMOS[args.game]
     campaign_args = argparse.Namespace(
         spec_file=str(EXAMPLES / spec_file), trials=args.trials, concurrency=args.concurrency, serve=True,

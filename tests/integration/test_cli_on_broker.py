@@ -1,0 +1,34 @@
+"""The command line's answers on a real broker when there is nothing to answer."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trialog.bus.kafka import KafkaBus
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def trialog(settings, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    flags = ["--bootstrap-servers", settings.bootstrap_servers, "--topic-prefix", settings.topic_prefix, "--partitions", "4"]
+    return subprocess.run([sys.executable, "-m", "trialog.cli", *args, *flags], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_terminating_an_unknown_trial_fails(kafka_settings):
+    asyncio.run(KafkaBus(kafka_settings).create_topics())
+    out = trialog(kafka_settings, "trial", "terminate", "no-such-trial")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "no trial no-such-trial" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_starting_a_trial_without_an_orchestrator_says_so(kafka_settings):
+    asyncio.run(KafkaBus(kafka_settings).create_topics())
+    out = trialog(kafka_settings, "trial", "start", "rps", "--start-timeout", "2")
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "no orchestrator answered" in out.stderr and "Traceback" not in out.stderr

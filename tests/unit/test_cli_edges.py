@@ -1,0 +1,112 @@
+"""The command line and controller at their edges: bad counts and limits refused up
+front, clear errors instead of tracebacks, exit codes that tell the truth."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from services.orchestrator.resolve import resolve
+from trialog import cli, logs
+from trialog.bus.memory import MemoryBus
+from trialog.campaign import campaign_overrides
+from trialog.controller import Controller, TrialOutcome
+from trialog.demo import demo_settings
+from trialog.errors import TrialError, TrialTimeout
+from trialog.events import StartRequest
+from trialog.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "spec.yaml", "--concurrency", "0"],
+        ["run", "spec.yaml", "--trials", "-1"],
+        ["run", "spec.yaml", "--max-ticks", "-5"],
+        ["trial", "start", "rps", "--max-ticks", "0"],
+    ],
+)
+def test_counts_and_limits_below_one_are_refused_by_the_parser(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_a_campaign_seeds_trials_as_its_help_says():
+    assert "seed" not in campaign_overrides({})(0)
+    assert [campaign_overrides({"seed": 10})(i)["seed"] for i in range(3)] == [10, 11, 12]
+    turns = campaign_overrides({}, [{"alice": "a"}, {"alice": "b"}])
+    assert [turns(i)["implementations"] for i in range(3)] == [{"alice": "a"}, {"alice": "b"}, {"alice": "a"}]
+
+
+def test_a_trial_ended_by_an_error_fails_the_campaign():
+    assert TrialOutcome("t", {}, reason="error").failed
+    assert TrialOutcome("t", {}, error="rejected: no such spec").failed
+    assert not TrialOutcome("t", {}, reason="max_ticks").failed
+
+
+def test_the_demo_honours_the_topic_prefix_of_the_environment():
+    assert demo_settings("h:1", environ={}).topic_prefix == "trialog-demo."
+    assert demo_settings("h:1", environ={"TRIALOG_TOPIC_PREFIX": "mine."}).topic_prefix == "mine."
+
+
+async def test_the_controller_refuses_an_empty_trial_id_and_a_negative_max_ticks(memory_settings):
+    async with Controller(MemoryBus(memory_settings)) as ctl:
+        with pytest.raises(TrialError, match="empty"):
+            await ctl.start_trial("rps", trial_id="")
+        with pytest.raises(TrialError, match="control characters"):
+            await ctl.start_trial("rps", trial_id="a\nb")
+        with pytest.raises(TrialError, match="at least 1"):
+            await ctl.start_trial("rps", max_ticks=-3)
+
+
+async def test_no_orchestrator_is_a_clear_timeout_not_a_bare_one(memory_settings):
+    async with Controller(MemoryBus(memory_settings)) as ctl:
+        tid = await ctl.start_trial("rps")
+        with pytest.raises(TrialTimeout, match="no orchestrator answered") as raised:
+            await ctl.wait_started(tid, timeout=0.2)
+        assert isinstance(raised.value, TimeoutError)  # asyncio code catching TimeoutError still does
+
+
+@pytest.mark.parametrize("fields, problem", [({"trial_id": ""}, "empty"), ({"max_ticks": -4}, "at least 1"), ({"max_ticks": 0}, "at least 1")])
+def test_the_orchestrator_rejects_what_a_forged_request_could_carry(fields, problem):
+    spec = load_spec(ROOT / "examples" / "rps.yaml")
+    request = StartRequest(**{"trial_id": "t-1", "spec": spec.name, "requested_by": "x", **fields})
+    with pytest.raises(TrialError, match=problem):
+        resolve(spec, request)
+
+
+def test_a_closed_output_pipe_ends_a_command_quietly():
+    """`trialog ... | head`: no BrokenPipeError traceback; the exit code of a Unix tool
+    stopped by SIGPIPE."""
+    script = (
+        "import trialog.settings as s; s.Settings.describe = lambda self: [('name', 'value', 'help')] * 200000; "
+        "from trialog import cli; raise SystemExit(cli.main(['settings']))"
+    )
+    out = subprocess.run(
+        ["bash", "-o", "pipefail", "-c", f'{sys.executable} -c "{script}" | head -n 1'], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert out.stdout.count("\n") == 1
+    assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
+    assert out.returncode == 141
+
+
+def test_standard_library_log_lines_stay_json(capsys):
+    """aiokafka logs through the standard library: in JSON mode its lines are JSON too."""
+    logs.configure("json")
+    try:
+        logging.getLogger("aiokafka.consumer.group_coordinator").warning("Heartbeat failed for group %s", "g")
+        logs.get_logger("trialog.test").warning("ours", n=1)
+    finally:
+        logs.configure("console")
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert {"event": "Heartbeat failed for group g", "logger": "aiokafka.consumer.group_coordinator", "level": "warning"}.items() <= lines[0].items()
+    assert lines[1]["event"] == "ours" and lines[1]["n"] == 1
