@@ -101,7 +101,13 @@ class Environment:
 
     The constructor receives the trial's :class:`TrialInfo`; keep all randomness
     behind ``trial.seed``.
+
+    ``CODE_KEYS`` lists the config keys that name code to import (an adapter's
+    ``env``, say): the environment service takes those from the spec it was started
+    with, never from the trial's record or a start request (I-9).
     """
+
+    CODE_KEYS: tuple[str, ...] = ()
 
     def __init__(self, trial: TrialInfo) -> None:
         self.trial = trial

@@ -14,7 +14,8 @@ what is wrong.
         observation: auto            # derived from the environment (adapters)
         action: auto
     environments:
-      rps: {entry: "trialog.examples.rps:RockPaperScissors", config: {rounds: 10}}
+      rps: {entry: "trialog.examples.rps:RockPaperScissors", config: {rounds: 10},
+            overridable: [rounds]}   # config keys a start request may set (none by default)
     actors:                          # actor implementations
       random: {entry: "services.actors.agents.random_agent:RandomAgent"}
       human: {client: true}          # joins from outside (a browser, a script)
@@ -72,6 +73,7 @@ class Implementation:
     client: bool = False
     classes: tuple[str, ...] = ()
     external: bool = False  # served by a process outside Trialog's services (another language)
+    overridable: tuple[str, ...] = ()  # config keys a start request may set (I-9: nothing else)
 
     @property
     def served_here(self) -> bool:
@@ -112,6 +114,10 @@ class Spec:
     environments: Mapping[str, Implementation]
     actors: Mapping[str, Implementation]
     trial: TrialDefaults
+
+    def operator_config(self, environment: str) -> dict[str, Any]:
+        """An environment's config as the operator wrote it (no start request in it)."""
+        return {**self.environments[environment].config, **self.trial.environment_config}
 
 
 def load_entry(entry: str, *, what: str = "entry") -> Any:
@@ -228,7 +234,7 @@ def parse_spec(raw: Any, *, file: str = "<spec>", base_dir: Path | None = None, 
 
 def _implementation(r: _Reader, name: str, value: Any, path: str, *, allow_client: bool) -> Implementation:
     v = r.mapping(value, path)
-    allowed = {"entry", "config", "classes", "external"} | ({"client"} if allow_client else set())
+    allowed = {"entry", "config", "classes", "external", "overridable"} | ({"client"} if allow_client else set())
     r.keys(v, path, allowed)
     client = _flag(r, v, "client", path)
     external = _flag(r, v, "external", path)
@@ -244,7 +250,11 @@ def _implementation(r: _Reader, name: str, value: Any, path: str, *, allow_clien
     classes = v.get("classes") or []
     if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
         raise r.fail(f"{path}.classes", "expected a list of actor class names")
-    return Implementation(name, entry, r.mapping(v.get("config"), f"{path}.config", required=False), client, tuple(classes), external)
+    overridable = v.get("overridable") or []
+    if not isinstance(overridable, list) or not all(isinstance(k, str) for k in overridable):
+        raise r.fail(f"{path}.overridable", "expected a list of config keys a start request may set")
+    config = r.mapping(v.get("config"), f"{path}.config", required=False)
+    return Implementation(name, entry, config, client, tuple(classes), external, tuple(overridable))
 
 
 def _flag(r: _Reader, v: dict[str, Any], key: str, path: str) -> bool:

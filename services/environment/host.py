@@ -25,7 +25,7 @@ def loops_for(bus: Bus, spec: Spec, implementations: Sequence[str] = ()) -> list
     external = [n for n in names if spec.environments[n].external]
     if external:
         raise SpecError(f"environment implementation(s) {', '.join(external)} are external: their own process serves them", file=spec.file)
-    return [ServiceLoop(bus, EnvironmentHandler({n: spec.environments[n].entry}), group=f"env.{n}") for n in names]
+    return [ServiceLoop(bus, EnvironmentHandler({n: spec.environments[n].entry}, {n: spec.operator_config(n)}), group=f"env.{n}") for n in names]
 
 
 async def main(bus: Bus, spec: Spec, implementations: Sequence[str] = (), health_port: int = 0) -> None:

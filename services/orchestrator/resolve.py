@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +13,7 @@ import orjson
 
 from trialog.errors import SpecError, TrialError
 from trialog.events import ActorClassSpec, ActorSpec, StartRequest, TrialStarted, trial_id_problem
-from trialog.spec import ActorDefault, Spec, _Reader, load_entry, parse_actor_list
+from trialog.spec import ActorDefault, Implementation, Spec, _Reader, load_entry, parse_actor_list
 
 
 @dataclass
@@ -57,9 +58,13 @@ def resolve(spec: Spec, request: StartRequest) -> TrialStarted:
         env = request.environment or t.environment
         if env not in spec.environments:
             raise TrialError(f"unknown environment implementation {env!r}; the spec declares {', '.join(spec.environments)}")
-        env_config = {**spec.environments[env].config, **t.environment_config, **_json_object(request.environment_config, "environment_config")}
+        requested_config = _json_object(request.environment_config, "environment_config")
+        _check_overrides(requested_config, spec.environments[env], f"environment {env}")
+        env_config = {**spec.environments[env].config, **t.environment_config, **requested_config}
         if request.actors:
             actors = list(parse_actor_list(_Reader("<start request>"), orjson.loads(request.actors), "actors", spec.actors))
+            for a in actors:
+                _check_overrides(a.config, spec.actors[a.implementation], f"actor {a.name} ({a.implementation})")
         else:
             actors = list(t.actors)
         draft = TrialDraft(
@@ -130,6 +135,17 @@ def _finalize(spec: Spec, d: TrialDraft) -> TrialStarted:
         phase=d.phase,
         tick_interval_ms=t.tick_interval_ms,
     )
+
+
+def _check_overrides(config: Mapping[str, Any], impl: Implementation, what: str) -> None:
+    """A start request sets only the config keys the spec lets it (I-9: a request names no code)."""
+    refused = sorted(set(config) - set(impl.overridable))
+    if refused:
+        allowed = ", ".join(impl.overridable) or "none"
+        raise TrialError(
+            f"the start request may not set {', '.join(refused)} of {what}'s config; the spec allows {allowed} "
+            f"(an operator lists keys under `overridable:` of the implementation)"
+        )
 
 
 def _json_object(text: str | None, what: str) -> dict[str, Any]:

@@ -138,16 +138,17 @@ async def test_logger_killed_mid_stream_loses_and_duplicates_nothing(running, tm
     assert second.handler.stats["archived"] + first.handler.stats["archived"] == len(tids)
 
 
-async def test_verify_passes_on_rps_and_pinpoints_a_flaky_env(running, capsys):
+async def test_verify_passes_on_rps_and_pinpoints_a_flaky_env(running, capsys, tmp_path):
     bus, _, ctl = running
+    spec_file = str(tmp_path / "datatest.yaml")
     good = await ctl.start_trial("datatest", seed=21)
     bad = await ctl.start_trial("datatest", seed=22, environment="flaky")
     for tid in (good, bad):
         await ctl.wait_ended(tid, timeout=60)
     flags = ["--bootstrap-servers", bus.settings.bootstrap_servers, "--topic-prefix", bus.settings.topic_prefix, "--partitions", "4"]
-    assert await asyncio.to_thread(cli.main, ["replay", good, "--verify", *flags]) == 0
+    assert await asyncio.to_thread(cli.main, ["replay", good, "--verify", "--spec", spec_file, *flags]) == 0
     assert "deterministic" in capsys.readouterr().out
-    assert await asyncio.to_thread(cli.main, ["replay", bad, "--verify", *flags]) == 1
+    assert await asyncio.to_thread(cli.main, ["replay", bad, "--verify", "--spec", spec_file, *flags]) == 1
     assert "differs at tick 5" in capsys.readouterr().out
 
 

@@ -211,11 +211,14 @@ async def test_verify_passes_on_rps_and_pinpoints_a_flaky_env(bus):
     async with deployment(bus, spec) as (_, ctl):
         tid, ended = await run_trial(bus, ctl, seed=13, max_ticks=12)
         fold = await read_trial(bus, tid)
-    verdict = verify(fold.started, fold.samples(), bus.store)
+    verdict = verify(fold.started, fold.samples(), bus.store, spec)
     assert verdict.ok, verdict
     assert verdict.ticks == ended.tick + 1
-    flaky = dataclasses.replace(fold.started, environment_entry=f"{__name__}:FlakyRps")
-    verdict = verify(flaky, fold.samples(), bus.store)
+    # The environment comes from the local spec by name, whatever entry the record carries.
+    forged = dataclasses.replace(fold.started, environment_entry="this:s")
+    assert verify(forged, fold.samples(), bus.store, spec).ok
+    flaky = dataclasses.replace(spec, environments={"rps": dataclasses.replace(spec.environments["rps"], entry=f"{__name__}:FlakyRps")})
+    verdict = verify(fold.started, fold.samples(), bus.store, flaky)
     assert ended.tick >= 5  # first to 5 wins: at least 5 rounds
     assert not verdict.ok and verdict.tick == 5 and "my_score" in verdict.details
 
@@ -245,7 +248,10 @@ async def test_cli_replays_and_exports_an_archive(bus, tmp_path, capsys):
     assert len(lines) == 2 * (ended.tick + 1) and lines[0]["observation"]["round"] == 0 and lines[-1]["final"]
     assert cli.main(["replay", tid, "--from-archive", str(tmp_path)]) == 0
     assert "reward=" in capsys.readouterr().out
-    assert cli.main(["replay", tid, "--from-archive", str(tmp_path), "--verify"]) == 0
+    capsys.readouterr()
+    assert cli.main(["replay", tid, "--from-archive", str(tmp_path), "--verify"]) == 1
+    assert "pass --spec FILE" in capsys.readouterr().err
+    assert cli.main(["replay", tid, "--from-archive", str(tmp_path), "--verify", "--spec", str(SPEC)]) == 0
     assert "deterministic" in capsys.readouterr().out
     out = tmp_path / "x.parquet"
     assert cli.main(["export", "--out", str(out), "--from-archive", str(tmp_path), "--spec", str(SPEC), "--since", "2000-01-01"]) == 0

@@ -17,7 +17,12 @@ def add_cli(sub) -> None:
     replay.add_argument("--follow", action="store_true", help="tail a live trial: print each sample as soon as it is complete")
     replay.add_argument("--from-archive", metavar="DIR", help="read the logger's archive instead of the topic")
     replay.add_argument("--json", action="store_true", help="one JSON object per line")
-    replay.add_argument("--verify", action="store_true", help="re-simulate the logged actions in a fresh environment; exit 1 at the first difference")
+    replay.add_argument(
+        "--verify",
+        action="store_true",
+        help="re-simulate the logged actions in a fresh environment, the one --spec FILE declares under the trial's environment name "
+        "(never an import path from the log); exit 1 at the first difference",
+    )
     replay.set_defaults(func=_replay)
 
     export = command(sub, "export", "Write trials as one Parquet file, one row per (trial, tick, actor).")
@@ -60,6 +65,7 @@ def _replay(args) -> int:
     from trialog.datalog.replay import read_trial, replay
     from trialog.datalog.verify import verify
 
+    spec = _local_spec(args) if args.verify else None
     if args.from_archive:
         require_extra("pyarrow", "datalog", "trialog replay --from-archive")
         from trialog.datalog.archive import Archive
@@ -70,7 +76,7 @@ def _replay(args) -> int:
         trial = archive.read(args.trial_id)
         _warn(trial.entry["problems"])
         if args.verify:
-            return _verdict(verify(trial.started, trial.samples, archive.store))
+            return _verdict(verify(trial.started, trial.samples, archive.store, spec))
         for sample in trial.samples:
             print(_line(sample, args.json))
         return 0
@@ -85,7 +91,7 @@ def _replay(args) -> int:
                     raise TrialogError(f"trial {args.trial_id} has no trial.started in {bus.settings.topic('events')}")
                 _warn(fold.check())
                 if args.verify:
-                    return _verdict(verify(fold.started, fold.samples(), bus.store))
+                    return _verdict(verify(fold.started, fold.samples(), bus.store, spec))
                 for sample in fold.samples():
                     print(_line(sample, args.json))
                 return 0
@@ -94,6 +100,16 @@ def _replay(args) -> int:
             return 0
 
     return run_async(go())
+
+
+def _local_spec(args):
+    """The spec ``replay --verify`` takes the environment from (a record names no code, I-9)."""
+    from trialog.codec import SchemaStore
+    from trialog.spec import load_spec
+
+    if not args.spec:
+        raise TrialogError("--verify re-simulates with an environment a local spec declares: pass --spec FILE (the spec the environment service runs)")
+    return load_spec(args.spec.split(",")[0], SchemaStore.with_builtin())
 
 
 def _verdict(verdict) -> int:

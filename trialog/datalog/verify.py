@@ -2,8 +2,9 @@
 
 The environment contract says the same seed, config and actions give the same
 observations and rewards; recovery (I-7) relies on it. :func:`verify` checks it
-for one logged trial: it builds the environment from the entry point and seed in
-``trial.started``, feeds it the logged actions tick by tick (the default action
+for one logged trial: it builds the environment the trial names *from a local
+spec* (the one the environment service runs: a record never names code to import,
+I-9) with the seed and config in ``trial.started``, feeds it the logged actions tick by tick (the default action
 where the log says an actor timed out), and compares what it returns with what
 was logged — observations byte for byte in their Avro encoding, and the
 environment's own rewards (senders ``env`` and ``env/<source>``). Rewards from
@@ -24,8 +25,9 @@ from trialog.codec import SchemaStore
 from trialog.datalog.samples import Sample
 from trialog.environment import RewardOut, Step
 from trialog.events import TrialStarted
-from trialog.runtime.trial import class_schemas, trial_info
-from trialog.spec import load_entry
+from trialog.errors import TrialogError
+from trialog.runtime.trial import class_schemas, operator_code, trial_info
+from trialog.spec import Spec, load_entry
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,14 @@ def _step_rewards(rewards: Mapping[str, float] | Sequence[RewardOut]) -> set[tup
     return {(f"env/{r.source}" if r.source else "env", r.receiver, float(r.value), float(r.confidence)) for r in items}
 
 
-def verify(started: TrialStarted, samples: Sequence[Sample], store: SchemaStore) -> Verdict:
-    """Re-simulate a trial from its ``trial.started`` and samples."""
+def verify(started: TrialStarted, samples: Sequence[Sample], store: SchemaStore, spec: Spec) -> Verdict:
+    """Re-simulate a trial from its ``trial.started`` and samples, with the environment
+    implementation of that name in ``spec`` (never the entry point the record carries)."""
+    if started.spec != spec.name:
+        raise TrialogError(f"the trial ran spec {started.spec!r}, not {spec.name!r} ({spec.file}): pass the spec it ran")
+    impl = spec.environments.get(started.environment)
+    if impl is None or not impl.entry:
+        raise TrialogError(f"{spec.file} declares no environment {started.environment!r} with an entry to re-simulate it with")
     by_tick: dict[int, dict[str, Sample]] = defaultdict(dict)
     for s in samples:
         by_tick[s.tick][s.actor] = s
@@ -59,7 +67,8 @@ def verify(started: TrialStarted, samples: Sequence[Sample], store: SchemaStore)
         return Verdict(False, 0, 0, "the trial has no samples")
     schemas = class_schemas(store, started)
     classes = {a.name: a.actor_class for a in started.actors}
-    env: Any = load_entry(started.environment_entry, what=f"environment {started.environment}")(trial_info(started))
+    factory = load_entry(impl.entry, what=f"environment {started.environment}")
+    env: Any = factory(operator_code(trial_info(started), factory, spec.operator_config(started.environment)))
     try:
         compared = 0
         observations = env.start()

@@ -48,7 +48,7 @@ from trialog.events import (
 )
 from trialog.logs import get_logger
 from trialog.runtime.service import Handler
-from trialog.runtime.trial import ClassSchemas, class_schemas, dumps, loads, trial_info
+from trialog.runtime.trial import ClassSchemas, class_schemas, dumps, loads, operator_code, trial_info
 from trialog.spec import load_entry
 from trialog.topics import EVENTS
 from trialog.trust import SeatBook, seat_headers
@@ -88,8 +88,11 @@ class EnvironmentHandler(Handler):
     owned_kinds = frozenset({Action.KIND, ParametersChanged.KIND, ActorTimeout.KIND})
     service_name = "environment"
 
-    def __init__(self, implementations: Mapping[str, str | EnvFactory]):
-        """``implementations``: name → import path (``module:Class``) or factory."""
+    def __init__(self, implementations: Mapping[str, str | EnvFactory], operator_configs: Mapping[str, Mapping[str, Any]] | None = None):
+        """``implementations``: name → import path (``module:Class``) or factory;
+        ``operator_configs``: name → the config the spec gives it, where the config keys
+        that name code come from (:func:`~trialog.runtime.trial.operator_code`)."""
+        self.operator_configs = dict(operator_configs or {})
         self.factories: dict[str, EnvFactory] = {}
         for name, entry in implementations.items():
             self.factories[name] = load_entry(entry, what=f"environment {name}") if isinstance(entry, str) else entry
@@ -128,7 +131,8 @@ class EnvironmentHandler(Handler):
                 self._close(trial)
 
     def _start(self, record: Record, started: TrialStarted) -> None:
-        info = trial_info(started)
+        factory = self.factories[started.environment]
+        info = operator_code(trial_info(started), factory, self.operator_configs.get(started.environment, {}))
         schemas = class_schemas(self.loop.bus.store, started)
         joined_at = self.seats.first_offset(started.trial_id)  # a rebuild must see who holds the seats
         trial = _Trial(
@@ -143,7 +147,7 @@ class EnvironmentHandler(Handler):
         )
         self.trials[started.trial_id] = trial
         try:
-            trial.env = self.factories[started.environment](info)
+            trial.env = factory(info)
             observations = trial.env.start()
         except Exception as exc:  # the user's environment failed: the trial ends with reason error
             self._fail(trial, f"environment start failed: {type(exc).__name__}: {exc}")

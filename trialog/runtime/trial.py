@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +43,18 @@ def trial_info(started: ResolvedTrial) -> TrialInfo:
         experiment=started.experiment,
         phase=started.phase,
     )
+
+
+def operator_code(info: TrialInfo, factory: Any, operator_config: Mapping[str, Any]) -> TrialInfo:
+    """The trial as the environment sees it, with the config keys that name code
+    (``factory.CODE_KEYS``, e.g. an adapter's ``env`` and ``rewards``) taken from the
+    spec this process was started with — never from a record (I-9)."""
+    keys = getattr(factory, "CODE_KEYS", ())
+    if not keys:
+        return info
+    config = {k: v for k, v in info.config.items() if k not in keys}
+    config.update({k: operator_config[k] for k in keys if k in operator_config})
+    return dataclasses.replace(info, config=config)
 
 
 def class_schemas(store: SchemaStore, started: ResolvedTrial) -> dict[str, ClassSchemas]:

@@ -90,6 +90,8 @@ class ActorCodecs:
 class HostedEnvironment(Environment):
     """Hosts an environment with PettingZoo's parallel API. Subclasses implement :meth:`open`."""
 
+    CODE_KEYS = ("env", "rewards")  # import paths: from the service's own spec only (I-9)
+
     @classmethod
     def open(cls, config: HostConfig) -> Any:
         """Create the environment as a PettingZoo ``ParallelEnv`` (or something that acts like one)."""
