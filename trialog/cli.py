@@ -54,6 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     from trialog.datalog import cli as datalog_cli
 
     broker.add_cli(sub)
+    from trialog import trust
+
+    trust.add_cli(sub)
     _add_settings(sub)
     _add_topics(sub)
     serve = _add_serve(sub)

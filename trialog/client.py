@@ -106,7 +106,7 @@ async def join(
     emitter = _Emitter(bus)
     reader: asyncio.Task | None = None
     try:
-        resolved = await asyncio.wait_for(_find_trial(bus, consumer, trial_id), timeout)
+        resolved, rest = await asyncio.wait_for(_find_trial(bus, consumer, trial_id), timeout)
         spec = next((a for a in resolved.actors if a.name == actor), None)
         if spec is None or not spec.client:
             raise TrialError(f"trial {trial_id} has no client actor named {actor!r}", trial_id=trial_id)
@@ -115,7 +115,7 @@ async def join(
         session = Session(emitter, info, me, class_schemas(bus.store, resolved)[me.actor_class])
         emitter.emit(ActorJoined(trial_id, actor=actor, implementation=spec.implementation))
         admitted: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-        reader = asyncio.create_task(_read(bus, consumer, session, seat, admitted))
+        reader = asyncio.create_task(_read(bus, consumer, session, seat, admitted, rest))
         refusal = await asyncio.wait_for(asyncio.shield(admitted), timeout)
         if refusal is not None:
             raise TrialError(refusal, trial_id=trial_id, reason="seat_held")
@@ -136,23 +136,26 @@ def _genuine(bus: Bus, record) -> bool:
     return bus.refusal(record) is None
 
 
-async def _find_trial(bus: Bus, consumer, trial_id: str) -> ResolvedTrial:
+async def _find_trial(bus: Bus, consumer, trial_id: str) -> tuple[ResolvedTrial, list]:
+    """The trial's resolved record, and the records read after it in the same fetch."""
     while True:
-        for record in await consumer.poll(timeout_ms=500):
+        records = await consumer.poll(timeout_ms=500)
+        for i, record in enumerate(records):
             if record.trial_id == trial_id and record.header(HEADER_KIND) in ("trial.pending", "trial.started") and _genuine(bus, record):
                 resolved = bus.codec.decode(record.value, record.header(HEADER_KIND))
                 bus.trust.learn(resolved)
-                return resolved
+                return resolved, records[i + 1 :]
 
 
-async def _read(bus: Bus, consumer, session: Session, seat: Seat, admitted: asyncio.Future) -> None:
+async def _read(bus: Bus, consumer, session: Session, seat: Seat, admitted: asyncio.Future, first: list) -> None:
     """Feed the session the events addressed to its actor, in log order, until the end;
     settle ``admitted`` when this holder's join is read back (None, or why it was refused)."""
     name, actor_class = session.actor.name, session.actor.actor_class
     seen_ticks: set[int] = set()
     seats = SeatBook()
     while True:
-        for record in await consumer.poll(timeout_ms=500):
+        records, first = first or await consumer.poll(timeout_ms=500), []
+        for record in records:
             if record.trial_id != session.trial.trial_id or not _genuine(bus, record):
                 continue
             event = bus.codec.decode(record.value, record.header(HEADER_KIND))

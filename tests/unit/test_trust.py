@@ -197,3 +197,21 @@ def test_the_development_keyring_is_made_once_and_shared(tmp_path):
     first, second = dev_keyring(environ), dev_keyring(environ)
     assert first.keys == second.keys and set(first.keys) >= {"orchestrator", "environment", "actors", "seats"}
     assert (tmp_path / "trialog" / "dev-keyring.json").stat().st_mode & 0o077 == 0
+
+
+def test_keyring_commands_and_the_cost_tool(tmp_path, capsys):
+    from tools import trust_cost
+    from trialog import cli
+
+    ring, restricted = tmp_path / "keyring.json", tmp_path / "random.json"
+    assert cli.main(["keyring", "generate", str(ring)]) == 0
+    assert cli.main(["keyring", "generate", str(ring)]) == 1  # never overwritten by accident
+    assert cli.main(["keyring", "export", str(ring), "--implementation", "random", "--out", str(restricted)]) == 0
+    assert cli.main(["keyring", "token", str(ring), "--trial", "t1", "--actor", "bob", "--ttl", "60"]) == 0
+    token = capsys.readouterr().out.strip().splitlines()[-1]
+    full = Keyring.from_json(ring.read_bytes(), "ring")
+    assert verify_join_token(full, token, trial_id="t1", actor="bob").actor == "bob"
+    assert json.loads(restricted.read_text())["keys"].keys() == {"actors.random"}
+    assert Keyring.from_json(restricted.read_bytes(), "r").key("actors.random") == full.key("actors.random")
+    assert trust_cost.main(["--records", "50", "--repeat", "1"]) == 0
+    assert "| action |" in capsys.readouterr().out

@@ -87,13 +87,13 @@ class Session:
         self._answered: set[int] = set()
 
     def push(self, event: ActorEvent) -> None:
-        if isinstance(event, ObservationEvent):
-            self.tick = event.tick
         self._queue.put_nowait(event)
 
     async def __aiter__(self) -> AsyncIterator[ActorEvent]:
         while True:
             event = await self._queue.get()
+            if isinstance(event, ObservationEvent):
+                self.tick = event.tick  # the tick being answered: the one handed out, not the newest queued
             yield event
             if isinstance(event, EndEvent):
                 return
