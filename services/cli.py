@@ -9,11 +9,12 @@ import argparse
 from services.actors import cli as actors
 from services.environment import cli as environment
 from services.gateway import cli as gateway
+from services.learner import cli as learner
 from services.logger import cli as logger
 from services.orchestrator import cli as orchestrator
 
 
 def add_commands(sub: argparse._SubParsersAction, serve: argparse._SubParsersAction) -> None:
     """Called by :func:`trialog.cli.build_parser` with the top-level and the ``serve`` subcommands."""
-    for service in (orchestrator, environment, actors, logger, gateway):
+    for service in (orchestrator, environment, actors, logger, gateway, learner):
         service.add_cli(serve)

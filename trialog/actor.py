@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from trialog.environment import ActorInfo, TrialInfo
+from trialog.errors import TrialogError
 
 if TYPE_CHECKING:
     from trialog.models import ModelVersion
@@ -180,3 +181,8 @@ class Policy:
 
     def trial_ended(self, trial_id: str) -> None:
         """A trial is over: drop whatever was kept for it."""
+
+    @classmethod
+    def learner(cls, config: Mapping[str, Any]) -> Any:
+        """What the learner service trains for this policy (see :mod:`trialog.learn`)."""
+        raise TrialogError(f"{cls.__name__} does not learn: no learner for it")

@@ -14,7 +14,7 @@ import tempfile
 import time
 import urllib.request
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +50,18 @@ def start_service(settings: Settings, spec_file: str, args: list[str], log_file:
 @contextlib.contextmanager
 def local_services(
     settings: Settings, spec_file: str, *, environment_processes: int = 1, actor_processes: int = 1,
-    archive_dir: str | None = None, log_dir: str | None = None,
+    archive_dir: str | None = None, log_dir: str | None = None, learners: Sequence[list[str]] = (),
 ) -> Iterator[dict[str, subprocess.Popen]]:  # fmt: skip
     """Run the orchestrator, environment and actor services (and the logger, when an
-    archive folder is given) as child processes; wait until each reports ready."""
+    archive folder is given, and a learner per entry of ``learners``: its
+    ``trialog serve learner`` arguments) as child processes; wait until each reports ready."""
     log_dir = log_dir or tempfile.mkdtemp(prefix="trialog-services-")
     commands: list[tuple[str, list[str]]] = [("orchestrator", ["orchestrator"])]
     commands += [(f"environment-{i}", ["environment"]) for i in range(environment_processes)]
     commands += [(f"actors-{i}", ["actors"]) for i in range(actor_processes)]
     if archive_dir:
         commands.append(("logger", ["logger", "--archive-dir", archive_dir]))
+    commands += [(f"learner-{i}", ["learner", *args]) for i, args in enumerate(learners)]
     procs: dict[str, subprocess.Popen] = {}
     ports: dict[str, int] = {}
     try:

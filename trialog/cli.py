@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trialog", description="Trials of AI agents and humans, carried and logged by Apache Kafka.")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
     from trialog import broker, check, conformance, demo, plot
+    from trialog.learn import train
     from trialog.datalog import cli as datalog_cli
 
     broker.add_cli(sub)
@@ -62,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = _add_serve(sub)
     _add_trial(sub)
     _add_run(sub)
-    for module in (demo, check, conformance, datalog_cli, plot):
+    for module in (demo, check, conformance, datalog_cli, plot, train):
         module.add_cli(sub)
     for entry in entry_points(group=ENTRY_POINTS):
         # A broken plugin fails loudly here rather than losing its commands in silence.
@@ -125,7 +126,7 @@ def _add_topics(sub) -> None:
 
 def _add_serve(sub):
     """``trialog serve``: its subcommands come from the services (entry point ``trialog.commands``)."""
-    serve = sub.add_parser("serve", help="Run a Trialog service (orchestrator, environment, actors, logger, gateway).")
+    serve = sub.add_parser("serve", help="Run a Trialog service (orchestrator, environment, actors, logger, gateway, learner).")
 
     def no_service(args) -> int:
         raise TrialogError(

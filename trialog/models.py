@@ -78,14 +78,22 @@ class ModelVersion:
         return from_safetensors(data)
 
 
+def _safetensors():
+    try:
+        import safetensors.numpy
+    except ImportError:
+        raise TrialogError("model weights need safetensors: pip install 'trialog[learn]'") from None
+    return safetensors.numpy
+
+
 def to_safetensors(tensors: Mapping[str, Any]) -> bytes:
-    from safetensors.numpy import save
+    save = _safetensors().save
 
     return save({k: np.ascontiguousarray(np.asarray(v)) for k, v in tensors.items()})
 
 
 def from_safetensors(data: bytes) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load
+    load = _safetensors().load
 
     try:
         return load(data)

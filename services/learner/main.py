@@ -1,0 +1,28 @@
+"""Entry point of the learner service: ``trialog serve learner --implementation NAME``."""
+
+from __future__ import annotations
+
+import inspect
+
+from services.learner.service import LearnerHandler
+from trialog.actor import Policy
+from trialog.bus.base import Bus
+from trialog.errors import SpecError
+from trialog.runtime.host import serve
+from trialog.runtime.service import ServiceLoop
+from trialog.spec import Spec, load_entry
+
+
+def loop_for(bus: Bus, spec: Spec, implementation: str, *, experiment: str = "") -> ServiceLoop:
+    impl = spec.actors.get(implementation)
+    if impl is None:
+        raise SpecError(f"unknown actor implementation {implementation!r}; declared: {', '.join(spec.actors)}", file=spec.file)
+    target = load_entry(impl.entry, what=f"actor implementation {implementation}")
+    if not (inspect.isclass(target) and issubclass(target, Policy)):
+        raise SpecError(f"actor implementation {implementation!r} ({impl.entry}) is not a trialog.actor.Policy: nothing to learn", file=spec.file)
+    handler = LearnerHandler(implementation, target, dict(impl.config), experiment=experiment, model_store=bus.settings.model_store)
+    return ServiceLoop(bus, handler, group=handler.service_name)
+
+
+async def main(bus: Bus, spec: Spec, implementation: str, *, experiment: str = "", health_port: int = 0) -> None:
+    await serve(bus, [loop_for(bus, spec, implementation, experiment=experiment)], name="learner", health_port=health_port)

@@ -1,0 +1,205 @@
+"""The learner service: folds samples from the log, trains, publishes to ``models``.
+
+One learner serves one actor implementation whose entry is a learning
+:class:`~trialog.actor.Policy` (e.g. ``trialog.learn.dqn:DQNPolicy``) and trains the
+model that implementation's config names. It is a consumer group
+(``learner.<model>``) over ``events``: it folds each trial as the datalog does
+(:class:`~trialog.datalog.samples.TrialFold`: aggregated rewards, retroactive ones
+included) and, when a trial of the experiment's ``heatup`` or ``train`` phase ends,
+hands the transitions of the implementation's actors to the algorithm's learner.
+Rewards that arrive after a trial's end correct the transitions already in memory.
+
+**Off-policy** learners (DQN) train in a worker thread as samples come, as many
+rounds as the env steps owe them, and never make actors wait. **On-policy**
+learners (PPO) keep only transitions of the version they are at, say how many they
+discard, and publish the next version once they have a full batch.
+
+**Recovery (I-7).** A version on ``models`` carries, besides the weights, what
+resuming needs: counters, the target network and the optimizer, and how far in
+each partition the trials it counted go. The committed offset is the start of the
+oldest trial still in memory, so a restarted learner restores the last version,
+replays the log from there to refill its memory (without counting those trials
+again) and goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trialog import models
+from trialog.bus.base import Record
+from trialog.datalog.samples import TrialFold
+from trialog.events import Action, ActorTimeout, Event, Observation, Reward, TrialEnded, TrialStarted
+from trialog.learn.memory import Transitions, transitions
+from trialog.logs import get_logger
+from trialog.runtime.service import Handler
+from trialog.topics import EVENTS
+
+log = get_logger(__name__)
+
+LEARN_PHASES = frozenset({"heatup", "train"})
+RECENT_TRIALS = 256  # ended trials kept to join late rewards to their transitions
+
+
+@dataclass
+class _Folding:
+    fold: TrialFold
+    partition: int
+    start_offset: int
+    actors: tuple[str, ...]  # the learner's implementation's actors in this trial
+    slots: dict[str, np.ndarray] = field(default_factory=dict)  # actor -> memory slots of its transitions
+
+
+class LearnerHandler(Handler):
+    kinds = frozenset({TrialStarted.KIND, Observation.KIND, Action.KIND, ActorTimeout.KIND, Reward.KIND, TrialEnded.KIND})
+    batched = True  # off the tick path
+
+    def __init__(self, implementation: str, policy_class: type, config: dict[str, Any], *, experiment: str = "", model_store: str = ""):
+        self.implementation = implementation
+        self.learner = policy_class.learner(config)
+        self.model = config.get("model") or implementation
+        self.experiment = experiment
+        self.model_store = model_store
+        self.service_name = f"learner.{self.model}"
+        self.trials: dict[str, _Folding] = {}  # live trials being folded
+        self.recent: dict[str, _Folding] = {}  # ended trials, for late rewards (bounded)
+        self.window: deque[tuple[int, int, int]] = deque()  # (partition, start offset, transitions) of what memory holds
+        self.version = 0
+        self.counted_through: dict[int, int] = {}  # partition -> offset of the last trial.ended counted
+        self.discarded = 0
+        self._training: asyncio.Task | None = None
+        self.restored = asyncio.Event()
+        self._restoring: asyncio.Task | None = None
+        self._waiting: list[tuple[Record, Event]] = []  # read before the last version was restored
+
+    # --- recovery ----------------------------------------------------------------------------
+    def assigned(self, role: str, partition: int) -> None:
+        if self._restoring is None:
+            self._restoring = asyncio.get_running_loop().create_task(self._restore())
+
+    async def _restore(self) -> None:
+        """Before folding anything: the last version's weights and counters (what it counted
+        must not count twice when the log is replayed)."""
+        latest = (await models.latest_versions(self.loop.bus)).get(self.model)
+        if latest is not None:
+            meta = latest.meta
+            self.learner.restore(latest.tensors(), meta)
+            self.version = latest.version
+            self.counted_through = {int(p): int(o) for p, o in meta.get("counted_through", {}).items()}
+            log.info("learner resumed from the last version", model=self.model, version=self.version, env_steps=self.learner.env_steps)
+        self.restored.set()
+        waiting, self._waiting = self._waiting, []
+        for record, event in waiting:
+            self.handle(record, event)
+
+    # --- folding -----------------------------------------------------------------------------
+    def wants(self, record: Record, kind: str | None) -> bool:
+        if kind in (TrialStarted.KIND, Reward.KIND) or not self.restored.is_set():
+            return True
+        return record.trial_id in self.trials
+
+    def handle(self, record: Record, event: Event) -> None:
+        if not self.restored.is_set():
+            self._waiting.append((record, event))
+            return
+        if isinstance(event, TrialStarted):
+            ours = tuple(a.name for a in event.actors if a.implementation == self.implementation)
+            if ours and event.phase in LEARN_PHASES and (not self.experiment or event.experiment == self.experiment) and event.trial_id not in self.trials:
+                folding = _Folding(TrialFold(event.trial_id, self.loop.bus.store), record.partition, record.offset, ours)
+                folding.fold.add(event)
+                self.trials[event.trial_id] = folding
+            return
+        folding = self.trials.get(event.trial_id)
+        if folding is not None:
+            folding.fold.add(event)
+            if isinstance(event, TrialEnded):
+                self._ended(record, self.trials.pop(event.trial_id))
+            return
+        late = self.recent.get(event.trial_id)
+        if late is not None and isinstance(event, Reward):
+            self._late_reward(late, event)
+
+    def _ended(self, record: Record, folding: _Folding) -> None:
+        counted = record.offset > self.counted_through.get(record.partition, -1)
+        samples = folding.fold.samples()
+        parts: list[tuple[str, Transitions]] = []
+        for actor in folding.actors:
+            t = transitions([s for s in samples if s.actor == actor])
+            if t is not None:
+                parts.append((actor, t))
+        if getattr(self.learner, "on_policy", False):
+            parts = self._current_version_only(folding, parts)
+        total = 0
+        for actor, t in parts:
+            folding.slots[actor] = self.learner.add(t, count=counted)
+            total += len(t)
+        if counted:
+            self.counted_through[record.partition] = record.offset
+        self.window.append((folding.partition, folding.start_offset, total))
+        capacity = getattr(getattr(self.learner, "memory", None), "capacity", 0)
+        while capacity and sum(n for _, _, n in self.window) - self.window[0][2] >= capacity:
+            self.window.popleft()  # overwritten in memory: the log before it is no longer needed
+        self.recent[folding.fold.trial_id] = folding
+        while len(self.recent) > RECENT_TRIALS:
+            self.recent.pop(next(iter(self.recent)))
+
+    def _current_version_only(self, folding: _Folding, parts: list[tuple[str, Transitions]]) -> list[tuple[str, Transitions]]:
+        """On-policy: keep the transitions acted by the version being trained; say what goes."""
+        kept = []
+        for actor, t in parts:
+            mine = t.versions == self.version
+            if not mine.all():
+                self.discarded += int((~mine).sum())
+                log.info("on-policy learner discards samples of other versions", model=self.model, trial=folding.fold.trial_id, actor=actor,
+                         discarded=int((~mine).sum()), versions=sorted(set(t.versions[~mine].tolist())), current=self.version)  # fmt: skip
+            if mine.any():
+                kept.append((actor, Transitions(*(getattr(t, f)[mine] for f in Transitions.__dataclass_fields__))))
+        return kept
+
+    def _late_reward(self, folding: _Folding, reward: Reward) -> None:
+        folding.fold.add(reward)
+        samples = folding.fold.samples()
+        for actor, slots in folding.slots.items():
+            t = transitions([s for s in samples if s.actor == actor])
+            if t is not None and len(t) == len(slots):
+                self.learner.set_rewards(slots, t.rewards)
+
+    # --- training ------------------------------------------------------------------------------
+    def periodic(self, now: float) -> None:
+        if not self.restored.is_set() or (self._training is not None and not self._training.done()):
+            return
+        if self.learner.rounds_due():
+            self._training = asyncio.get_running_loop().create_task(self._train())
+
+    async def _train(self) -> None:
+        rounds, loss = 0, 0.0
+        while self.learner.rounds_due():
+            loss = await asyncio.to_thread(self.learner.train_round)
+            rounds += 1
+        self.version += 1
+        meta = {**self.learner.metadata(), "counted_through": {str(p): o for p, o in self.counted_through.items()}, "discarded": self.discarded, "loss": loss}
+        version = await asyncio.to_thread(
+            models.make_version, self.model, self.version, self.learner.algorithm, self.learner.tensors(), meta, store=self.model_store
+        )
+        await models.publish(self.loop.bus, version)
+        log.info("model version published", model=self.model, version=self.version, rounds=rounds, env_steps=self.learner.env_steps,
+                 loss=round(loss, 4), bytes=version.size, inline=version.weights is not None)  # fmt: skip
+
+    def safe_offset(self, role: str, partition: int) -> int | None:
+        starts = [r.offset for r, _ in self._waiting if r.partition == partition]
+        starts += [f.start_offset for f in self.trials.values() if f.partition == partition]
+        starts += [start for p, start, _ in self.window if p == partition]
+        return min(starts) if starts else None
+
+    def revoked(self, role: str, partition: int) -> None:
+        for tid in [t for t, f in self.trials.items() if f.partition == partition]:
+            del self.trials[tid]
+
+    async def close(self) -> None:
+        if self._training is not None:
+            await asyncio.gather(self._training, return_exceptions=True)

@@ -1,0 +1,124 @@
+"""Learning pieces without a broker: transitions, memory, model versions, DQN, presets."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from trialog.actor import DecideRequest
+from trialog.datalog.samples import Sample
+from trialog.environment import ActorInfo, TrialInfo
+from trialog.errors import TrialogError
+from trialog.learn.dqn import DQNConfig, DQNLearner, DQNPolicy, train_in_process
+from trialog.learn.memory import ReplayMemory, flat_observation, transitions
+from trialog.learn.train import derived_spec, load_preset
+from trialog.models import ModelVersion, from_safetensors, make_version
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def sample(tick: int, obs, action, reward: float, *, terminated=False, final=False, version=None) -> Sample:
+    return Sample("t", tick, "agent", "agent", "dqn", b"", b"" if action is not None else None, reward, (),
+                  terminated=terminated, final=final, observation=np.array(obs, np.float32), action=action, policy_version=version)  # fmt: skip
+
+
+def test_transitions_pair_each_tick_with_the_next_observation_and_its_end():
+    samples = [sample(0, [0, 0], 1, 1.0, version=3), sample(1, [1, 1], 0, 0.5, version=4), sample(2, [2, 2], None, 0.0, terminated=True, final=True)]
+    t = transitions(samples)
+    assert t.observations.tolist() == [[0, 0], [1, 1]]
+    assert t.next_observations.tolist() == [[1, 1], [2, 2]]
+    assert t.actions.tolist() == [1, 0] and t.rewards.tolist() == [1.0, 0.5]
+    assert t.dones.tolist() == [0.0, 1.0]  # the episode ended on reaching tick 2
+    assert t.versions.tolist() == [3, 4]
+    assert transitions(samples[-1:]) is None
+
+
+def test_flat_observation_of_a_dict_is_its_values_in_key_order():
+    assert flat_observation({"b": [3, 4], "a": 1}).tolist() == [1, 3, 4]
+
+
+def test_replay_memory_overwrites_the_oldest_when_full():
+    memory = ReplayMemory(3, 2)
+    t = transitions([sample(i, [i, i], 0, float(i)) for i in range(5)])
+    slots = memory.add(t)
+    assert slots.tolist() == [0, 1, 2, 0] and memory.size == 3 and memory.added == 4
+    assert sorted(memory.rewards.tolist()) == [1.0, 2.0, 3.0]
+
+
+def test_model_version_inline_and_by_reference_checks_its_hash(tmp_path):
+    tensors = {"q/w0": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    small = make_version("m", 1, "dqn", tensors, {"env_steps": 5})
+    assert small.weights is not None and small.uri is None
+    assert np.array_equal(small.tensors()["q/w0"], tensors["q/w0"]) and small.meta == {"env_steps": 5}
+    big = make_version("m", 2, "dqn", tensors, {}, store=str(tmp_path), inline_limit=10)
+    assert big.weights is None and big.uri.startswith("file://")
+    assert np.array_equal(big.tensors()["q/w0"], tensors["q/w0"])
+    with pytest.raises(TrialogError, match="too large"):
+        make_version("m", 3, "dqn", tensors, {}, inline_limit=10)
+    forged = dataclasses.replace(small, weights=small.weights[:-4] + b"\0\0\0\0")
+    with pytest.raises(TrialogError, match="SHA-256"):
+        forged.tensors()
+
+
+def test_dqn_policy_explores_by_phase_and_acts_greedily_in_evaluation():
+    cfg = DQNConfig(observation_size=2, actions=3, hidden=(4,))
+    policy = DQNPolicy(dataclasses.asdict(cfg))
+    learner = DQNLearner(cfg)
+    me = ActorInfo("agent", "agent", "dqn")
+    requests = [DecideRequest(TrialInfo(f"t{i}", seed=i, config={}, actors=(me,), phase=phase), me, tick, np.ones(2))
+                for i, phase in enumerate(["heatup", "train", "evaluate"]) for tick in range(20)]  # fmt: skip
+    before = policy.decide_batch(requests)
+    assert before == policy.decide_batch(requests)  # deterministic given seed, actor and tick
+    policy.set_weights(learner.policy_weights(), env_steps=10**9)  # fully decayed ε
+    after = policy.decide_batch(requests)
+    evaluation = after[40:]
+    assert len(set(evaluation)) == 1  # same observation, greedy: one action
+    assert len(set(after[:20])) > 1  # heatup stays uniform
+
+
+def test_dqn_learner_round_trips_through_a_version(tmp_path):
+    cfg = DQNConfig(observation_size=2, actions=2, hidden=(8,), batch_size=4, gradient_steps=3, learning_starts=0, train_frequency=4)
+    learner = DQNLearner(cfg)
+    learner.add(transitions([sample(i, [i, -i], i % 2, 1.0) for i in range(9)]))
+    assert learner.rounds_due() == 2
+    learner.train_round()
+    version = make_version("m", 1, "dqn", learner.tensors(), learner.metadata())
+    resumed = DQNLearner(cfg)
+    resumed.restore(from_safetensors(version.weights), version.meta)
+    assert resumed.env_steps == 8 and resumed.rounds == 1 and resumed.rounds_due() == 1
+    for k, v in learner.policy_weights().items():
+        assert np.array_equal(resumed.policy_weights()[k], v)
+
+
+def test_dqn_in_process_runs_and_evaluates():
+    cfg = DQNConfig(learning_starts=200, train_frequency=100, gradient_steps=10, hidden=(16, 16))
+    curve = train_in_process(cfg, total_steps=600, eval_every=300, eval_episodes=2)
+    assert [s for s, _ in curve] == [300, 600]
+    assert all(8 <= r <= 500 for _, r in curve)
+
+
+def test_preset_loads_and_its_agent_parameters_reach_a_derived_spec(tmp_path):
+    preset = load_preset(ROOT / "presets" / "dqn_cartpole.py")
+    assert preset.name == "dqn-cartpole" and Path(preset.spec).is_file()
+    raw = yaml.safe_load(derived_spec(preset, tmp_path).read_text())
+    config = raw["actors"]["dqn"]["config"]
+    assert config["model"] == "dqn-cartpole" and config["learning_rate"] == preset.agent["learning_rate"]
+
+
+def test_unknown_hyperparameter_is_refused():
+    with pytest.raises(TrialogError, match="unknown key"):
+        DQNConfig.of({"learning_rat": 0.1})
+
+
+def test_model_version_record_matches_its_schema():
+    from trialog.bus.memory import MemoryBus
+    from trialog.models import decode, encode
+    from trialog.settings import Settings
+
+    bus = MemoryBus(Settings.load({}, environ={}))
+    v = ModelVersion("m", 7, "dqn", "00" * 32, 3, weights=b"abc", metadata='{"x": 1}')
+    assert decode(bus, encode(bus, v)) == v

@@ -1,0 +1,287 @@
+"""DQN (Mnih et al. 2015) through Trialog's log, in one file, CleanRL style.
+
+Read top to bottom: the config (also the spec's actor config and the preset's
+``agent`` overrides), the policy the actor service runs (NumPy), the learner the
+learner service runs (JAX), and the same two classes driven in-process over a
+Gymnasium env (``python -m trialog.learn.dqn --help``), the baseline that
+``bench/learning.py`` compares Trialog against.
+
+How the phases act: ``heatup`` uniform random (fills the memory, no training);
+``train`` ε-greedy, ε decaying linearly with the env steps the learner has seen;
+``evaluate`` (and outside experiments) greedy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import threading
+import time
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trialog.actor import DecideRequest, Policy
+from trialog.environment import ActorInfo, TrialInfo
+from trialog.errors import TrialogError
+from trialog.learn.memory import ReplayMemory, Transitions, flat_observation
+from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
+
+
+@dataclass(frozen=True)
+class DQNConfig:
+    model: str = "dqn"  # the model's name on `models`
+    observation_size: int = 4  # CartPole-v1's; set both for another env
+    actions: int = 2
+    hidden: tuple[int, ...] = (128, 128)
+    learning_rate: float = 2.3e-3
+    buffer_size: int = 100_000
+    gamma: float = 0.99
+    batch_size: int = 64
+    learning_starts: int = 1_000  # env steps before the first update (the heatup phase)
+    train_frequency: int = 256  # env steps between two training rounds
+    gradient_steps: int = 128  # updates per round; the target network is refreshed before each round
+    start_e: float = 1.0
+    end_e: float = 0.04
+    exploration_steps: int = 8_000  # ε decays linearly from start_e to end_e over these env steps
+    seed: int = 1  # network initialisation and minibatch sampling
+
+    @classmethod
+    def of(cls, config: Mapping[str, Any]) -> DQNConfig:
+        """From a spec's actor config (unknown keys are an error: a typo must not pass silently)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(config) - names)
+        if unknown:
+            raise TrialogError(f"DQN config: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        values = dict(config)
+        if "hidden" in values:
+            values["hidden"] = tuple(values["hidden"])
+        return cls(**values)
+
+    def epsilon(self, env_steps: int) -> float:
+        fraction = min(1.0, env_steps / max(1, self.exploration_steps))
+        return self.start_e + fraction * (self.end_e - self.start_e)
+
+
+# --- acting (actor services; NumPy only) ------------------------------------------------------------
+
+
+class DQNPolicy(Policy):
+    """Acts for every pending observation of every trial with one forward pass."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__(config)
+        self.cfg = DQNConfig.of(config)
+        self.q: dict[str, np.ndarray] | None = None  # no model yet: random actions
+        self.env_steps = 0  # how far training was when the loaded version was published
+
+    @classmethod
+    def learner(cls, config: Mapping[str, Any]) -> DQNLearner:
+        return DQNLearner(DQNConfig.of(config))
+
+    def load(self, version) -> None:
+        self.set_weights(unprefixed("q", version.tensors()), version.meta.get("env_steps", 0))
+
+    def set_weights(self, q: Mapping[str, np.ndarray], env_steps: int) -> None:
+        self.q, self.env_steps = dict(q), int(env_steps)
+
+    def decide_batch(self, requests: Sequence[DecideRequest]) -> list[int]:
+        greedy = np.zeros(len(requests), np.int64)
+        if self.q is not None:
+            greedy = mlp(self.q, np.stack([flat_observation(r.observation) for r in requests])).argmax(axis=1)
+        actions = []
+        for r, g in zip(requests, greedy):
+            # Exploration draws depend on (trial seed, actor, tick) only, as recovery requires.
+            rng = np.random.default_rng([r.trial.seed % 2**63, zlib.crc32(r.actor.name.encode()), r.tick])
+            explore = self._epsilon(r.trial.phase)
+            actions.append(int(rng.integers(self.cfg.actions)) if rng.random() < explore else int(g))
+        return actions
+
+    def _epsilon(self, phase: str) -> float:
+        if self.q is None or phase == "heatup":
+            return 1.0
+        if phase == "train":
+            return self.cfg.epsilon(self.env_steps)
+        return 0.0  # evaluate, or a trial outside an experiment: greedy
+
+
+# --- learning (the learner service; JAX) -----------------------------------------------------------------
+
+
+class DQNLearner:
+    """Off-policy: learns from any transition, whichever version acted; trains as the
+    samples come (``rounds_due``), never blocking the actors."""
+
+    algorithm = "dqn"
+    on_policy = False
+
+    def __init__(self, cfg: DQNConfig) -> None:
+        from trialog.learn import require_jax
+
+        jax = require_jax()
+        import jax.numpy as jnp
+        import optax
+
+        self.cfg = cfg
+        self.rng = np.random.default_rng(cfg.seed)
+        self.params = {k: jnp.asarray(v) for k, v in init_mlp(self.rng, [cfg.observation_size, *cfg.hidden, cfg.actions]).items()}
+        self.target = self.params
+        self.optimizer = optax.adam(cfg.learning_rate)
+        self.opt_state = self.optimizer.init(self.params)
+        self.memory = ReplayMemory(cfg.buffer_size, cfg.observation_size)
+        self.lock = threading.Lock()  # the learner service adds from its loop while a round trains in a thread
+        self.env_steps = 0  # transitions received
+        self.rounds = 0  # training rounds done
+        self.updates = 0  # gradient steps done
+
+        def loss(params, target, b):
+            next_q = mlp(target, b["next_obs"], jnp).max(axis=1)
+            y = b["rewards"] + cfg.gamma * next_q * (1.0 - b["dones"])
+            q = jnp.take_along_axis(mlp(params, b["obs"], jnp), b["actions"][:, None], axis=1)[:, 0]
+            return jnp.mean((q - jax.lax.stop_gradient(y)) ** 2)
+
+        def step(carry, batch):
+            params, opt_state, target = carry
+            value, grads = jax.value_and_grad(loss)(params, target, batch)
+            updates, opt_state = self.optimizer.update(grads, opt_state)
+            return (optax.apply_updates(params, updates), opt_state, target), value
+
+        # One compiled call per round: a scan over its `gradient_steps` minibatches.
+        self._round = jax.jit(lambda params, opt_state, target, batches: jax.lax.scan(step, (params, opt_state, target), batches))
+
+    def add(self, t: Transitions, *, count: bool = True) -> np.ndarray:
+        """Store transitions; ``count=False`` refills the memory after a restart with
+        transitions the restored counters already include."""
+        with self.lock:
+            self.env_steps += len(t) if count else 0
+            return self.memory.add(t)
+
+    def set_rewards(self, slots: np.ndarray, rewards: np.ndarray) -> None:
+        """Retroactive rewards changed transitions already in memory."""
+        with self.lock:
+            self.memory.rewards[slots] = rewards
+
+    def rounds_due(self) -> int:
+        """Rounds owed at this many env steps: one per `train_frequency` steps after `learning_starts`."""
+        owed = self.env_steps // self.cfg.train_frequency - self.cfg.learning_starts // self.cfg.train_frequency
+        return max(0, owed - self.rounds)
+
+    def train_round(self) -> float:
+        """Refresh the target network, then `gradient_steps` updates; returns the mean loss."""
+        self.target = self.params
+        with self.lock:
+            batches = self.memory.sample(self.rng, self.cfg.batch_size, self.cfg.gradient_steps)
+        (self.params, self.opt_state, _), losses = self._round(self.params, self.opt_state, self.target, batches)
+        self.rounds += 1
+        self.updates += self.cfg.gradient_steps
+        return float(losses.mean())
+
+    def policy_weights(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v) for k, v in self.params.items()}
+
+    # What a version carries: the policy's weights, and what resuming needs (target, optimizer).
+    def tensors(self) -> dict[str, np.ndarray]:
+        import jax
+
+        opt_leaves = jax.tree_util.tree_leaves(self.opt_state)
+        return {**prefixed("q", self.params), **prefixed("target", self.target), **{f"opt/{i}": np.asarray(v) for i, v in enumerate(opt_leaves)}}
+
+    def metadata(self) -> dict[str, Any]:
+        return {"env_steps": self.env_steps, "rounds": self.rounds, "updates": self.updates, "config": dataclasses.asdict(self.cfg)}
+
+    def restore(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        self.params = {k: jnp.asarray(v) for k, v in unprefixed("q", tensors).items()}
+        self.target = {k: jnp.asarray(v) for k, v in unprefixed("target", tensors).items()}
+        leaves, treedef = jax.tree_util.tree_flatten(self.optimizer.init(self.params))
+        self.opt_state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(tensors[f"opt/{i}"]) for i in range(len(leaves))])
+        self.rounds, self.updates = int(meta.get("rounds", 0)), int(meta.get("updates", 0))
+        self.env_steps = int(meta.get("env_steps", 0))
+        self.rng = np.random.default_rng([self.cfg.seed, self.rounds])  # a resumed run samples anew
+
+
+# --- in-process: the same policy and learner over a Gymnasium env, no Kafka -----------------------------------------------
+
+
+def train_in_process(
+    cfg: DQNConfig, *, env_id: str = "CartPole-v1", total_steps: int = 50_000, eval_every: int = 5_000, eval_episodes: int = 10,
+    episode_seed: int = 0, on_eval: Callable[[int, float], None] | None = None,
+) -> list[tuple[int, float]]:  # fmt: skip
+    """Train for ``total_steps`` env steps; every ``eval_every`` steps, the mean return of
+    ``eval_episodes`` greedy episodes. Returns [(env steps, mean eval return)]."""
+    import gymnasium
+
+    env = gymnasium.make(env_id)
+    policy, learner = DQNPolicy(dataclasses.asdict(cfg)), DQNLearner(cfg)
+    me = ActorInfo("agent", "agent", "dqn")
+    curve: list[tuple[int, float]] = []
+    episode, steps, next_eval = 0, 0, eval_every
+
+    def act(observation: Any, seed: int, tick: int, phase: str) -> int:
+        trial = TrialInfo(trial_id="", seed=seed, config={}, actors=(me,), phase=phase)
+        return policy.decide_batch([DecideRequest(trial, me, tick, observation)])[0]
+
+    while steps < total_steps:
+        seed = episode_seed + episode
+        phase = "heatup" if steps < cfg.learning_starts else "train"
+        obs, _ = env.reset(seed=seed)
+        rows, tick, done = [], 0, False
+        while not done:
+            action = act(obs, seed, tick, phase)
+            next_obs, reward, terminated, truncated, _ = env.step(action)
+            rows.append((obs, action, reward, next_obs, terminated))
+            obs, tick, done = next_obs, tick + 1, terminated or truncated
+            # Learning per step, as CleanRL does (Trialog's learner gets whole trials).
+            learner.add(Transitions(*(np.array([v], dtype=d) for v, d in zip(rows[-1], (np.float32, np.int32, np.float32, np.float32, np.float32))), versions=np.array([-1])))
+            steps += 1
+            if learner.rounds_due():
+                learner.train_round()
+                policy.set_weights(learner.policy_weights(), learner.env_steps)
+            if steps >= next_eval:
+                next_eval += eval_every
+                mean = evaluate(env_id, act, eval_episodes, seed_base=10_000_000 + steps)
+                curve.append((steps, mean))
+                if on_eval:
+                    on_eval(steps, mean)
+        episode += 1
+    return curve
+
+
+def evaluate(env_id: str, act: Callable[[Any, int, int, str], int], episodes: int, seed_base: int) -> float:
+    import gymnasium
+
+    env = gymnasium.make(env_id)
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=seed_base + i)
+        total, tick, done = 0.0, 0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(act(obs, seed_base + i, tick, "evaluate"))
+            total, tick, done = total + float(reward), tick + 1, terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="DQN in-process over a Gymnasium env (the baseline of bench/learning.py).")
+    for f in dataclasses.fields(DQNConfig):
+        if f.name != "hidden":
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+    parser.add_argument("--total-steps", type=int, default=50_000)
+    parser.add_argument("--eval-every", type=int, default=5_000)
+    parser.add_argument("--env-id", default="CartPole-v1")
+    args = parser.parse_args(argv)
+    cfg = DQNConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DQNConfig) if f.name != "hidden"})
+    t0 = time.monotonic()
+    train_in_process(cfg, env_id=args.env_id, total_steps=args.total_steps, eval_every=args.eval_every,
+                     on_eval=lambda s, r: print(f"{s:>8} env steps  eval return {r:7.1f}  ({time.monotonic() - t0:.0f} s)", flush=True))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,303 @@
+"""``trialog train PRESET``: Coach's improve loop, over trials.
+
+A **preset** is one Python file that defines ``preset = Preset(...)``: the experiment's
+name, the spec, the learning actor implementation and its hyperparameters, the
+schedule and the validation rule::
+
+    from trialog.learn.train import Preset, Schedule, Validation
+
+    preset = Preset(
+        name="dqn-cartpole",
+        spec="../examples/cartpole.yaml",          # relative to the preset file
+        implementation="dqn",
+        agent={"learning_rate": 2.3e-3},           # over the implementation's config in the spec
+        schedule=Schedule(heatup_steps=1_000, steps_between_evaluations=5_000, evaluation_trials=10, total_steps=50_000),
+        validation=Validation(min_reward_threshold=475, max_episodes_to_achieve_reward=1_000),
+    )
+
+The run starts the spec's services and a learner as local processes (as ``trialog
+run --serve`` does), then goes through the phases, each trial labelled with the
+experiment and its phase in the log:
+
+- **heatup** — exploration-only actions, no training: fills the learner's memory;
+- **train** — the policy acts with exploration while the learner trains;
+- **evaluate** — greedy actions over N whole trials, their mean return recorded
+  against the env steps trained on so far (after the learner has published a
+  version that has seen them).
+
+It ends with a table and a plot (PNG, with its CSV and JSON beside it) of the
+evaluation return per env step; the exit code says whether the validation rule
+held (0) or not (1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.util
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trialog.errors import SpecError, TrialogError
+from trialog.settings import Settings
+
+
+@dataclass(frozen=True)
+class Schedule:
+    heatup_steps: int = 1_000
+    steps_between_evaluations: int = 5_000
+    evaluation_trials: int = 10
+    total_steps: int = 50_000
+    concurrency: int = 8  # trials at once in heatup and train (evaluation runs all its trials at once)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Coach's rule: the mean evaluation return reaches ``min_reward_threshold`` within
+    ``max_episodes_to_achieve_reward`` heatup+train trials (None: within the budget)."""
+
+    min_reward_threshold: float
+    max_episodes_to_achieve_reward: int | None = None
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str  # the experiment: trials are labelled with it, and the model is named after it
+    spec: str
+    implementation: str
+    agent: Mapping[str, Any] = field(default_factory=dict)
+    schedule: Schedule = Schedule()
+    validation: Validation | None = None
+    seed: int = 0  # trial i gets seed + i
+    environment_processes: int = 1
+    actor_processes: int = 1
+    stop_when_valid: bool = False  # end at the first evaluation that meets the rule
+    file: str = ""  # set by load_preset
+
+
+def load_preset(path: str | Path) -> Preset:
+    """Import a preset file and return its ``preset``; its spec path is made absolute."""
+    path = Path(path).resolve()
+    module_spec = importlib.util.spec_from_file_location(f"trialog_preset_{path.stem}", path)
+    if module_spec is None or module_spec.loader is None:
+        raise TrialogError(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except FileNotFoundError as exc:
+        raise TrialogError(f"preset {path} not found") from exc
+    preset = getattr(module, "preset", None)
+    if not isinstance(preset, Preset):
+        raise TrialogError(f"{path} must define `preset = Preset(...)` (from trialog.learn.train import Preset)")
+    return dataclasses.replace(preset, spec=str((path.parent / preset.spec).resolve()), file=str(path))
+
+
+def derived_spec(preset: Preset, out_dir: Path) -> Path:
+    """The spec with the preset's agent parameters and model name over the implementation's
+    config, written into the run's folder (relative schema files made absolute)."""
+    source = Path(preset.spec)
+    raw = yaml.safe_load(source.read_text())
+    impl = (raw.get("actors") or {}).get(preset.implementation)
+    if not isinstance(impl, dict):
+        raise SpecError(f"no actor implementation {preset.implementation!r}", file=str(source))
+    impl["config"] = {**(impl.get("config") or {}), **preset.agent, "model": preset.agent.get("model", preset.name)}
+    for cls in (raw.get("actor_classes") or {}).values():
+        for key in ("observation", "action", "config"):
+            value = cls.get(key) if isinstance(cls, dict) else None
+            if isinstance(value, str) and value.endswith(".avsc"):
+                cls[key] = str((source.parent / value).resolve())
+    out = out_dir / f"{source.stem}.{preset.name}.yaml"
+    out.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return out
+
+
+# --- the run ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Evaluation:
+    env_steps: int  # heatup + train steps before this evaluation
+    episodes: int  # heatup + train trials before it
+    mean_return: float
+    returns: list[float]
+    model_version: int
+
+
+@dataclass
+class TrainResult:
+    evaluations: list[Evaluation] = field(default_factory=list)
+    env_steps: int = 0
+    episodes: int = 0
+    seconds: float = 0.0
+    valid: bool | None = None  # None: no rule
+
+    def first_reaching(self, threshold: float) -> Evaluation | None:
+        return next((e for e in self.evaluations if e.mean_return >= threshold), None)
+
+
+class _Progress:
+    def __init__(self, quiet: bool):
+        self.quiet, self.last_line, self.started = quiet, 0.0, time.monotonic()
+
+    def show(self, phase: str, steps: int, total: int, recent: list[float], last_eval: Evaluation | None, version: int, *, force: bool = False) -> None:
+        if self.quiet:
+            return
+        width = 24
+        filled = min(width, int(width * steps / max(1, total)))
+        recent_text = f"recent return {sum(recent[-10:]) / len(recent[-10:]):7.1f}" if recent else "recent return     —"
+        eval_text = f"last eval {last_eval.mean_return:7.1f}" if last_eval else "last eval     —"
+        text = (f"{phase:8} [{'#' * filled}{'.' * (width - filled)}] {steps:>8,}/{total:,} steps  {recent_text}  {eval_text}  "
+                f"model v{version}  {time.monotonic() - self.started:5.0f} s")  # fmt: skip
+        if sys.stderr.isatty():
+            print(f"\r{text} ", end="", file=sys.stderr, flush=True)
+        elif force or time.monotonic() - self.last_line >= 5:
+            self.last_line = time.monotonic()
+            print(text, file=sys.stderr, flush=True)
+
+
+async def run_phases(settings: Settings, preset: Preset, spec_name: str, *, quiet: bool = False, version_timeout: float = 120) -> TrainResult:
+    """Heatup, then train ↔ evaluate until the budget, against services already running."""
+    from trialog import models
+    from trialog.bus import connect
+    from trialog.controller import Controller
+
+    s, result, progress = preset.schedule, TrainResult(), _Progress(quiet)
+    recent: list[float] = []
+    next_seed = preset.seed
+    started = time.monotonic()
+
+    async with Controller(connect(settings), name=f"train.{preset.name}") as ctl:
+
+        async def latest_version() -> tuple[int, int]:
+            v = (await models.latest_versions(ctl.bus)).get(preset.agent.get("model", preset.name))
+            return (v.version, int(v.meta.get("env_steps", 0))) if v is not None else (0, 0)
+
+        async def one(phase: str) -> tuple[int, float]:
+            nonlocal next_seed
+            seed, next_seed = next_seed, next_seed + 1
+            tid = await ctl.start_trial(spec_name, seed=seed, experiment=preset.name, phase=phase)
+            started = await ctl.wait_started(tid)
+            learning = next((a.name for a in started.actors if a.implementation == preset.implementation), "")
+            ended = await ctl.wait_ended(tid, timeout=600)
+            return ended.tick, ctl.returns(tid).get(learning, 0.0)
+
+        async def run_until(phase: str, target_steps: int) -> None:
+            """Trials of ``phase``, ``concurrency`` at a time, until the steps reach the target."""
+            running: set[asyncio.Task] = set()
+            while result.env_steps < target_steps or running:
+                while result.env_steps < target_steps and len(running) < s.concurrency:
+                    running.add(asyncio.create_task(one(phase)))
+                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    ticks, ret = task.result()
+                    result.env_steps += ticks
+                    result.episodes += 1
+                    recent.append(ret)
+                # in-flight trials still finish; no new ones once the target is reached
+                progress.show(phase, result.env_steps, s.total_steps, recent, result.evaluations[-1] if result.evaluations else None, version)
+
+        version = 0
+        await run_until("heatup", s.heatup_steps)
+        next_eval = s.steps_between_evaluations
+        while result.env_steps < s.total_steps:
+            await run_until("train", min(next_eval, s.total_steps))
+            next_eval = result.env_steps + s.steps_between_evaluations
+            # Evaluate the version that has seen every step so far (the learner may lag a little).
+            deadline = time.monotonic() + version_timeout
+            version, seen = await latest_version()
+            while seen < result.env_steps and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+                version, seen = await latest_version()
+            await asyncio.sleep(1.0)  # actor services pick the version up from `models`
+            rets = [r for _, r in await asyncio.gather(*(one("evaluate") for _ in range(s.evaluation_trials)))]
+            e = Evaluation(result.env_steps, result.episodes, sum(rets) / len(rets), rets, version)
+            result.evaluations.append(e)
+            progress.show("evaluate", result.env_steps, s.total_steps, recent, e, version, force=True)
+            if preset.stop_when_valid and _valid(preset, result):
+                break
+    if not quiet and sys.stderr.isatty():
+        print(file=sys.stderr)
+    result.seconds = time.monotonic() - started
+    result.valid = _valid(preset, result) if preset.validation else None
+    return result
+
+
+def _valid(preset: Preset, result: TrainResult) -> bool:
+    v = preset.validation
+    if v is None:
+        return True
+    first = result.first_reaching(v.min_reward_threshold)
+    return first is not None and (v.max_episodes_to_achieve_reward is None or first.episodes <= v.max_episodes_to_achieve_reward)
+
+
+def table(preset: Preset, result: TrainResult) -> str:
+    lines = [f"{'env steps':>10} {'episodes':>9} {'model':>6} {'eval return':>12} {'min':>7} {'max':>7}"]
+    for e in result.evaluations:
+        lines.append(f"{e.env_steps:>10,} {e.episodes:>9} {'v' + str(e.model_version):>6} {e.mean_return:>12.1f} {min(e.returns):>7.1f} {max(e.returns):>7.1f}")
+    lines.append("")
+    lines.append(f"{preset.name}: {result.env_steps:,} env steps in {result.episodes} heatup/train trials, {result.seconds:.0f} s")
+    if preset.validation is not None:
+        v = preset.validation
+        first = result.first_reaching(v.min_reward_threshold)
+        within = f" within {v.max_episodes_to_achieve_reward} episodes" if v.max_episodes_to_achieve_reward else ""
+        reached = f"first reached after {first.episodes} episodes ({first.env_steps:,} steps)" if first else "never reached"
+        lines.append(f"validation: mean eval return ≥ {v.min_reward_threshold:g}{within} — {reached}: {'PASSED' if result.valid else 'FAILED'}")
+    return "\n".join(lines)
+
+
+def plot(preset: Preset, result: TrainResult, out: Path, extra: Mapping[str, list[tuple[float, float]]] | None = None):
+    from trialog.plot import plot_series
+
+    series = {f"{preset.name} (through Trialog)": [(e.env_steps, e.mean_return) for e in result.evaluations], **(extra or {})}
+    return plot_series(series, out, title=f"{preset.name}: evaluation return per env step", x_label="env steps (heatup + train)", y_label="mean evaluation return")
+
+
+def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = False) -> TrainResult:
+    """Create the topics, run the services and a learner locally, and the phases."""
+    from trialog.bus import connect
+    from trialog.campaign import local_services
+    from trialog.spec import load_spec
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec_file = derived_spec(preset, out_dir)
+    spec = load_spec(spec_file)
+    settings = dataclasses.replace(settings, model_store=settings.model_store or str((out_dir / "models").resolve()))
+    asyncio.run(connect(settings).create_topics())
+    if not quiet:
+        print(f"{preset.name}: starting services and a learner for {preset.implementation} (logs in {out_dir / 'logs'})…", file=sys.stderr)
+    (out_dir / "logs").mkdir(exist_ok=True)
+    with local_services(
+        settings, str(spec_file), environment_processes=preset.environment_processes, actor_processes=preset.actor_processes,
+        log_dir=str(out_dir / "logs"), learners=[["--implementation", preset.implementation, "--experiment", preset.name]],
+    ):  # fmt: skip
+        return asyncio.run(run_phases(settings, preset, spec.name, quiet=quiet))
+
+
+def add_cli(sub) -> None:
+    from trialog.commands import command
+
+    p = command(sub, "train", "Run a training preset: heatup, train and evaluate phases over trials, a learner, a table and a plot.")
+    p.add_argument("preset", metavar="PRESET", help="the preset file (Python, defining `preset = Preset(...)`)")
+    p.add_argument("--out", default="", help="folder for the plot, its data, the derived spec and the services' logs (default: train-<experiment>)")
+    p.add_argument("--total-steps", type=int, help="override the schedule's budget (e.g. a short run)")
+
+    def do_train(args) -> int:
+        from trialog.settings import from_args
+
+        preset = load_preset(args.preset)
+        if args.total_steps:
+            preset = dataclasses.replace(preset, schedule=dataclasses.replace(preset.schedule, total_steps=args.total_steps))
+        out = Path(args.out or f"train-{preset.name}")
+        result = train(from_args(args), preset, out)
+        print(table(preset, result))
+        files = plot(preset, result, out / "eval_return.png")
+        print(f"plot: {files.png} (data: {files.csv}, {files.json})")
+        return 0 if result.valid in (None, True) else 1
+
+    p.set_defaults(func=do_train)
