@@ -58,7 +58,7 @@ from trialog.bus.base import (
     Record,
 )
 from trialog.logs import get_logger
-from trialog.errors import TransportError
+from trialog.errors import RecordsTooLarge, TransportError
 from trialog.topics import CONTROL, EVENTS, TRIALS, plan
 
 KEYED = frozenset({CONTROL, EVENTS, TRIALS})  # partitioned by trial ID, same count (I-2)

@@ -41,7 +41,7 @@ async def partition_records(bus: Bus, partition: int, start: int) -> AsyncIterat
         position = start
         while position < end:
             for record in await consumer.poll(timeout_ms=500):
-                position = record.offset + 1
+                position = record.next_offset
                 yield record
             # Offsets with no record (retention, compaction, control markers) still count as read.
             position = max(position, consumer.position_hint(EVENTS, partition) or 0)
@@ -74,7 +74,7 @@ async def trial_records(bus: Bus, trial_id: str, *, follow: bool = False, start:
             if ended and position >= end:
                 return
             for record in await consumer.poll(timeout_ms=500):
-                position = record.offset + 1
+                position = record.next_offset
                 if record.trial_id != trial_id:
                     continue
                 ended = ended or (record.header(HEADER_KIND) == "trial.ended" and bus.refusal(record) is None)
