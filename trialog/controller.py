@@ -288,7 +288,7 @@ class Controller:
                             latest[record.trial_id] = self.bus.codec.decode(record.value, TrialRecord.KIND)
                         except Exception:
                             pass
-                    if record.offset + 1 >= ends[(record.role, record.partition)]:
+                    if record.next_offset >= ends[(record.role, record.partition)]:
                         done.add((record.role, record.partition))
             return sorted(latest.values(), key=lambda r: r.created_ms)
         finally:

@@ -150,7 +150,7 @@ async def latest_versions(bus) -> dict[str, ModelVersion]:
         positions = {rp: 0 for rp in ends}
         while any(positions[rp] < end for rp, end in ends.items()):
             for record in await consumer.poll(timeout_ms=500):
-                positions[(record.role, record.partition)] = record.offset + 1
+                positions[(record.role, record.partition)] = record.next_offset
                 _keep_newest(bus, latest, record.value)
             for rp in ends:
                 positions[rp] = max(positions[rp], consumer.position_hint(*rp) or 0)

@@ -82,7 +82,7 @@ class Feed:
                             self.index[record.trial_id] = self.bus.codec.decode(record.value, TrialRecord.KIND)
                         except Exception:  # the orchestrator owns dead letters; a reader skips
                             continue
-                    if record.offset + 1 >= ends.get((record.role, record.partition), 0):
+                    if record.next_offset >= ends.get((record.role, record.partition), 0):
                         behind.discard((record.role, record.partition))
                 if not behind:
                     self.index_ready.set()
@@ -145,7 +145,7 @@ class Feed:
             position = indexed.start_offset or 0
             while position < end:
                 for record in await reader.poll(timeout_ms=500):
-                    position = record.offset + 1
+                    position = record.next_offset
                     if record.offset >= end:
                         break
                     if record.trial_id == sub.trial_id:

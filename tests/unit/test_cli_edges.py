@@ -110,3 +110,15 @@ def test_standard_library_log_lines_stay_json(capsys):
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert {"event": "Heartbeat failed for group g", "logger": "aiokafka.consumer.group_coordinator", "level": "warning"}.items() <= lines[0].items()
     assert lines[1]["event"] == "ours" and lines[1]["n"] == 1
+
+
+def test_a_command_whose_extra_is_missing_says_how_to_install_it():
+    """Commands needing an extra are always listed; run without it, they name the extra."""
+    from trialog.commands import require_extra
+    from trialog.errors import TrialogError
+
+    with pytest.raises(TrialogError, match=r"pip install 'trialog\[datalog\]'"):
+        require_extra("no_such_module_for_trialog", "datalog", "trialog export")
+    help_text = subprocess.run([sys.executable, "-m", "trialog.cli", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60).stdout
+    for command in ("replay", "export", "plot", "check", "demo"):
+        assert command in help_text
