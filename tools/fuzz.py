@@ -262,12 +262,12 @@ class Generator:
 
     def make_message_bad_json(self) -> Case:
         trial = self.rng.choice(self.live) if self.live else self.target()
-        message = Message(trial, tick=1, sender="fuzz-judge", receivers=("alice",), message_id=uuid.uuid4().hex, payload=self.rng.choice(["{not json", "", "\x00", "[1,"]))
+        message = Message(trial, tick=1, sender="fuzz-judge", receivers=("alice",), message_id=uuid.uuid4().hex, payload=self.rng.choice(["{not json", "\x00", "[1,"]))
         return self.event(EVENTS, message, "message with invalid JSON")
 
     def make_parameters_bad_json(self) -> Case:
         trial = self.rng.choice(self.live) if self.live else self.target()
-        change = ParametersChanged(trial, tick=1, sender="fuzz-operator", parameters=self.rng.choice(["{oops", "[]", "42", ""]))
+        change = ParametersChanged(trial, tick=1, sender="fuzz-operator", parameters=self.rng.choice(["{oops", "\x00", "[1,"]))
         return self.event(EVENTS, change, "parameters.changed with invalid JSON")
 
     def make_reward_unknown_trial(self) -> Case:
@@ -298,6 +298,16 @@ class Generator:
         value = self.garbage(NEAR_LIMIT)
         return Case("near-limit garbage (900 KB)", EVENTS, trial.encode(), value, self.tagged(trial, list(t.headers), value))
 
+    def make_inflated(self) -> Case:
+        """5 MB of zeros: zstd makes the batch a few KB, so the broker takes it (its limit
+        counts compressed bytes), and every reader gets a value five times the limit."""
+        trial = self.target()
+        t = self.template("reward") if "reward" in self.templates else self.template()
+        value = bytes(5 * 1024 * 1024)
+        case = Case("5 MB value in a small zstd batch", EVENTS, trial.encode(), value, self.tagged(trial, list(t.headers), value))
+        case.codec = "zstd"
+        return case
+
     def make_duplicate(self) -> Case:
         t = self.rng.choice([r for r in (r for rs in self.templates.values() for r in rs) if r.trial_id in self.ended])
         return Case(f"byte-identical duplicate ({t.header('kind')})", t.role, t.key, t.value, list(t.headers), expect=NO_OP)
@@ -309,12 +319,12 @@ class Generator:
 async def fire(settings: Settings, cases: list[Case], rng: random.Random) -> None:
     """Write the cases in batches per compression codec (another client's producer)."""
     for case in cases:
-        case.codec = rng.choice(CODECS)
+        case.codec = case.codec or rng.choice(CODECS)
     by_codec: dict[str | None, list[Case]] = defaultdict(list)
     for case in cases:
         by_codec[case.codec].append(case)
     for codec, group in by_codec.items():
-        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, compression_type=codec, linger_ms=5, max_request_size=2 * 1024 * 1024)
+        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, compression_type=codec, linger_ms=5, max_request_size=8 * 1024 * 1024)
         await producer.start()
         try:
             futures = [
