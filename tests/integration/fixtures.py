@@ -6,7 +6,7 @@ import dataclasses
 import time
 
 from services.environment.games.rps import RockPaperScissors
-from trialog.actor import Agent, EndEvent, MessageEvent, ObservationEvent
+from trialog.actor import Agent, EndEvent, MessageEvent, ObservationEvent, Policy
 from trialog.environment import Environment, MessageOut
 
 # What session actors saw, by (trial, actor) — the tests run these actors in-process.
@@ -78,3 +78,15 @@ class SkipsTickThree(Agent):
         if observation["round"] == 3:
             raise RuntimeError("skipping tick 3")
         return "ROCK"
+
+
+class SlowPolicy(Policy):
+    """A batched implementation that takes ``delay_s`` per call whatever the batch size
+    (a forward pass), plays ROCK, and records the size of every batch."""
+
+    BATCHES: list[int] = []
+
+    def decide_batch(self, requests):
+        SlowPolicy.BATCHES.append(len(requests))
+        time.sleep(float(self.config.get("delay_s", 0.2)))
+        return ["ROCK"] * len(requests)

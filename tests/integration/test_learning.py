@@ -1,0 +1,120 @@
+"""Learning through the log, on the real broker: batched decisions off the event loop,
+phases in the log, model versions on actions, a learner SIGKILLed mid-training."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness import deployment
+from tests.integration import fixtures
+from trialog import models
+from trialog.bus.kafka import KafkaBus
+from trialog.campaign import local_services, start_service, wait_ready
+from trialog.controller import Controller
+from trialog.datalog.replay import read_trials
+from trialog.learn.memory import transitions
+from trialog.learn.train import Preset, Schedule, derived_spec, run_phases
+from trialog.spec import load_spec
+
+pytestmark = pytest.mark.integration
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+
+
+async def _durations(ctl: Controller, spec: str, implementations: dict[str, str], trials: int, seed: int) -> list[float]:
+    async def one(i: int) -> float:
+        t0 = time.monotonic()
+        tid = await ctl.start_trial(spec, seed=seed + i, implementations=implementations)
+        ended = await ctl.wait_ended(tid, timeout=120)
+        assert ended.reason == "max_ticks"
+        return time.monotonic() - t0
+
+    return list(await asyncio.gather(*(one(i) for i in range(trials))))
+
+
+async def test_slow_batched_decide_of_one_implementation_does_not_slow_another(kafka_settings):
+    """Every service runs in this one event loop: a decide on the loop would stall them all."""
+    bus = KafkaBus(kafka_settings)
+    spec = load_spec(HERE / "learning.yaml", bus.store)
+    async with deployment(bus, [spec]) as (_, ctl):
+        alone = await _durations(ctl, spec.name, {}, 4, seed=0)
+        fixtures.SlowPolicy.BATCHES.clear()
+        slow_task = asyncio.create_task(_durations(ctl, spec.name, {"alice": "slow", "bob": "slow"}, 4, seed=100))
+        await asyncio.sleep(1.0)  # the slow trials are under way
+        beside = await _durations(ctl, spec.name, {}, 4, seed=200)
+        slow = await slow_task
+    # 20 ticks at >= 0.25 s per decide call: the slow trials take >= 5 s each.
+    assert min(slow) >= 5.0
+    # The fast trials beside them finish about as fast as alone (generous margin for a busy CI machine).
+    assert max(beside) < max(2.5, 3 * max(alone)), (alone, beside)
+    assert max(beside) < min(slow) / 2
+    # Batched: one call decided for several trials' observations (4 trials x 2 actors pending per tick).
+    assert max(fixtures.SlowPolicy.BATCHES) >= 4 and sum(fixtures.SlowPolicy.BATCHES) == 4 * 2 * 20
+
+
+async def _latest(bus, model: str):
+    return (await models.latest_versions(bus)).get(model)
+
+
+async def test_phases_versions_and_a_learner_killed_mid_training_resumes(kafka_settings, tmp_path):
+    preset = Preset(
+        name="itest-dqn",
+        spec=str(ROOT / "examples" / "cartpole.yaml"),
+        implementation="dqn",
+        agent={"learning_starts": 200, "train_frequency": 100, "gradient_steps": 10, "hidden": [16, 16], "exploration_steps": 1000},
+        schedule=Schedule(heatup_steps=200, steps_between_evaluations=600, evaluation_trials=2, total_steps=1200, concurrency=4),
+    )
+    spec_file = derived_spec(preset, tmp_path)
+    spec = load_spec(spec_file)
+    settings = dataclasses.replace(kafka_settings, model_store=str(tmp_path / "models"))
+    bus = KafkaBus(settings)
+    await bus.create_topics()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    learner_args = ["learner", "--implementation", "dqn", "--experiment", preset.name]
+    with local_services(settings, str(spec_file), log_dir=str(logs), learners=[learner_args[1:]]) as procs:
+        async with bus:
+            first = asyncio.create_task(run_phases(settings, preset, spec.name, quiet=True))
+            # Mid-training: once two versions are out, SIGKILL the learner and start another.
+            deadline = time.monotonic() + 240
+            while (v := await _latest(bus, preset.name)) is None or v.version < 2:
+                assert time.monotonic() < deadline and not first.done(), "the learner published no second version"
+                await asyncio.sleep(0.3)
+            before = await _latest(bus, preset.name)
+            os.kill(procs["learner-0"].pid, signal.SIGKILL)
+            procs["learner-0"].wait()
+            procs["learner-0"], port = start_service(settings, str(spec_file), learner_args, logs / "learner-restarted.log")
+            wait_ready({"learner-0": procs["learner-0"]}, {"learner-0": port}, logs)
+            result = await first
+            # More training after the restart: the resumed learner publishes on from the last version.
+            more = dataclasses.replace(preset, seed=10_000, schedule=dataclasses.replace(preset.schedule, heatup_steps=0, total_steps=600))
+            await run_phases(settings, more, spec.name, quiet=True)
+            after = await _latest(bus, preset.name)
+            folds = [f async for f in read_trials(bus, lambda r: r.experiment == preset.name)]
+
+    assert result.evaluations, "no evaluation ran"
+    restarted_log = (logs / "learner-restarted.log").read_text()
+    assert '"learner resumed from the last version"' in restarted_log
+    assert f'"version":{before.version}' in restarted_log or f'"version": {before.version}' in restarted_log
+    assert after.version > before.version
+
+    # Phases in the log: every trial of the experiment says which one it belonged to.
+    phases = {f.started.phase for f in folds}
+    assert phases == {"heatup", "train", "evaluate"}
+    # Samples carry the version that chose them: none in heatup before any model, increasing over training.
+    versions = [s.policy_version for f in folds if f.started.phase in ("train", "evaluate") for s in f.samples() if s.action is not None]
+    assert versions and max(v for v in versions if v is not None) >= after.version - 1
+    assert len({v for v in versions if v is not None}) >= 3
+    heatup_versions = {s.policy_version for f in folds if f.started.phase == "heatup" for s in f.samples() if s.action is not None}
+    assert heatup_versions <= {None, 1}
+    # What the learner counted is what the log holds for heatup and train — the restart refilled its
+    # memory from the log without counting those trials twice.
+    logged = sum(len(t) for f in folds if f.started.phase in ("heatup", "train") if (t := transitions(f.samples())) is not None)
+    assert before.meta["env_steps"] < after.meta["env_steps"] <= logged
