@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -115,3 +116,26 @@ def spec_files(args: argparse.Namespace) -> list[str]:
 def add_health_port(p: argparse.ArgumentParser) -> None:
     """The flag every ``trialog serve`` command takes."""
     p.add_argument("--health-port", type=int, default=8080, help="HTTP port for /livez and /readyz (0: off; default 8080)")
+
+
+def add_implementation_host(serve, name: str, help: str, default: str, main_of: Callable[[], Any]) -> None:
+    """``trialog serve NAME --spec FILE [--implementation IMPL]...``: a service hosting some
+    implementations of one spec. ``main_of`` returns the service's ``main(bus, spec,
+    implementations, health_port=...)``; it is imported only when the command runs."""
+    p = command(serve, name, help)
+    add_health_port(p)
+    p.add_argument("--implementation", action="append", default=[], metavar="IMPL", help=f"serve only these (repeatable; default {default})")
+
+    def run(args: argparse.Namespace) -> int:
+        from trialog.bus import connect
+        from trialog.settings import from_args
+        from trialog.spec import load_spec
+
+        files = spec_files(args)
+        if len(files) != 1:
+            raise TrialogError(f"the {name} service takes exactly one --spec")
+        bus = connect(from_args(args))
+        run_async(main_of()(bus, load_spec(files[0], bus.store), args.implementation, health_port=args.health_port))
+        return 0
+
+    p.set_defaults(func=run)

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-from trialog.commands import add_health_port, command, run_async, spec_files
-from trialog.errors import TrialogError
-from trialog.settings import from_args
+from trialog.commands import add_implementation_host
+
+
+def _main():
+    from services.actors.host import main
+
+    return main
 
 
 def add_cli(serve) -> None:
-    p = command(serve, "actors", "Play actor implementations (one consumer group each).")
-    add_health_port(p)
-    p.add_argument("--implementation", action="append", default=[], metavar="NAME", help="serve only these (repeatable; default all non-client)")
-    p.set_defaults(func=_run)
-
-
-def _run(args) -> int:
-    from services.actors.host import main
-    from trialog.bus import connect
-    from trialog.spec import load_spec
-
-    bus = connect(from_args(args))
-    files = spec_files(args)
-    if len(files) != 1:
-        raise TrialogError("the actors service takes exactly one --spec")
-    spec = load_spec(files[0], bus.store)
-    run_async(main(bus, spec, args.implementation, health_port=args.health_port))
-    return 0
+    add_implementation_host(serve, "actors", "Play actor implementations (one consumer group each).", "all non-client", _main)
