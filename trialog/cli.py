@@ -113,7 +113,7 @@ def _add_topics(sub) -> None:
             print("no Trialog topics here: run `trialog topics create`", file=sys.stderr)
             return 1
         for name, info in sorted(described.items()):
-            keys = ("cleanup.policy", "retention.ms", "min.insync.replicas")
+            keys = ("cleanup.policy", "retention.ms", "min.insync.replicas", "max.message.bytes")
             print(f"{name:36} partitions={info['partitions']} " + " ".join(f"{k}={info['configs'].get(k)}" for k in keys))
         return 0
 

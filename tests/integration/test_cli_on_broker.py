@@ -32,3 +32,12 @@ def test_starting_a_trial_without_an_orchestrator_says_so(kafka_settings):
     out = trialog(kafka_settings, "trial", "start", "rps", "--start-timeout", "2")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "no orchestrator answered" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_topics_are_created_with_the_record_limit_the_producers_check(kafka_settings):
+    created = trialog(kafka_settings, "topics", "create")
+    assert created.returncode == 0, created.stderr
+    described = trialog(kafka_settings, "topics", "describe")
+    lines = {line.split()[0]: line for line in described.stdout.splitlines()}
+    assert "max.message.bytes=1048576" in lines[kafka_settings.topic("events")]
+    assert "max.message.bytes=8388608" in lines[kafka_settings.topic("models")]
