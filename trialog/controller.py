@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from trialog.bus.base import Bus, Consumer, Record
+from trialog.deadletters import reward_problem
 from trialog.errors import TrialError, TrialTimeout
 from trialog.events import (
     HEADER_KIND,
@@ -75,7 +76,7 @@ class Controller:
         self.ticks_seen = 0  # ticks reached by all trials seen, for progress figures
         self._last_tick: dict[str, int] = {}
         # Rewards of the trials this controller started: (receiver, tick) -> rewards, for returns.
-        self._rewards: dict[str, dict[tuple[str, int], list[Reward]]] = {}
+        self._rewards: dict[str, dict[tuple[str, int], dict[str, Reward]]] = {}  # (receiver, tick) -> sender -> latest
         self._actors: dict[str, tuple[tuple[str, str], ...]] = {}
 
     async def __aenter__(self) -> Controller:
@@ -118,7 +119,7 @@ class Controller:
         if max_ticks is not None and max_ticks < 1:
             raise TrialError(f"max_ticks must be at least 1, got {max_ticks}", trial_id=trial_id, reason="invalid max_ticks")
         self._watch(trial_id)
-        self._rewards[trial_id] = defaultdict(list)
+        self._rewards[trial_id] = defaultdict(dict)
         await self.bus.publish(
             CONTROL,
             StartRequest(
@@ -196,7 +197,7 @@ class Controller:
         for (receiver, tick), rewards in self._rewards.get(trial_id, {}).items():
             for name, actor_class in self._actors.get(trial_id, ()):
                 if matches(receiver, name, actor_class):
-                    per_tick[(name, tick)].extend(rewards)
+                    per_tick[(name, tick)].extend(rewards.values())
         totals = {name: 0.0 for name, _ in self._actors.get(trial_id, ())}
         for (name, _tick), rewards in per_tick.items():
             totals[name] += aggregate(rewards)
@@ -237,7 +238,8 @@ class Controller:
                 r = self.bus.codec.decode(record.value, kind)
             except Exception:
                 return
-            self._rewards[record.trial_id][(r.receiver, r.tick)].append(r)
+            if reward_problem(r, self._last_tick.get(record.trial_id, 0), None) is None:  # counted as the datalog counts it
+                self._rewards[record.trial_id][(r.receiver, r.tick)][r.sender] = r  # a later one from a sender corrects
             return
         if kind not in LIFECYCLE or self.bus.refusal(record) is not None:
             return

@@ -76,3 +76,10 @@ class RecordsTooLarge(TrialError):
         )
         self.refused = refused
         self.delivered = delivered
+
+
+class BadRecord(TrialogError):
+    """A record its owning service cannot apply (wrong tick, unknown actor, invalid value…).
+
+    Raised by a handler for a record it owns (see :mod:`trialog.deadletters`): the
+    service loop dead-letters the record with this message as the reason."""

@@ -21,6 +21,8 @@ The metric names are part of the Helm chart's Grafana dashboard
 
 from __future__ import annotations
 
+import re
+
 import time
 import weakref
 from typing import TYPE_CHECKING
@@ -69,7 +71,9 @@ def watch_loop(loop: ServiceLoop) -> None:
 
 def reason_category(reason: str) -> str:
     """A dead letter's reason without its details (bounded label values)."""
-    return reason.split(":", 1)[0].strip()[:80] or "unspecified"
+    head = reason.split(":", 1)[0]
+    head = re.sub(r"'[^']*'|\"[^\"]*\"|-?\d+(\.\d+)?(e[+-]?\d+)?|\b(nan|inf)\b", "_", head)  # names, ticks, values
+    return head.strip()[:80] or "unspecified"
 
 
 def exposition() -> bytes:

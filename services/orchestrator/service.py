@@ -8,9 +8,9 @@ environment's word, max ticks, terminate requests, inactivity and wall-clock
 limits — each with its reason in ``trial.ended``.
 
 It keeps a few numbers per live trial (no spec, no payloads), and rebuilds them
-from the log when it takes over a partition (I-7). It is also the one service
-that dead-letters undecodable records and events for trials that are not live,
-so each bad record is reported once.
+from the log when it takes over a partition (I-7). It owns the dead letters of
+``control``, of lifecycle kinds, rewards and messages, of unknown kinds and of
+every record of a trial that is not running (:mod:`trialog.deadletters`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,17 @@ from dataclasses import dataclass, field
 from services.orchestrator.resolve import resolve
 from trialog import metrics
 from trialog.bus.base import Record
-from trialog.errors import TrialError
+from trialog.deadletters import ORCHESTRATOR, message_problem, owner_of, reward_problem
+from trialog.errors import BadRecord, CodecError, TrialError
 from trialog.events import (
-    HEADER_TICK,
+    HEADER_RECEIVER,
     ActorJoined,
     EnvironmentDone,
     Event,
+    Message,
+    Observation,
     ResolvedTrial,
+    Reward,
     StartRequest,
     TerminateRequest,
     TrialEnded,
@@ -41,17 +45,15 @@ from trialog.events import (
 )
 from trialog.logs import get_logger
 from trialog.runtime.service import Handler
+from trialog.runtime.trial import class_schemas
 from trialog.spec import Spec
 from trialog.topics import CONTROL, EVENTS, TRIALS
 from trialog.trust import SeatBook, seat_headers
 
 log = get_logger(__name__)
 
-# Kinds that only count as activity (read from headers, never decoded here).
-_ACTIVITY = frozenset({"observation", "action", "actor.timeout", "actor.left", "parameters.changed", "view"})
-# Kinds this service answers for when they are refused (one owner per kind); read from headers.
-_VERIFIED_UNDECODED = frozenset({"reward", "message"})
-_RECENTLY_ENDED = 10_000  # ended trial IDs remembered to ignore stragglers quietly
+_RECENTLY_ENDED = 10_000  # ended trials remembered (ID -> last tick): late rewards, duplicates, stragglers
+ENVIRONMENT_TIMEOUT_S = 30.0  # a running trial with no observation by then has no environment service
 
 
 @dataclass(slots=True)
@@ -66,34 +68,40 @@ class _Live:
     wall_clock_ms: int | None
     join_deadline_ms: int | None
     implementations: dict[str, str]
+    actors: dict[str, str]  # name -> actor class
+    served: frozenset[str]  # actors an actor service plays (not client seats)
     experiment: str = ""
     phase: str = ""
+    environment_deadline: float | None = None  # monotonic; cleared by the first observation
     last_activity: float = field(default_factory=time.monotonic)
     tick: int = 0
     waiting_for: set[str] = field(default_factory=set)
-    clients: set[str] = field(default_factory=set)
     pending: TrialPending | None = None  # kept only while client actors join
     end_sent: bool = False
 
 
 class OrchestratorHandler(Handler):
     roles = (CONTROL, EVENTS)
-    kinds = frozenset(
-        {StartRequest.KIND, TerminateRequest.KIND, TrialPending.KIND, TrialStarted.KIND, TrialRejected.KIND,
-         EnvironmentDone.KIND, TrialEnded.KIND, ActorJoined.KIND, TrialTerminating.KIND}
-    )  # fmt: skip
-    dead_letters = True
-    owned_kinds = kinds | _VERIFIED_UNDECODED
+    role = ORCHESTRATOR
     batched = True  # not on the tick path: lifecycle answers may wait a fetch batch
     service_name = "orchestrator"
 
-    def __init__(self, specs: Mapping[str, Spec]):
+    def __init__(self, specs: Mapping[str, Spec], *, environment_timeout_s: float = ENVIRONMENT_TIMEOUT_S):
         self.specs = dict(specs)
+        self.environment_timeout_s = environment_timeout_s
         self.live_trials: dict[str, _Live] = {}
         self.requested: dict[str, int] = {}  # trial ID -> partition, answered but not yet read back
-        self.ended: OrderedDict[str, None] = OrderedDict()
+        self.ended: OrderedDict[str, int] = OrderedDict()  # trial ID -> its last tick (-1: never started)
         self.deferred: dict[int, list[tuple[Record, Event]]] = {}
         self.seats = SeatBook()
+
+    def owns(self, record: Record, kind: str | None) -> bool:
+        if record.role == CONTROL or owner_of(kind) == ORCHESTRATOR:
+            return True
+        trial = self.live_trials.get(record.trial_id)
+        if trial is None or trial.status == "pending":
+            return True  # not running: nobody else hosts it
+        return kind == Observation.KIND and record.header(HEADER_RECEIVER) not in trial.served
 
     # --- dispatch ------------------------------------------------------------------------------
     def handle(self, record: Record, event: Event) -> None:
@@ -105,80 +113,87 @@ class OrchestratorHandler(Handler):
                 return
             self._control(record, event)
             return
-        trial = self.live_trials.get(event.trial_id)
+        tid = event.trial_id
+        trial = self.live_trials.get(tid)
         match event:
             case TrialPending() | TrialStarted():
                 self._on_resolved(record, event)
             case TrialRejected():
-                self.requested.pop(event.trial_id, None)
-                self._remember_ended(event.trial_id)
-                self.loop.emit(TrialRecord(event.trial_id, status="rejected", partition=record.partition, reason=event.reason,
+                self.requested.pop(tid, None)
+                self._remember_ended(tid, -1)
+                self.loop.emit(TrialRecord(tid, status="rejected", partition=record.partition, reason=event.reason,
                                            created_ms=record.timestamp_ms, updated_ms=record.timestamp_ms), TRIALS)  # fmt: skip
-            case ActorJoined() if trial is not None:
+            case TrialEnded():
+                self._on_ended(record, event)
+            case Reward():
+                self._check_reward(trial, event)
+            case Message():
+                self._check_message(trial, event)
+            case EnvironmentDone() if trial is None and tid in self.ended:
+                pass  # the environment finished as the trial was being ended: nothing left to do
+            case _ if trial is None:
+                raise BadRecord(f"{event.KIND} for trial {tid!r}, which is not running ({self._why_not(tid)})")
+            case ActorJoined():
+                if trial.actors.get(event.actor) is None or event.actor in trial.served:
+                    raise BadRecord(f"actor.joined for {event.actor!r}, who is not a client actor of trial {tid!r}")
                 trial.last_activity = time.monotonic()
-                if event.actor not in trial.clients:
-                    self.loop.dead_letter(record, f"actor.joined for {event.actor!r}, which is not a client actor of this trial")
-                    return
-                refusal, _ = self.seats.joined(event.trial_id, event.actor, *seat_headers(record.headers))
+                refusal, _ = self.seats.joined(tid, event.actor, *seat_headers(record.headers))
                 if refusal is not None:
-                    self.loop.dead_letter(record, f"refused: {refusal}")
-                    return
+                    raise BadRecord(f"refused: {refusal}")
                 trial.waiting_for.discard(event.actor)
                 if trial.status == "pending" and not trial.waiting_for and trial.pending is not None:
                     self.loop.emit(trial.pending.as_kind(TrialStarted))
-            case EnvironmentDone() if trial is not None:
-                self._end(event.trial_id, trial, event.reason, event.tick, event.details)
-            case TrialEnded():
-                self._on_ended(record, event)
-            case TrialTerminating() if trial is not None:
+            case _ if trial.status == "pending":
+                raise BadRecord(f"{event.KIND} for trial {tid!r}, which waits for client actors and has not started")
+            case EnvironmentDone():
+                self._end(tid, trial, event.reason, event.tick, event.details)
+            case Observation():
+                if event.actor not in trial.actors:
+                    raise BadRecord(f"observation for {event.actor!r}, who is not an actor of trial {tid!r}")
+                self._activity(tid, trial, event.tick)
+            case _:  # action, actor.timeout, actor.left, parameters.changed, trial.terminating
                 trial.last_activity = time.monotonic()
-            case _ if trial is None:
-                self._not_live(record, event.KIND)
 
     def unsent(self, event: Event, reason: str) -> None:
         if isinstance(event, (TrialStarted, TrialPending)):  # e.g. a config too large to log: reject the trial
             self.loop.emit(TrialRejected(event.trial_id, reason=f"{event.KIND} not sent: {reason}"))
 
-    def glance(self, record: Record, kind: str) -> None:
-        if kind in _VERIFIED_UNDECODED and self.loop.is_live(EVENTS, record.partition):
-            refused = self.loop.bus.refusal(record)
-            if refused is not None:
-                self.loop.dead_letter(record, f"refused: {refused}")
-                return
-        trial = self.live_trials.get(record.trial_id)
-        if kind == "reward" and self.loop.is_live(EVENTS, record.partition):
-            self._count_reward(record, trial)
-        if trial is None:
-            if kind in _ACTIVITY:
-                self._not_live(record, kind)
-            return
+    def _activity(self, tid: str, trial: _Live, tick: int) -> None:
         trial.last_activity = time.monotonic()
-        if kind == "observation":
-            try:
-                tick = int(record.header(HEADER_TICK) or 0)
-            except ValueError:
-                return
-            # Only a genuine observation moves the trial's tick (a forged one must not end it).
-            if tick <= trial.tick or self.loop.bus.refusal(record) is not None:
-                return
-            trial.tick = tick
-            # A backstop only: the environment runtime ends trials at max_ticks itself.
-            if trial.max_ticks is not None and trial.tick > trial.max_ticks:
-                self._end(record.trial_id, trial, "max_ticks", trial.tick, "the environment went past max_ticks")
+        trial.environment_deadline = None
+        trial.tick = max(trial.tick, tick)
+        # A backstop only: the environment runtime ends trials at max_ticks itself.
+        if trial.max_ticks is not None and trial.tick > trial.max_ticks:
+            self._end(tid, trial, "max_ticks", trial.tick, "the environment went past max_ticks")
 
-    def _count_reward(self, record: Record, trial: _Live | None) -> None:
-        if trial is None and record.trial_id not in self.ended:
-            return  # not a trial's reward: dead-lettered or ignored, not counted
-        try:
-            tick = int(record.header(HEADER_TICK) or 0)
-        except ValueError:
-            return
-        metrics.REWARDS.labels("live" if trial is not None and tick >= trial.tick else "retroactive").inc()
+    def _why_not(self, tid: str) -> str:
+        if tid in self.ended:
+            return "it has ended" if self.ended[tid] >= 0 else "it never started"
+        return "its start request is being answered" if tid in self.requested else "unknown trial"
 
-    def _not_live(self, record: Record, kind: str) -> None:
-        if not self.loop.is_live(EVENTS, record.partition) or record.trial_id in self.ended or record.trial_id in self.requested:
-            return  # catching up (older trials), or stragglers of a trial that just ended
-        self.loop.dead_letter(record, f"{kind} for trial {record.trial_id!r}, which is not live (unknown or ended)")
+    def _current_tick(self, trial: _Live | None, tid: str, kind: str) -> int:
+        """The last tick of a trial that rewards and messages may address."""
+        if trial is not None and trial.status != "pending":
+            return trial.tick
+        if self.ended.get(tid, -1) >= 0:
+            return self.ended[tid]
+        raise BadRecord(f"{kind} for trial {tid!r}, which is not running ({self._why_not(tid)})")
+
+    def _check_reward(self, trial: _Live | None, reward: Reward) -> None:
+        current = self._current_tick(trial, reward.trial_id, "reward")
+        problem = reward_problem(reward, current, trial.actors if trial is not None else None)
+        if problem:
+            raise BadRecord(problem)
+        if self.loop.is_live(EVENTS, self.loop.bus.partition_of(reward.trial_id)):
+            metrics.REWARDS.labels("live" if trial is not None and reward.tick >= trial.tick else "retroactive").inc()
+
+    def _check_message(self, trial: _Live | None, message: Message) -> None:
+        if trial is None or trial.status == "pending":
+            raise BadRecord(f"message for trial {message.trial_id!r}, which is not running ({self._why_not(message.trial_id)})")
+        problem = message_problem(message, trial.tick)
+        if problem:
+            raise BadRecord(problem)
+        trial.last_activity = time.monotonic()
 
     # --- control -----------------------------------------------------------------------------
     def _control(self, record: Record, event: Event) -> None:
@@ -188,20 +203,19 @@ class OrchestratorHandler(Handler):
             case TerminateRequest():
                 trial = self.live_trials.get(event.trial_id)
                 if trial is None:
-                    log.info("terminate request for a trial that is not live", trial=event.trial_id)
-                elif event.hard or trial.status == "pending":
+                    raise BadRecord(f"terminate request for trial {event.trial_id!r}, which is not running ({self._why_not(event.trial_id)})")
+                if event.hard or trial.status == "pending":
                     self._end(event.trial_id, trial, "terminated", trial.tick, event.reason or "hard terminate")
                 elif trial.status == "running":
                     trial.status = "ending"
                     self.loop.emit(TrialTerminating(event.trial_id, reason=event.reason, requested_by=event.requested_by))
             case _:
-                self.loop.dead_letter(record, f"{event.KIND} does not belong on the control topic")
+                raise BadRecord(f"{event.KIND} does not belong on the control topic")
 
     def _start(self, record: Record, request: StartRequest) -> None:
         tid = request.trial_id
         if tid in self.live_trials or tid in self.requested or tid in self.ended:
-            log.info("duplicate start request ignored", trial=tid)
-            return
+            raise BadRecord(f"start request for trial ID {tid!r}, which is already used")
         self.requested[tid] = record.partition
         spec = self.specs.get(request.spec)
         try:
@@ -224,7 +238,11 @@ class OrchestratorHandler(Handler):
         trial = self.live_trials.get(tid)
         if trial is None:
             if tid in self.ended:
-                return
+                return  # a repeat of the start of an ended trial: changes nothing (I-8)
+            try:
+                class_schemas(self.loop.bus.store, event)
+            except CodecError as exc:
+                raise BadRecord(f"{event.KIND} carries actor-class schemas that do not parse: {exc}") from None
             trial = _Live(
                 partition=record.partition,
                 spec=event.spec,
@@ -238,18 +256,20 @@ class OrchestratorHandler(Handler):
                 implementations={a.name: a.implementation for a in event.actors},
                 experiment=event.experiment,
                 phase=event.phase,
+                actors={a.name: a.actor_class for a in event.actors},
+                served=frozenset(a.name for a in event.actors if not a.client),
             )
             self.live_trials[tid] = trial
         trial.last_activity = time.monotonic()
-        trial.clients = {a.name for a in event.actors if a.client}
         if isinstance(event, TrialPending):
             trial.pending = event
-            trial.waiting_for = set(trial.clients)
+            trial.waiting_for = {a.name for a in event.actors if a.client}
             trial.join_deadline_ms = record.timestamp_ms + event.join_timeout_ms
         else:
             if trial.status == "running":
                 return
             trial.status, trial.pending, trial.join_deadline_ms = "running", None, None
+            trial.environment_deadline = time.monotonic() + self.environment_timeout_s
             trial.created_ms = record.timestamp_ms  # the wall clock runs from the start proper
             if self.loop.is_live(EVENTS, record.partition):
                 log.info("trial started", trial=tid, spec=trial.spec, implementations=trial.implementations)
@@ -264,9 +284,11 @@ class OrchestratorHandler(Handler):
     def _on_ended(self, record: Record, event: TrialEnded) -> None:
         trial = self.live_trials.pop(event.trial_id, None)
         self.seats.forget(event.trial_id)
-        self._remember_ended(event.trial_id)
         if trial is None:
-            return
+            if event.trial_id in self.ended:
+                return  # a repeat: changes nothing
+            raise BadRecord(f"trial.ended for trial {event.trial_id!r}, which is not running ({self._why_not(event.trial_id)})")
+        self._remember_ended(event.trial_id, event.tick if trial.status != "pending" else -1)
         if self.loop.is_live(EVENTS, record.partition):
             metrics.TRIALS_ENDED.labels(event.reason).inc()
             log.info("trial ended", trial=event.trial_id, spec=trial.spec, reason=event.reason, tick=event.tick, details=event.details)
@@ -281,8 +303,8 @@ class OrchestratorHandler(Handler):
         }  # fmt: skip
         self.loop.emit(TrialRecord(tid, **{**fields, **changes}), TRIALS)
 
-    def _remember_ended(self, tid: str) -> None:
-        self.ended[tid] = None
+    def _remember_ended(self, tid: str, last_tick: int) -> None:
+        self.ended[tid] = last_tick
         while len(self.ended) > _RECENTLY_ENDED:
             self.ended.popitem(last=False)
 
@@ -297,7 +319,9 @@ class OrchestratorHandler(Handler):
                 if trial.join_deadline_ms is not None and now_ms > trial.join_deadline_ms:
                     self._end(tid, trial, "join_timeout", 0, f"still waiting for {', '.join(sorted(trial.waiting_for))}")
                 continue
-            if trial.wall_clock_ms is not None and now_ms - trial.created_ms > trial.wall_clock_ms:
+            if trial.environment_deadline is not None and mono > trial.environment_deadline:
+                self._end(tid, trial, "error", 0, f"no environment service started the trial within {self.environment_timeout_s:g} s: is one serving its environment implementation?")
+            elif trial.wall_clock_ms is not None and now_ms - trial.created_ms > trial.wall_clock_ms:
                 self._end(tid, trial, "wall_clock", trial.tick, f"ran longer than {trial.wall_clock_ms} ms")
             elif trial.inactivity_ms is not None and (mono - trial.last_activity) * 1000 > trial.inactivity_ms:
                 self._end(tid, trial, "inactivity", trial.tick, f"no event for {trial.inactivity_ms} ms")
@@ -308,8 +332,13 @@ class OrchestratorHandler(Handler):
             for trial in self.live_trials.values():
                 if trial.partition == partition:
                     trial.last_activity = now  # inactivity is measured from when we took over
+                    if trial.environment_deadline is not None:
+                        trial.environment_deadline = now + self.environment_timeout_s
             for record, event in self.deferred.pop(partition, []):
-                self._control(record, event)
+                try:
+                    self._control(record, event)
+                except BadRecord as exc:
+                    self.loop.dead_letter(record, str(exc))
 
     def revoked(self, role: str, partition: int) -> None:
         if role == EVENTS:

@@ -97,15 +97,13 @@ async def test_bad_records_go_to_dead_letters_while_trials_finish(kafka_settings
         await reader.start()
         letters = []
         try:
-            for _ in range(20):
+            for _ in range(10):  # long enough for a second letter of the same record to show up
                 letters += [bus.store.decode(r.value) for r in await reader.poll(timeout_ms=500)]
-                if len(letters) >= 3:
-                    break
         finally:
             await reader.stop()
     reasons = " | ".join(sorted(letter["reason"] for letter in letters))
     assert "refused: action from '' is not tagged" in reasons or "refused: action from '': not an actor" in reasons
     assert "does not match its schema" in reasons
-    assert "not live" in reasons
+    assert any(letter["key"] == b"no-such-trial" and letter["service"] == "orchestrator" for letter in letters)  # unknown trials are its own
     assert any(letter["key"] == ids[0].encode() and letter["value"] == b"\x00not avro at all" for letter in letters)
-    assert len(letters) >= 3, reasons
+    assert len(letters) == 3, reasons  # each bad record once, by its one owner

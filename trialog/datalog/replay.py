@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from trialog.bus.base import Bus, Record
 from trialog.controller import Controller
 from trialog.datalog.samples import Sample, TrialFold
+from trialog.deadletters import check_headers
 from trialog.errors import CodecError
 from trialog.events import HEADER_KIND, HEADER_RECEIVER, HEADER_TICK, ResolvedTrial, TrialRecord
 from trialog.topics import EVENTS
@@ -92,6 +93,7 @@ def feed(fold: TrialFold, bus: Bus, record: Record) -> None:
         return
     try:
         event = bus.codec.decode(record.value, record.header(HEADER_KIND))
+        check_headers(record.key, record.headers, event)
     except CodecError as exc:
         fold.bad_record(record.offset, f"undecodable record: {exc}")
         return

@@ -11,14 +11,23 @@ record that does not decode, a missing tick, a trial without ``trial.ended``,
 an event for an actor the trial does not have — each becomes a line in
 :attr:`TrialFold.problems` and the fold goes on.
 
-Which action counts for (tick, actor) follows the environment runtime: the
-first of ``action`` and ``actor.timeout`` in the log wins; a timeout with the
-``default_action`` policy stands for the class's default action
-(``timed_out=True`` on the sample).
+The fold keeps what the runtime applied, by the same rules:
+
+- the action of (tick, actor) is the first ``action`` or ``actor.timeout`` logged
+  *after* the actor's observation of that tick (an action sent early is not an
+  answer; the environment dead-letters it); a timeout with the
+  ``default_action`` policy stands for the class's default action
+  (``timed_out=True`` on the sample);
+- a reward or message counts if it passes the owner's rules
+  (:func:`trialog.deadletters.reward_problem`, ``message_problem``): a reward
+  for a tick to come, with a NaN or negative confidence… does not;
+- nothing but rewards counts after ``trial.ended``: an observation the
+  environment wrote as the orchestrator ended the trial is not part of it.
 
 Rewards join their tick whenever they arrive, after ``trial.ended`` included
-(retroactive rewards); one (tick, sender, receiver) is one reward (I-8), the
-first in the log counts.
+(retroactive rewards). One sender gives one reward per (tick, receiver): a later
+one from the same sender is a correction and replaces it; a repeat changes
+nothing (I-8).
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from typing import Any
 import orjson
 
 from trialog.codec import SchemaStore
+from trialog.deadletters import message_problem, reward_problem
 from trialog.errors import CodecError
 from trialog.events import (
     Action,
@@ -131,17 +141,16 @@ def _json_default(value: Any) -> Any:
 
 
 def with_rewards(sample: Sample, rewards: Iterable[RewardSource]) -> Sample:
-    """The sample with more reward sources joined (duplicates of a (sender, receiver)
-    already there are ignored, I-8) and its aggregate recomputed (I-4)."""
-    sources = list(sample.reward_sources)
-    seen = {(r.sender, r.receiver) for r in sources}
+    """The sample with more reward sources joined, in log order (a later reward of a
+    (sender, receiver) already there replaces it: a correction) and its aggregate
+    recomputed (I-4)."""
+    by_source = {(r.sender, r.receiver): r for r in sample.reward_sources}
     for r in rewards:
-        if (r.sender, r.receiver) not in seen:
-            seen.add((r.sender, r.receiver))
-            sources.append(r)
-    if len(sources) == len(sample.reward_sources):
+        by_source[(r.sender, r.receiver)] = r
+    sources = tuple(by_source.values())
+    if sources == sample.reward_sources:
         return sample
-    return replace(sample, reward_sources=tuple(sources), reward=aggregate(sources))
+    return replace(sample, reward_sources=sources, reward=aggregate(sources))
 
 
 def apply_rewards(samples: Iterable[Sample], rewards: Iterable[tuple[int, RewardSource]]) -> list[Sample]:
@@ -176,11 +185,14 @@ class TrialFold:
         self._actions: dict[tuple[int, str], Action | ActorTimeout] = {}
         self._rewards: dict[tuple[int, str, str], Reward] = {}  # (tick, sender, receiver)
         self._messages: dict[tuple, Message] = {}
+        self.tick = -1  # the latest observed tick: rewards and messages may address it, not later ones
         self.events = 0  # records of this trial read, duplicates included
 
     # --- input -------------------------------------------------------------------------
     def add(self, event: Event) -> None:
         self.events += 1
+        if self.ended is not None and not isinstance(event, Reward | TrialEnded):
+            return  # after the end only (retroactive) rewards count
         match event:
             case TrialStarted():
                 if self.started is None:
@@ -188,16 +200,21 @@ class TrialFold:
             case TrialEnded():
                 if self.ended is None:
                     self.ended = event
+                    self.tick = max(self.tick, event.tick)
             case Observation():
                 if self._known(event.actor, event):
                     self._observations.setdefault((event.tick, event.actor), event)
+                    self.tick = max(self.tick, event.tick)
             case Action() | ActorTimeout():
-                if self._known(event.actor, event):
+                if self._known(event.actor, event) and (event.tick, event.actor) in self._observations:
                     self._actions.setdefault((event.tick, event.actor), event)
             case Reward():
-                self._rewards.setdefault((event.tick, event.sender, event.receiver), event)
+                problem = reward_problem(event, self.tick, self._classes if self.started is not None else None)
+                if problem is None:
+                    self._rewards[(event.tick, event.sender, event.receiver)] = event  # a later one corrects
             case Message():
-                self._messages.setdefault(event.identity, event)
+                if message_problem(event, self.tick) is None:
+                    self._messages.setdefault(event.identity, event)
 
     def bad_record(self, offset: int, reason: str) -> None:
         """A record of this trial that could not be decoded."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,8 +37,9 @@ from trialog.actor import (
     RewardEvent,
 )
 from trialog.bus.base import Record
+from trialog.deadletters import ACTORS, message_problem, reward_problem
 from trialog.environment import ActorInfo, TrialInfo
-from trialog.errors import CodecError, TrialogError
+from trialog.errors import BadRecord, CodecError, TrialogError
 from trialog.events import (
     HEADER_RECEIVER,
     Action,
@@ -85,6 +87,7 @@ class Session:
         self.tick = 0
         self._queue: asyncio.Queue[ActorEvent] = asyncio.Queue()
         self._answered: set[int] = set()
+        self._sent_messages = 0  # numbers this session's messages: two in one tick are two messages
 
     def push(self, event: ActorEvent) -> None:
         self._queue.put_nowait(event)
@@ -118,6 +121,10 @@ class Session:
             )
         )
 
+    def _next_message_id(self) -> str:
+        self._sent_messages += 1
+        return f"{self.actor.name}-{self.tick}-{self._sent_messages}"
+
     def message(self, receivers: Sequence[str], payload: Mapping[str, Any], *, message_id: str | None = None) -> None:
         self._loop.emit(
             Message(
@@ -125,7 +132,7 @@ class Session:
                 tick=self.tick,
                 sender=self.actor.name,
                 receivers=tuple(receivers),
-                message_id=message_id or f"{self.actor.name}-{self.tick}-{len(self._answered)}",
+                message_id=message_id or self._next_message_id(),
                 payload=dumps(payload),
             )
         )
@@ -150,7 +157,9 @@ class _Trial:
     info: TrialInfo
     partition: int
     start_offset: int
+    mine: frozenset[str]  # the actors this implementation plays (whether or not they started)
     actors: dict[str, _Played] = field(default_factory=dict)
+    tick: int = 0  # the latest tick observed: rewards and messages for later ticks do not count
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +176,7 @@ class ActorHandler(Handler):
     """Plays one actor implementation."""
 
     kinds = frozenset({TrialStarted.KIND, Observation.KIND, Reward.KIND, Message.KIND, TrialEnded.KIND})
-    owned_kinds = frozenset({Observation.KIND})  # observations to the actors played here
+    role = ACTORS
     service_name = "actors"
 
     def __init__(self, implementation: str, entry: str | Any, config: Mapping[str, Any] | None = None):
@@ -189,6 +198,11 @@ class ActorHandler(Handler):
         self._deciding: asyncio.Task | None = None
         self._follower: ModelFollower | None = None
         self.batches = 0  # decide calls made (one per batch), for tests and metrics
+        self.ended: OrderedDict[str, None] = OrderedDict()  # recently ended: a repeated trial.started changes nothing
+
+    def hosts(self, record: Record) -> bool:
+        trial = self.trials.get(record.trial_id)
+        return trial is not None and record.header(HEADER_RECEIVER) in trial.mine
 
     def wants(self, record: Record, kind: str | None) -> bool:
         if kind == TrialStarted.KIND:
@@ -200,7 +214,7 @@ class ActorHandler(Handler):
 
     def handle(self, record: Record, event: Event) -> None:
         if isinstance(event, TrialStarted):
-            if event.trial_id not in self.trials:
+            if event.trial_id not in self.trials and event.trial_id not in self.ended:
                 self._start(record, event)
             return
         trial = self.trials.get(event.trial_id)
@@ -208,7 +222,10 @@ class ActorHandler(Handler):
             return
         match event:
             case Observation(actor=name) if name in trial.actors:
+                trial.tick = max(trial.tick, event.tick)
                 self._on_observation(trial, trial.actors[name], event)
+            case Reward() | Message() if (reward_problem(event, trial.tick, None) if isinstance(event, Reward) else message_problem(event, trial.tick)):
+                pass  # not counted: its owner (the orchestrator) dead-letters it
             case Reward():
                 for played in trial.actors.values():
                     if matches(event.receiver, played.info.name, played.info.actor_class) and played.received.reward(event):
@@ -226,6 +243,9 @@ class ActorHandler(Handler):
                 for played in trial.actors.values():
                     self._deliver(played, EndEvent(event.tick, event.reason))
                 del self.trials[event.trial_id]
+                self.ended[event.trial_id] = None
+                while len(self.ended) > 10_000:
+                    self.ended.popitem(last=False)
                 if self.policy is not None:
                     self._worker.submit(self.policy.trial_ended, event.trial_id)
 
@@ -235,7 +255,7 @@ class ActorHandler(Handler):
             return
         info = trial_info(started)
         schemas = class_schemas(self.loop.bus.store, started)
-        trial = _Trial(started, info, record.partition, record.offset)
+        trial = _Trial(started, info, record.partition, record.offset, frozenset(a.name for a in mine))
         for actor in info.actors:
             if actor.name not in {a.name for a in mine}:
                 continue
@@ -262,12 +282,11 @@ class ActorHandler(Handler):
 
     def _on_observation(self, trial: _Trial, played: _Played, obs: Observation) -> None:
         if obs.tick <= played.last_answered:
-            return  # duplicate
+            return  # a repeat, or a retry of an earlier tick: the actor answered it already
         try:
             value = self.loop.bus.store.decode(obs.payload, played.schemas.observation)
         except CodecError as exc:
-            log.error("observation does not decode", trial=trial.started.trial_id, actor=played.info.name, error=str(exc))
-            return
+            raise BadRecord(f"observation of {played.info.name} at tick {obs.tick} does not match its schema: {exc}") from None
         event = ObservationEvent(obs.tick, value, obs.terminated, obs.truncated, obs.final)
         played.last_answered = obs.tick
         if played.session is not None:

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from trialog import metrics
 from trialog.bus.base import Record
+from trialog.deadletters import ENVIRONMENT, message_problem
 from trialog.environment import RewardOut, Step
-from trialog.errors import CodecError
+from trialog.errors import BadRecord, CodecError
 from trialog.events import (
     Action,
     ActorJoined,
@@ -70,6 +72,8 @@ class _Trial:
     tick: int = 0
     active: set[str] = field(default_factory=set)
     actions: dict[str, Any] = field(default_factory=dict)
+    applied: dict[str, tuple[int, bytes]] = field(default_factory=dict)  # actor -> its last applied action (tick, payload)
+    observed: dict[str, int] = field(default_factory=dict)  # actor -> last tick whose observation was read back
     waiting_since: float = 0.0
     timed_out: bool = False  # actor.timeout written for this tick
     due: bool = False  # real time: this tick's interval is over
@@ -82,10 +86,10 @@ class EnvironmentHandler(Handler):
     """Hosts every trial whose environment implementation is one of ``implementations``."""
 
     kinds = frozenset(
-        {TrialStarted.KIND, Action.KIND, ActorTimeout.KIND, TrialTerminating.KIND, TrialEnded.KIND, Message.KIND, ParametersChanged.KIND,
-         ActorJoined.KIND}
+        {TrialStarted.KIND, Observation.KIND, Action.KIND, ActorTimeout.KIND, TrialTerminating.KIND, TrialEnded.KIND, Message.KIND,
+         ParametersChanged.KIND, ActorJoined.KIND}
     )  # fmt: skip
-    owned_kinds = frozenset({Action.KIND, ParametersChanged.KIND, ActorTimeout.KIND})
+    role = ENVIRONMENT
     service_name = "environment"
 
     def __init__(self, implementations: Mapping[str, str | EnvFactory], operator_configs: Mapping[str, Mapping[str, Any]] | None = None):
@@ -98,6 +102,7 @@ class EnvironmentHandler(Handler):
             self.factories[name] = load_entry(entry, what=f"environment {name}") if isinstance(entry, str) else entry
         self.trials: dict[str, _Trial] = {}
         self.seats = SeatBook()  # who holds each client seat (joins come before the trial starts)
+        self.ended: OrderedDict[str, None] = OrderedDict()  # recently ended: a repeated trial.started changes nothing
 
     # --- log events ------------------------------------------------------------------------
     def wants(self, record: Record, kind: str | None) -> bool:
@@ -109,20 +114,22 @@ class EnvironmentHandler(Handler):
             self.seats.joined(event.trial_id, event.actor, *seat_headers(record.headers), offset=record.offset)
             return
         if isinstance(event, TrialStarted):
-            if event.environment in self.factories and event.trial_id not in self.trials:
+            if event.environment in self.factories and event.trial_id not in self.trials and event.trial_id not in self.ended:
                 self._start(record, event)
             return
         trial = self.trials.get(event.trial_id)
         if trial is None:
             return
         match event:
+            case Observation():
+                trial.observed[event.actor] = max(trial.observed.get(event.actor, -1), event.tick)
             case Action():
                 self._on_action(trial, record, event)
             case ActorTimeout():
                 self._on_timeout(trial, event)
             case ParametersChanged():
-                trial.pending_parameters.append((event.tick, loads(event.parameters)))
-            case Message() if "env" in event.receivers or "*" in event.receivers:
+                self._on_parameters(trial, event)
+            case Message() if ("env" in event.receivers or "*" in event.receivers) and message_problem(event, trial.tick) is None:
                 trial.env.on_message(event.sender, loads(event.payload))
             case TrialTerminating():
                 trial.terminating = True
@@ -157,28 +164,46 @@ class EnvironmentHandler(Handler):
         self._begin_wait(trial)
 
     def _on_action(self, trial: _Trial, record: Record, action: Action) -> None:
-        if action.actor not in trial.actor_class:
-            self.loop.dead_letter(record, f"action from {action.actor!r}, who is not an actor of this trial")
-            return
-        if action.actor in trial.clients:
-            refusal = self.seats.refuses(action.trial_id, action.actor, seat_headers(record.headers)[0])
+        """Apply the action if it is the actor's answer to its current observation; a repeat
+        of the last applied action changes nothing; anything else is a bad record."""
+        actor, tick = action.actor, action.tick
+        if actor not in trial.actor_class:
+            raise BadRecord(f"action from {actor!r}, who is not an actor of this trial")
+        if actor in trial.clients:
+            refusal = self.seats.refuses(action.trial_id, actor, seat_headers(record.headers)[0])
             if refusal is not None:
-                self.loop.dead_letter(record, f"refused: action at tick {action.tick}: {refusal}")
-                return
-        schema = trial.schemas[trial.actor_class[action.actor]].action
+                raise BadRecord(f"refused: action at tick {tick}: {refusal}")
+        schema = trial.schemas[trial.actor_class[actor]].action
         try:
             value = self.loop.bus.store.decode(action.payload, schema)
         except CodecError as exc:
-            self.loop.dead_letter(record, f"action of {action.actor} at tick {action.tick} does not match its schema: {exc}")
-            return
-        if trial.done or action.tick != trial.tick or action.actor not in trial.active or action.actor in trial.actions:
-            return  # late, duplicate or from an actor no longer in the trial: the log keeps it
-        trial.actions[action.actor] = value
+            raise BadRecord(f"action of {actor} at tick {tick} does not match its schema: {exc}") from None
+        if trial.applied.get(actor) == (tick, action.payload):
+            return  # a repeat (I-8)
+        if trial.done:
+            raise BadRecord(f"action of {actor} at tick {tick}: the trial is over in its environment")
+        if actor not in trial.active:
+            raise BadRecord(f"action of {actor} at tick {tick}: the actor has left the trial")
+        if tick < trial.tick or (tick == trial.tick and actor in trial.actions):
+            raise BadRecord(f"action of {actor} at tick {tick}: that tick already has the actor's action or timeout (current tick {trial.tick})")
+        if tick > trial.tick or trial.observed.get(actor, -1) < tick:
+            raise BadRecord(f"action of {actor} at tick {tick}: an action answers the actor's observation of the current tick ({trial.tick}), logged before it")
+        trial.actions[actor] = value
+        trial.applied[actor] = (tick, action.payload)
         self._maybe_step(trial)
+
+    def _on_parameters(self, trial: _Trial, change: ParametersChanged) -> None:
+        try:
+            parameters = loads(change.parameters)
+        except ValueError as exc:
+            raise BadRecord(f"parameters.changed carries invalid JSON: {exc}") from None
+        if not isinstance(parameters, dict) or change.tick < 0:
+            raise BadRecord(f"parameters.changed at tick {change.tick} must carry a JSON object for a tick >= 0")
+        trial.pending_parameters.append((change.tick, parameters))
 
     def _on_timeout(self, trial: _Trial, timeout: ActorTimeout) -> None:
         if trial.done or timeout.tick != trial.tick or timeout.actor not in trial.active or timeout.actor in trial.actions:
-            return
+            return  # the actor answered first: the log says so, and the fold reads it alike
         schemas = trial.schemas[trial.actor_class[timeout.actor]]
         if timeout.policy == "default_action" and schemas.has_default_action:
             trial.actions[timeout.actor] = schemas.default_action
@@ -333,6 +358,9 @@ class EnvironmentHandler(Handler):
     def _close(self, trial: _Trial) -> None:
         self._end_env(trial)
         self.trials.pop(trial.started.trial_id, None)
+        self.ended[trial.started.trial_id] = None
+        while len(self.ended) > 10_000:
+            self.ended.popitem(last=False)
 
     # --- timers, partitions ----------------------------------------------------------------------
     def periodic(self, now: float) -> None:
@@ -366,7 +394,7 @@ class EnvironmentHandler(Handler):
             self._end_env(trial)
             del self.trials[trial.started.trial_id]
 
-    def owns(self, record: Record) -> bool:
+    def hosts(self, record: Record) -> bool:
         return record.trial_id in self.trials
 
     def safe_offset(self, role: str, partition: int) -> int | None:

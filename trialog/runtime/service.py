@@ -18,15 +18,15 @@ ones are reported (the environment's determinism check).
 **Emitting.** ``emit`` buffers; one flusher sends buffered events in order in one
 round trip, so a handler that emits several events for one input costs one hop.
 
-**Bad records (I-8).** Records that do not decode are dead-lettered by the
-service that owns the job (``dead_letters=True``) and skipped by the others;
-nothing stops the loop.
+**Bad records (I-8).** A record is decoded before anything acts on it. A record
+that does not decode or that its handler rejects (:class:`trialog.errors.BadRecord`)
+is dead-lettered by the one service that owns it (:mod:`trialog.deadletters`) and
+skipped by the others; nothing stops the loop.
 
 **Who wrote it (I-9).** Before a record is decoded, its tags are checked
 (:mod:`trialog.trust`); a record that was not written by a key allowed to write
-it, or whose headers disagree with its body, never reaches the handler. The
-service owning that kind (``owned_kinds``) dead-letters it with the reason; the
-others skip it.
+it, or whose headers disagree with its body, never reaches the handler: its
+owner dead-letters it with the reason ("refused: …").
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 
 from trialog import metrics
 from trialog.bus.base import Bus, Consumer, Record
+from trialog.deadletters import check_headers, owner_of
 from trialog.errors import CodecError, RecordsTooLarge, TransportError, TrialogError
 from trialog.events import BY_KIND, HEADER_KIND, Event, ResolvedTrial, identity_from_headers
 from trialog.logs import get_logger
@@ -53,11 +54,10 @@ class Handler:
     local state and call :meth:`ServiceLoop.emit`; only the loop does I/O."""
 
     roles: tuple[str, ...] = (EVENTS,)
-    kinds: frozenset[str] | None = None  # kinds worth decoding; None = all
-    dead_letters: bool = False  # this service reports undecodable records
+    kinds: frozenset[str] | None = None  # kinds worth decoding (besides the ones it owns); None = all
+    role: str = ""  # the owner role of trialog.deadletters this service plays ("" = owns nothing)
     batched: bool = False  # off the tick path: fetch in batches (see Bus.consumer)
     service_name: str = "service"
-    owned_kinds: frozenset[str] = frozenset()  # kinds this service dead-letters when refused (one owner each)
 
     loop: ServiceLoop
 
@@ -80,9 +80,13 @@ class Handler:
     def revoked(self, role: str, partition: int) -> None:
         """A partition is no longer ours: forget its trials."""
 
-    def owns(self, record: Record) -> bool:
-        """Is this record's trial hosted here? Then an undecodable record of it is ours to report."""
+    def hosts(self, record: Record) -> bool:
+        """Is this record's trial (and receiver, for observations) running here?"""
         return False
+
+    def owns(self, record: Record, kind: str | None) -> bool:
+        """Is this service the one that dead-letters this record if it is bad (trialog.deadletters)?"""
+        return bool(self.role) and owner_of(kind) == self.role and self.hosts(record)
 
     def live(self, role: str, partition: int) -> None:
         """Catch-up of a partition is over: arm timers for its trials."""
@@ -198,43 +202,52 @@ class ServiceLoop:
         if part is None:  # revoked meanwhile
             return
         part.position = record.next_offset
+        kind = record.header(HEADER_KIND)
+        owned = self.handler.owns(record, kind)
         if record.problem is not None:  # a batch the consumer could not read, skipped
-            self._bad_record(record, record.problem)
+            if owned:
+                self.dead_letter(record, record.problem)
             return
         if not part.live and part.expected and record.role == EVENTS:
             self._cross_off(part, record)
-        kind = record.header(HEADER_KIND)
-        if self.handler.kinds is not None and kind is not None and kind not in self.handler.kinds:
-            self.handler.glance(record, kind)
-            return
-        if not self.handler.wants(record, kind):
-            return
+        if not owned:  # someone else's to judge: decode only what this service needs
+            if self.handler.kinds is not None and kind is not None and kind not in self.handler.kinds:
+                self.handler.glance(record, kind)
+                return
+            if not self.handler.wants(record, kind):
+                return
         refused = self.bus.refusal(record)
         if refused is not None:
-            self.refused(record, kind, refused)
+            self._refuse(record, owned, kind, refused)
             return
         try:
             event = self.bus.codec.decode(record.value, kind)
         except CodecError as exc:
             reason = f"undecodable record: {exc}"
             self.handler.undecodable(record, reason)
-            self._bad_record(record, reason)
+            if owned:
+                self.dead_letter(record, reason)
             return
-        if record.role == EVENTS and event.identity != identity_from_headers(record.headers):
-            self.refused(record, kind, f"headers {identity_from_headers(record.headers)} disagree with the body {event.identity}")
+        try:
+            check_headers(record.key, record.headers, event)
+        except CodecError as exc:
+            self._refuse(record, owned, kind, str(exc))
             return
         if isinstance(event, ResolvedTrial):
             self.bus.trust.learn(event)
         try:
             self.handler.handle(record, event)
         except TrialogError as exc:
-            log.warning("event rejected", service=self.handler.service_name, trial=record.trial_id, kind=kind, error=str(exc))
+            if owned:
+                self.dead_letter(record, str(exc))
+            else:
+                log.warning("event rejected", service=self.handler.service_name, trial=record.trial_id, kind=kind, error=str(exc))
         except Exception:  # a bug in user code must not stop a service that hosts many trials
             log.exception("handler failed", service=self.handler.service_name, trial=record.trial_id, kind=kind)
 
-    def refused(self, record: Record, kind: str | None, reason: str) -> None:
-        """A record that must not count: dead-lettered by the owner of its kind, skipped by the others."""
-        if kind in self.handler.owned_kinds:
+    def _refuse(self, record: Record, owned: bool, kind: str | None, reason: str) -> None:
+        """A record that must not count: dead-lettered by its owner, skipped by the others."""
+        if owned:
             self.dead_letter(record, f"refused: {reason}")
         else:
             log.debug("record refused", service=self.handler.service_name, trial=record.trial_id, kind=kind, reason=reason)
@@ -253,11 +266,6 @@ class ServiceLoop:
                 offset=record.offset,
             )
 
-    def _bad_record(self, record: Record, reason: str) -> None:
-        # Reported once: by the service hosting the trial, or by the orchestrator for the rest.
-        if self.handler.dead_letters or self.handler.owns(record):
-            self.dead_letter(record, reason)
-
     async def _dead_letter(self, record: Record, reason: str) -> None:
         try:
             await self.bus.dead_letter(record, reason, self.handler.service_name)
@@ -268,7 +276,12 @@ class ServiceLoop:
             log.error("could not dead-letter a record", reason=reason, error=str(exc))
 
     def dead_letter(self, record: Record, reason: str) -> None:
-        """For handlers: park a record they cannot use (e.g. an action that does not match its schema)."""
+        """For handlers: park a record they own and cannot use (e.g. an action that does not
+        match its schema). Not while the record's partition catches up: the previous owner
+        judged those records already, and a letter is sent once."""
+        part = self.parts.get((record.role, record.partition))
+        if part is not None and not part.live:
+            return
         asyncio.get_running_loop().create_task(self._dead_letter(record, reason))
 
     def _unsent(self, item: tuple, event: Event, reason: str) -> None:

@@ -1,0 +1,92 @@
+"""The reliability rules in memory: who owns a bad record, headers checked against bodies,
+and the datalog folding what the runtime applied (early actions, corrections, events after
+the end). Integration tests repeat them against the real broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.harness import deployment
+from tests.unit.test_datalog import events_of, run_trial
+from trialog.bus.memory import MemoryBus
+from trialog.datalog.samples import TrialFold
+from trialog.deadletters import ACTORS, ENVIRONMENT, ORCHESTRATOR, check_headers, owner_of, reward_problem
+from trialog.errors import CodecError
+from trialog.events import Action, Message, Observation, Reward, TrialEnded
+from trialog.spec import load_spec
+
+SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps.yaml"
+
+
+@pytest.fixture
+def bus(memory_settings):
+    return MemoryBus(memory_settings)
+
+
+def test_every_kind_has_one_owner_and_unknown_kinds_go_to_the_orchestrator():
+    assert owner_of("action") == owner_of("parameters.changed") == owner_of("actor.timeout") == ENVIRONMENT
+    assert owner_of("observation") == ACTORS
+    for kind in ("reward", "message", "trial.started", "trial.ended", "trial.start", "bogus", "", None):
+        assert owner_of(kind) == ORCHESTRATOR
+
+
+def test_headers_must_say_what_the_body_says():
+    action = Action("t1", tick=3, actor="alice", payload=b"x")
+    check_headers(b"t1", action.headers(), action)
+    with pytest.raises(CodecError, match="tick header '?1000000'? but body 3"):
+        check_headers(b"t1", Action("t1", tick=1_000_000, actor="alice").headers(), action)
+    with pytest.raises(CodecError, match="record key"):
+        check_headers(b"t2", action.headers(), action)
+    with pytest.raises(CodecError, match="kind header"):
+        check_headers(b"t1", [], action)
+
+
+@pytest.mark.parametrize(
+    "reward, problem",
+    [
+        (Reward("t", tick=2, confidence=float("nan")), "confidence nan"),
+        (Reward("t", tick=2, confidence=float("inf")), "confidence inf"),
+        (Reward("t", tick=2, confidence=-0.5), "confidence -0.5"),
+        (Reward("t", tick=2, value=float("-inf")), "value -inf"),
+        (Reward("t", tick=6), "between 0 and the current one (5)"),
+        (Reward("t", tick=-1), "between 0 and the current one (5)"),
+        (Reward("t", tick=2, receiver="carol"), "addresses no actor"),
+        (Reward("t", tick=2, user_data="{"), "not valid JSON"),
+    ],
+)
+def test_rewards_that_cannot_count(reward, problem):
+    assert problem in reward_problem(reward, 5, {"alice": "player", "bob": "player"})
+    assert reward_problem(Reward("t", tick=5, receiver="player.*", confidence=0.0), 5, {"alice": "player"}) is None
+
+
+async def test_fold_keeps_what_was_applied_corrections_and_nothing_after_the_end(bus):
+    spec = load_spec(SPEC, bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tid, ended = await run_trial(bus, ctl, seed=5)
+    events = events_of(bus, tid)
+    move = bus.store.get("rps.Move")
+    obs3 = next(i for i, e in enumerate(events) if isinstance(e, Observation) and (e.tick, e.actor) == (3, "alice"))
+    observed = events[obs3].payload
+    applied = next(e for e in events[obs3:] if isinstance(e, Action) and (e.tick, e.actor) == (3, "alice"))
+    forged = move.encode("PAPER" if bus.store.decode(applied.payload, move) != "PAPER" else "ROCK")
+    # An early action for tick 3 (logged at tick 1) and an early reward: neither was applied.
+    events.insert(obs3 - 4, Action(tid, tick=3, actor="alice", payload=forged))
+    events.insert(obs3 - 4, Reward(tid, tick=3, receiver="alice", value=99.0, sender="env"))
+    # A correction from one sender for one tick: the later one counts; a repeat changes nothing.
+    events += [Reward(tid, tick=2, receiver="alice", value=0.0, sender="judge"), Reward(tid, tick=2, receiver="alice", value=4.0, sender="judge")] * 2
+    # An observation written as the trial was ended elsewhere, and a message after the end.
+    end = next(i for i, e in enumerate(events) if isinstance(e, TrialEnded))
+    events.insert(end + 1, Observation(tid, tick=ended.tick + 1, actor="alice", payload=observed))
+    events.insert(end + 1, Message(tid, tick=ended.tick, sender="bob", receivers=("alice",), message_id="late", payload="{}"))
+    fold = TrialFold(tid, bus.store)
+    for e in events:
+        fold.add(e)
+    samples = {(s.tick, s.actor): s for s in fold.samples()}
+    assert samples[(3, "alice")].action_avro == applied.payload
+    assert all(r.value != 99.0 for r in samples[(3, "alice")].reward_sources)
+    judge = [r for r in samples[(2, "alice")].reward_sources if r.sender == "judge"]
+    assert [r.value for r in judge] == [4.0]
+    assert max(t for t, _ in samples) == ended.tick
+    assert all(not s.messages for s in samples.values())
