@@ -55,8 +55,8 @@ async def read_letters(bus: KafkaBus, settle_s: float = 4.0) -> list[dict]:
 
 
 def record(role: str, event, *, headers=None, value=None):
-    """A raw record carrying ``event`` (optionally with other headers, or other bytes)."""
-    return (role, event, event.headers() if headers is None else headers, value)
+    """A record carrying ``event``, tagged as its sender would (optionally with other headers, or other bytes)."""
+    return (role, event, headers, value)
 
 
 async def test_each_bad_record_is_dead_lettered_once_and_honest_trials_finish(kafka_settings):
@@ -95,7 +95,10 @@ async def test_each_bad_record_is_dead_lettered_once_and_honest_trials_finish(ka
             "second start request for a live trial": record(CONTROL, StartRequest(tid, spec="trialtest")),
             "terminate an unknown trial": record(CONTROL, TerminateRequest("no-such-trial")),
         }
-        items = [(role, event.trial_id.encode(), bus.codec.encode(event) if value is None else value, headers) for role, event, headers, value in cases.values()]
+        items = []
+        for role, event, headers, value in cases.values():
+            _, key, encoded, tagged = bus.to_record(role, event)  # tagged with this process's keys, as a service would
+            items.append((role, key, encoded if value is None else value, tagged if headers is None else headers))
         sent = dict(zip(cases, await bus.send_many(items), strict=True))
         ends = [await ctl.wait_ended(t, timeout=120) for t in honest]
         assert [(e.reason, e.tick) for e in ends] == [("max_ticks", 20)] * 2  # the forged tick 10^6 ended nothing
@@ -108,7 +111,7 @@ async def test_each_bad_record_is_dead_lettered_once_and_honest_trials_finish(ka
     assert sorted(lettered) == sorted(cases), "\n".join(f"{letter['service']}: {letter['reason']}" for letter in letters)
     reasons = {where[(letter["topic"], letter["partition"], letter["offset"])]: letter["reason"] for letter in letters}
     assert "confidence nan" in reasons["NaN confidence"]
-    assert "headers do not match" in reasons["non-UTF-8 kind"]
+    assert "finite" in reasons["NaN value"] and "between 0 and the current one" in reasons["early environment reward"]
 
     # The datalog keeps what the environment applied: the answer to the observation, not what came early.
     sample = next(s for s in fold.samples() if s.tick == early and s.actor == "alice")

@@ -115,10 +115,13 @@ class Consumer(abc.ABC):
         """The next offset this consumer will return for a partition, if known."""
 
     @abc.abstractmethod
-    async def committed(self, role: str, partition: int) -> int | None: ...
+    async def committed(self, role: str, partition: int) -> tuple[int | None, str]:
+        """The group's committed offset of a partition (None: never committed) and the
+        metadata committed with it."""
 
     @abc.abstractmethod
-    async def commit(self, offsets: dict[tuple[str, int], int]) -> None: ...
+    async def commit(self, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
+        """Commit (offset, metadata) per partition."""
 
     @abc.abstractmethod
     async def end_offsets(self, parts: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]: ...

@@ -426,16 +426,21 @@ class KafkaConsumer(Consumer):
         except Exception:  # not assigned, or position not yet fetched
             return None
 
-    async def committed(self, role: str, partition: int) -> int | None:
+    async def committed(self, role: str, partition: int) -> tuple[int | None, str]:
         assert self._consumer is not None
-        return await self._consumer.committed(self._tp(role, partition))
+        tp = self._tp(role, partition)
+        # AIOKafkaConsumer.committed() drops the metadata; the coordinator's answer keeps it.
+        found = (await self._consumer._coordinator.fetch_committed_offsets([tp])).get(tp)
+        if found is None or found.offset < 0:
+            return None, ""
+        return found.offset, found.metadata or ""
 
-    async def commit(self, offsets: dict[tuple[str, int], int]) -> None:
+    async def commit(self, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
         assert self._consumer is not None
         if not offsets or not self.group:
             return
         mine = self._consumer.assignment()
-        payload = {self._tp(r, p): OffsetAndMetadata(o, "") for (r, p), o in offsets.items() if self._tp(r, p) in mine}
+        payload = {self._tp(r, p): OffsetAndMetadata(o, mark) for (r, p), (o, mark) in offsets.items() if self._tp(r, p) in mine}
         if payload:
             try:
                 await self._consumer.commit(payload)

@@ -138,7 +138,8 @@ class MemoryConsumer(Consumer):
             self.positions.pop(rp, None)
         self._assigned = target
         for rp in target:
-            self.positions[rp] = self.bus.committed[self.group].get(rp, 0 if self.from_start else len(self.bus.logs[rp[0]][rp[1]]))
+            committed = self.bus.committed[self.group].get(rp)
+            self.positions[rp] = committed[0] if committed else (0 if self.from_start else len(self.bus.logs[rp[0]][rp[1]]))
         if target and self.on_assigned:
             await self.on_assigned(set(target))
 
@@ -174,10 +175,10 @@ class MemoryConsumer(Consumer):
     def position_hint(self, role: str, partition: int) -> int | None:
         return self.positions.get((role, partition))
 
-    async def committed(self, role: str, partition: int) -> int | None:
-        return self.bus.committed[self.group].get((role, partition)) if self.group else None
+    async def committed(self, role: str, partition: int) -> tuple[int | None, str]:
+        return self.bus.committed[self.group].get((role, partition), (None, "")) if self.group else (None, "")
 
-    async def commit(self, offsets: dict[tuple[str, int], int]) -> None:
+    async def commit(self, offsets: dict[tuple[str, int], tuple[int, str]]) -> None:
         if self.group:
             self.bus.committed[self.group].update({rp: o for rp, o in offsets.items() if rp in self._assigned})
 

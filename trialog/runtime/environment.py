@@ -180,14 +180,14 @@ class EnvironmentHandler(Handler):
             raise BadRecord(f"action of {actor} at tick {tick} does not match its schema: {exc}") from None
         if trial.applied.get(actor) == (tick, action.payload):
             return  # a repeat (I-8)
+        if not (0 <= tick <= trial.tick and trial.observed.get(actor, -1) >= tick):
+            raise BadRecord(f"action of {actor} at tick {tick}: an action answers the actor's observation of the current tick ({trial.tick}) and is logged after it")
+        if tick < trial.tick or actor in trial.actions:
+            raise BadRecord(f"action of {actor} at tick {tick}: that tick already has the actor's action or timeout (current tick {trial.tick})")
         if trial.done:
-            raise BadRecord(f"action of {actor} at tick {tick}: the trial is over in its environment")
+            return  # the answer to the last observation, as the trial ended: nothing left to apply it to
         if actor not in trial.active:
             raise BadRecord(f"action of {actor} at tick {tick}: the actor has left the trial")
-        if tick < trial.tick or (tick == trial.tick and actor in trial.actions):
-            raise BadRecord(f"action of {actor} at tick {tick}: that tick already has the actor's action or timeout (current tick {trial.tick})")
-        if tick > trial.tick or trial.observed.get(actor, -1) < tick:
-            raise BadRecord(f"action of {actor} at tick {tick}: an action answers the actor's observation of the current tick ({trial.tick}), logged before it")
         trial.actions[actor] = value
         trial.applied[actor] = (tick, action.payload)
         self._maybe_step(trial)

@@ -46,6 +46,13 @@ from trialog.topics import EVENTS
 
 log = get_logger(__name__)
 
+_JUDGED = "judged="  # commit metadata: the offset up to which this group judged a partition's records
+
+
+def _judged(mark: str) -> int:
+    return int(mark[len(_JUDGED):]) if mark.startswith(_JUDGED) and mark[len(_JUDGED):].isdigit() else 0
+
+
 BITE = 32  # records handled between two flushes (measured: docs/performance.md)
 
 
@@ -117,6 +124,7 @@ class _Partition:
     live: bool = False
     expected: dict[tuple, bytes] = field(default_factory=dict)  # (trial, identity) -> encoded value
     expected_order: list[tuple[tuple, Event]] = field(default_factory=list)
+    judged: int = 0  # records before this offset were judged (and bad ones dead-lettered) by a previous owner
     mismatches: int = 0
 
 
@@ -132,6 +140,7 @@ class ServiceLoop:
         self.parts: dict[tuple[str, int], _Partition] = {}
         self._out: list[tuple[str, Event]] = []
         self._flushing: asyncio.Task | None = None
+        self._letters: set[asyncio.Task] = set()  # dead letters being sent
         self._stopping = asyncio.Event()
         self.consumer: Consumer | None = None
         self.ready = asyncio.Event()  # set once the first assignment's catch-up is done
@@ -277,12 +286,14 @@ class ServiceLoop:
 
     def dead_letter(self, record: Record, reason: str) -> None:
         """For handlers: park a record they own and cannot use (e.g. an action that does not
-        match its schema). Not while the record's partition catches up: the previous owner
-        judged those records already, and a letter is sent once."""
+        match its schema). Not for a record the partition's previous owner already judged
+        (catch-up re-reads them; the committed metadata says how far it got): once each."""
         part = self.parts.get((record.role, record.partition))
-        if part is not None and not part.live:
+        if part is not None and 0 <= record.offset < part.judged:
             return
-        asyncio.get_running_loop().create_task(self._dead_letter(record, reason))
+        task = asyncio.get_running_loop().create_task(self._dead_letter(record, reason))
+        self._letters.add(task)
+        task.add_done_callback(self._letters.discard)
 
     def _unsent(self, item: tuple, event: Event, reason: str) -> None:
         role, key, _value, headers = item
@@ -321,10 +332,10 @@ class ServiceLoop:
         assert self.consumer is not None
         ends = await self.consumer.end_offsets(assigned)
         for role, p in sorted(assigned):
-            start = await self.consumer.committed(role, p) if self.group else 0
+            start, mark = await self.consumer.committed(role, p) if self.group else (0, "")
             start = start or 0
             self.consumer.seek(role, p, start)
-            self.parts[(role, p)] = _Partition(end=ends[(role, p)], position=start)
+            self.parts[(role, p)] = _Partition(end=ends[(role, p)], position=start, judged=_judged(mark))
             self.handler.assigned(role, p)
             log.info("partition assigned", service=self.handler.service_name, topic=role, partition=p, resume_from=start, catch_up_to=ends[(role, p)])
         self.ready.clear()
@@ -346,14 +357,15 @@ class ServiceLoop:
 
     async def _commit(self) -> None:
         assert self.consumer is not None
-        if self._out or (self._flushing and not self._flushing.done()):
-            return  # outputs not yet acknowledged: committing now could lose them in a crash
+        if self._out or (self._flushing and not self._flushing.done()) or self._letters:
+            return  # outputs or letters not yet acknowledged: committing now could lose them in a crash
         offsets = {}
         for (role, p), part in self.parts.items():
             if not part.live:
                 continue
             safe = self.handler.safe_offset(role, p)
-            offsets[(role, p)] = min(part.position, safe) if safe is not None else part.position
+            offset = min(part.position, safe) if safe is not None else part.position
+            offsets[(role, p)] = (offset, f"{_JUDGED}{max(part.position, part.judged)}")
         try:
             await self.consumer.commit(offsets)
         except TransportError as exc:
@@ -386,6 +398,8 @@ class ServiceLoop:
     async def _drain(self) -> None:
         while self._flushing is not None and not self._flushing.done():
             await self._flushing
+        if self._letters:
+            await asyncio.gather(*self._letters, return_exceptions=True)
 
 
 async def run_until_stopped(loops: Iterable[ServiceLoop], stop: asyncio.Event) -> None:
