@@ -49,11 +49,13 @@ raises or calls ``loop.dead_letter`` with its reason).
 from __future__ import annotations
 
 import math
+
+import orjson
 from collections.abc import Mapping, Sequence
 
 from trialog.errors import CodecError
 from trialog.events import Event, Message, Reward, identity_from_headers
-from trialog.runtime.trial import loads, matches
+from trialog.runtime.trial import matches
 
 ORCHESTRATOR = "orchestrator"
 ENVIRONMENT = "environment"
@@ -114,8 +116,10 @@ def message_problem(message: Message, current_tick: int) -> str | None:
 
 
 def _json_problem(text: str | None, what: str) -> str | None:
+    if text is None:
+        return None  # optional and absent
     try:
-        loads(text)
+        orjson.loads(text)
     except ValueError as exc:
         return f"{what} is not valid JSON: {exc}"
     return None

@@ -46,18 +46,9 @@ def test_duplicates_of_ended_trials_change_nothing(report):
     assert not report["problems"]["ended_trials_changed"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="dead-letter ownership per kind (issue #12 items 3-5) is not on main yet: records of several kinds "
-    "vanish or are lettered by two services; see docs/reliability.md, 'Fuzz'",
-)
 def test_every_malformed_record_is_dead_lettered_exactly_once(report):
     assert report["silently_dropped"] == 0 and report["lettered_more_than_once"] == 0, report["by_category"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="rewards with NaN/infinite/negative numbers are still applied (issue #12 item 5); see docs/reliability.md, 'Fuzz'",
-)
 def test_honest_trials_replay_as_undisturbed(report):
     assert report["honest_identical"] == report["honest_trials"], report["problems"]["honest_differences"]

@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from trialog import metrics
 from trialog.bus.base import Record
 from trialog.deadletters import ENVIRONMENT, message_problem
@@ -194,11 +196,13 @@ class EnvironmentHandler(Handler):
 
     def _on_parameters(self, trial: _Trial, change: ParametersChanged) -> None:
         try:
-            parameters = loads(change.parameters)
+            parameters = orjson.loads(change.parameters)
         except ValueError as exc:
             raise BadRecord(f"parameters.changed carries invalid JSON: {exc}") from None
         if not isinstance(parameters, dict) or change.tick < 0:
             raise BadRecord(f"parameters.changed at tick {change.tick} must carry a JSON object for a tick >= 0")
+        if trial.done:
+            raise BadRecord(f"parameters.changed at tick {change.tick}: the trial is over in its environment")
         trial.pending_parameters.append((change.tick, parameters))
 
     def _on_timeout(self, trial: _Trial, timeout: ActorTimeout) -> None:
