@@ -15,11 +15,14 @@ echo "sdk: Go library — unit tests and build"
 (cd sdk/go && go test ./... && go build -o bin/trialog-actors ./cmd/trialog-actors)
 go_actors="sdk/go/bin/trialog-actors --schemas schemas"
 
-echo "sdk: TypeScript library — unit tests"
+echo "sdk: TypeScript library — unit tests and build"
 (cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error && npm test)
+ts_actors="node sdk/typescript/dist/src/cmd/trialog-actors.js --schemas schemas"
 
 echo "sdk: conformance of the Go actor service"
 trialog conformance --spec examples/rps.yaml --implementation go --command "$go_actors --serve go=rps-counter"
+echo "sdk: conformance of the TypeScript actor service"
+trialog conformance --spec examples/rps.yaml --implementation ts --command "$ts_actors --serve ts=rps-counter"
 
 pids=()
 stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
@@ -57,4 +60,8 @@ mixed() {
 
 mixed "rock-paper-scissors, Python vs Go" examples/rps.yaml 3 --implementation bob=go -- "$go_actors --serve go=rps-counter"
 mixed "Overcooked, Python planner vs Go" examples/overcooked.yaml 1 --implementation cook_b=go --max-ticks 60 -- "$go_actors --serve go=overcooked-cook"
+mixed "rock-paper-scissors, TypeScript vs Go" examples/rps.yaml 3 --implementation alice=ts --implementation bob=go -- \
+  "$ts_actors --serve ts=rps-counter" "$go_actors --serve go=rps-counter"
+mixed "Overcooked, TypeScript vs Go" examples/overcooked.yaml 1 --implementation cook_a=ts --implementation cook_b=go --max-ticks 60 -- \
+  "$ts_actors --serve ts=overcooked-cook" "$go_actors --serve go=overcooked-cook"
 echo "sdk: all checks passed"

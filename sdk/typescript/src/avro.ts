@@ -84,7 +84,7 @@ export class Store {
   /** Register a self-contained schema (JSON text or object); the same schema twice gives the first. */
   register(schema: string | object): Schema {
     const parsed = typeof schema === "string" ? JSON.parse(schema) : schema;
-    return this.add(avro.Type.forSchema(parsed, { ...OPTIONS, registry: { long: LongAsBigInt } }), true);
+    return this.add(avro.Type.forSchema(plainLongs(parsed), { ...OPTIONS, registry: { long: LongAsBigInt } }), true);
   }
 
   /** Index a schema by fingerprint, and by name unless it is an older version. */
@@ -120,6 +120,21 @@ export class Store {
     if (!reader || reader.fingerprint.equals(writer.fingerprint)) return writer.type.fromBuffer(body);
     return reader.type.fromBuffer(body, reader.type.createResolver(writer.type));
   }
+}
+
+/**
+ * `{"type": "long", ...attributes}` as plain "long", so that avsc applies the BigInt long
+ * type to it too (it does so for the name only). Attributes are not part of the
+ * Parsing Canonical Form: the fingerprint stays the same.
+ */
+function plainLongs(schema: any): any {
+  if (Array.isArray(schema)) return schema.map(plainLongs);
+  if (schema === null || typeof schema !== "object") return schema;
+  if (schema.type === "long") return "long";
+  const out = { ...schema };
+  for (const key of ["type", "items", "values"]) if (key in out) out[key] = plainLongs(out[key]);
+  if (Array.isArray(out.fields)) out.fields = out.fields.map((f: any) => ({ ...f, type: plainLongs(f.type) }));
+  return out;
 }
 
 function fullName(schema: { name?: string; namespace?: string }): string {
