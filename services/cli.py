@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from services.actors import cli as actors
+from services.analytics import cli as analytics
 from services.environment import cli as environment
 from services.gateway import cli as gateway
 from services.learner import cli as learner
@@ -16,5 +17,5 @@ from services.orchestrator import cli as orchestrator
 
 def add_commands(sub: argparse._SubParsersAction, serve: argparse._SubParsersAction) -> None:
     """Called by :func:`trialog.cli.build_parser` with the top-level and the ``serve`` subcommands."""
-    for service in (orchestrator, environment, actors, logger, gateway, learner):
+    for service in (orchestrator, environment, actors, logger, gateway, learner, analytics):
         service.add_cli(serve)

@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trialog", description="Trials of AI agents and humans, carried and logged by Apache Kafka.")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-    from trialog import broker, check, conformance, demo, plot
+    from trialog import analytics, broker, check, conformance, demo, plot
     from trialog.learn import train
     from trialog.datalog import cli as datalog_cli
 
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = _add_serve(sub)
     _add_trial(sub)
     _add_run(sub)
-    for module in (demo, check, conformance, datalog_cli, plot, train):
+    for module in (demo, check, conformance, datalog_cli, plot, analytics, train):
         module.add_cli(sub)
     for entry in entry_points(group=ENTRY_POINTS):
         # A broken plugin fails loudly here rather than losing its commands in silence.

@@ -115,7 +115,7 @@ def spec_files(args: argparse.Namespace) -> list[str]:
 
 def add_health_port(p: argparse.ArgumentParser) -> None:
     """The flag every ``trialog serve`` command takes."""
-    p.add_argument("--health-port", type=int, default=8080, help="HTTP port for /livez and /readyz (0: off; default 8080)")
+    p.add_argument("--health-port", type=int, default=8080, help="HTTP port for /livez, /readyz and /metrics (0: off; default 8080)")
 
 
 def add_implementation_host(serve, name: str, help: str, default: str, main_of: Callable[[], Any]) -> None:

@@ -277,24 +277,8 @@ class Controller:
 
     async def list_trials(self) -> list[TrialRecord]:
         """The latest record of every trial in the ``trials`` index."""
-        consumer = self.bus.consumer([TRIALS])
-        await consumer.start()
-        try:
-            ends = await consumer.end_offsets(consumer.assignment())
-            latest: dict[str, TrialRecord] = {}
-            done = {rp for rp, end in ends.items() if end == 0}
-            while len(done) < len(ends):
-                for record in await consumer.poll(timeout_ms=500):
-                    if record.value:
-                        try:
-                            latest[record.trial_id] = self.bus.codec.decode(record.value, TrialRecord.KIND)
-                        except Exception:
-                            pass
-                    if record.next_offset >= ends[(record.role, record.partition)]:
-                        done.add((record.role, record.partition))
-            return sorted(latest.values(), key=lambda r: r.created_ms)
-        finally:
-            await consumer.stop()
+        latest = await self.bus.read_latest(TRIALS, lambda value: self.bus.codec.decode(value, TrialRecord.KIND))
+        return sorted(latest.values(), key=lambda r: r.created_ms)
 
 
 # --- campaigns ------------------------------------------------------------------------------------

@@ -46,6 +46,12 @@ class TransportError(TrialogError):
     retriable = True
 
 
+class TopicMissingError(TransportError):
+    """A topic to read does not exist (yet): create the topics, or run what writes it."""
+
+    retriable = False
+
+
 class TrialError(TrialogError):
     """A trial was rejected, failed, or was asked for something it cannot do."""
 

@@ -58,6 +58,9 @@ REWARDS = Counter(
 DEAD_LETTERS = Counter("trialog_dead_letters", "Records dead-lettered by this service, by event kind and reason category.", ["service", "kind", "reason"])
 PUBLISH_RETRIES = Counter("trialog_publish_retries", "Sends to Kafka that failed and were retried.", ["service"])
 
+# --- analytics jobs ------------------------------------------------------------------------------------------
+ANALYTICS_RECORDS = Counter("trialog_analytics_records", "Records processed by the analytics jobs, per input topic.", ["topic"])
+
 # --- actor hosts following a model (set by the learning agents) ----------------------------------------------------
 MODEL_VERSION = Gauge("trialog_model_version", "Version of the model an actor implementation currently serves.", ["implementation"])
 

@@ -58,7 +58,7 @@ from trialog.bus.base import (
     Record,
 )
 from trialog.logs import get_logger
-from trialog.errors import RecordsTooLarge, TransportError
+from trialog.errors import RecordsTooLarge, TopicMissingError, TransportError
 from trialog.topics import CONTROL, EVENTS, TRIALS, plan
 
 KEYED = frozenset({CONTROL, EVENTS, TRIALS})  # partitioned by trial ID, same count (I-2)
@@ -307,6 +307,9 @@ class KafkaConsumer(Consumer):
             session_timeout_ms=10_000,
             heartbeat_interval_ms=1_000,
             metadata_max_age_ms=5_000,
+            # Records of aborted transactions (e.g. of a killed analytics job) are never read;
+            # Trialog's own producers are not transactional, so this costs them nothing.
+            isolation_level="read_committed",
         )
         try:
             await self._consumer.start()
@@ -321,7 +324,7 @@ class KafkaConsumer(Consumer):
                     if parts is None:
                         parts = sorted(cluster.partitions_for_topic(settings.topic(role)) or ())
                         if not parts:
-                            raise TransportError(f"topic {settings.topic(role)} does not exist: run `trialog topics create`")
+                            raise TopicMissingError(f"topic {settings.topic(role)} does not exist: run `trialog topics create`")
                     tps.extend(self._tp(role, p) for p in parts)
                 self._consumer.assign(tps)
                 if self.from_start:

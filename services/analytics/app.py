@@ -1,0 +1,93 @@
+"""The analytics service: the shipped jobs (:mod:`services.analytics.jobs`) wired on Quix Streams.
+
+One Quix ``Application`` (consumer group ``<prefix>analytics``) runs both stages:
+``events`` → per-trial fold → ``analytics.trials``; ``analytics.trials`` → re-keyed by
+group (one repartition topic) → per-group fold → ``analytics.<job>``. Every result
+topic is compacted. With ``exactly-once`` (the default) state changes, outputs and
+consumer offsets commit in one Kafka transaction: a job killed at any moment restarts
+from its last commit, its state restored from the changelog topics. More instances
+of the group share the partitions (state moves with them).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from pathlib import Path
+
+from trialog import metrics
+from trialog.analytics import EventDeserializer, quix_connection, result_topic
+from trialog.logs import get_logger
+from trialog.settings import Settings
+from trialog.topics import EVENTS
+
+from services.analytics.jobs import KINDS, SUMMARY_JOBS, contributions, fold_group, fold_trial, group_key
+
+log = get_logger(__name__)
+
+TRANSACTION_TIMEOUT_MS = 10_000
+
+
+def build(settings: Settings, *, state_dir: str | Path, window: int = 20, guarantee: str = "exactly-once", commit_interval: float = 1.0):
+    """The Quix Application running every shipped job (call ``.run()`` on it)."""
+    from quixstreams import Application
+    from quixstreams.models.topics import TopicConfig
+
+    app = Application(
+        broker_address=quix_connection(settings),
+        consumer_group=settings.group("analytics"),
+        auto_offset_reset="earliest",
+        processing_guarantee=guarantee,
+        state_dir=str(state_dir),
+        commit_interval=commit_interval,
+        loglevel="WARNING",
+        on_message_processed=lambda topic, partition, offset: metrics.ANALYTICS_RECORDS.labels(topic).inc(),
+        # A killed instance leaves its open transaction behind (each instance has a fresh
+        # transactional id); the broker aborts it after this long, and until then readers
+        # of the result topics (read_committed) wait at it. Checkpoints take ~1 s.
+        producer_extra_config={"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS},
+        # Like every Trialog service: a dead instance's partitions move after 10 s, not 45.
+        consumer_extra_config={"session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000},
+    )
+    compacted = TopicConfig(num_partitions=settings.partitions, replication_factor=settings.replication_factor, extra_config={"cleanup.policy": "compact"})
+    events = app.topic(settings.topic(EVENTS), key_deserializer="str", value_deserializer=EventDeserializer(KINDS))
+    trials = app.topic(result_topic(settings, "trials"), key_serializer="str", value_serializer="json",
+                       key_deserializer="str", value_deserializer="json", config=compacted)  # fmt: skip
+    outputs = {job: app.topic(result_topic(settings, job), key_serializer="str", value_serializer="json", config=compacted) for job in SUMMARY_JOBS}
+
+    per_trial = app.dataframe(events).apply(fold_trial, stateful=True, metadata=True).filter(lambda result: result is not None)
+    per_trial.to_topic(trials)
+
+    per_group = app.dataframe(trials).apply(contributions, expand=True).group_by(group_key, name="groups")
+    per_group = per_group.apply(functools.partial(fold_group, window=window), stateful=True)
+    per_group.to_topic(lambda summary, key, timestamp, headers: outputs[summary["job"]], key=lambda summary: summary["key"])
+    return app
+
+
+def main(settings: Settings, *, state_dir: str, window: int, guarantee: str, health_port: int) -> None:
+    """Run the jobs until SIGTERM/SIGINT (Quix handles both), serving health and metrics."""
+    app = build(settings, state_dir=state_dir, window=window, guarantee=guarantee)
+    if health_port:
+        threading.Thread(target=_serve_health, args=(health_port,), daemon=True, name="health").start()
+    log.info("analytics starting", group=settings.group("analytics"), state_dir=state_dir, guarantee=guarantee, window=window)
+    app.run()
+    log.info("analytics stopped")
+
+
+def _serve_health(port: int) -> None:
+    """/livez, /readyz and /metrics from a thread of their own: Quix runs its loop in the main thread.
+    Live and ready while the process runs (the Quix loop's own progress shows in
+    trialog_analytics_records_total)."""
+    import asyncio
+
+    from trialog.health import Health, serve_health
+
+    async def serve() -> None:
+        health = Health()
+        health.set_ready(True)
+        await serve_health(health, port=port)
+        while True:
+            health.beat()
+            await asyncio.sleep(1)
+
+    asyncio.run(serve())

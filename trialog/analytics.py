@@ -1,0 +1,162 @@
+"""Stream analytics over the log, on Quix Streams: Trialog's deserializers, connection
+settings and result topics, so that an analytics job is a few lines.
+
+.. code-block:: python
+
+    from quixstreams import Application
+    from trialog.analytics import EventDeserializer, quix_connection
+    from trialog.settings import Settings
+
+    settings = Settings.load()
+    app = Application(broker_address=quix_connection(settings), consumer_group=settings.group("my-job"),
+                      auto_offset_reset="earliest", processing_guarantee="exactly-once")
+    events = app.topic(settings.topic("events"), key_deserializer="str",
+                       value_deserializer=EventDeserializer(kinds={"trial.ended"}))
+    app.dataframe(events).apply(lambda ended: print(ended.trial_id, ended.reason))
+    app.run()
+
+Why Quix Streams (docs/analytics.md says more): its state lives in RocksDB backed by
+compacted changelog topics and is committed together with the consumer offsets and
+the outputs in one Kafka transaction (``processing_guarantee="exactly-once"``), so a
+job killed at any moment restarts from its last commit without counting anything
+twice; it scales out like every Trialog service, by adding instances to its consumer
+group (state follows the partitions); and it is a plain Python library over
+librdkafka, with no cluster of its own to run.
+
+The shipped jobs (``trialog serve analytics``, in ``services/analytics/``) write their
+results to compacted topics ``<prefix>analytics.<job>``, JSON values keyed by what they
+summarise; :func:`read_results` reads the latest value per key from any of them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from trialog.codec import SchemaStore
+from trialog.errors import CodecError, TopicMissingError, TrialogError
+from trialog.events import HEADER_KIND, BY_KIND, Event, EventCodec
+from trialog.settings import Settings
+
+# The shipped jobs' result topics, `<prefix>analytics.<job>`, and what each is keyed by.
+RESULT_TOPICS = {
+    "trials": "trial ID: the trial's returns, pairing, phase, ticks, tick timing, reward sources",
+    "returns-by-pairing": "implementation pairing: trials, mean return, rolling mean of the last N trials",
+    "returns-by-phase": "experiment/phase: the same, per experiment phase",
+    "environments": "environment implementation: ticks, ticks/s and tick interval (mean, max)",
+    "human-vs-agent": "environment: mean returns of human (client) seats and of agents in the same trials, wins",
+    "reward-sources": "reward sender (env/<component>, a judge…): total, count, mean per trial",
+}
+
+
+def result_topic(settings: Settings, job: str) -> str:
+    return settings.topic(f"analytics.{job}")
+
+
+def quix_connection(settings: Settings):
+    """Quix Streams' connection config from Trialog's settings (SASL/TLS included)."""
+    from quixstreams.kafka.configuration import ConnectionConfig
+
+    options: dict[str, Any] = {"bootstrap_servers": settings.bootstrap_servers, "security_protocol": settings.security_protocol}
+    if settings.security_protocol.startswith("SASL"):
+        options.update(sasl_mechanism=settings.sasl_mechanism, sasl_username=settings.sasl_username, sasl_password=settings.sasl_password)
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        options.update(
+            {k: v for k, v in (("ssl_ca_location", settings.ssl_cafile), ("ssl_certificate_location", settings.ssl_certfile),
+                               ("ssl_key_location", settings.ssl_keyfile)) if v}
+        )  # fmt: skip
+    return ConnectionConfig(**options)
+
+
+def kind_of(headers) -> str | None:
+    """The event kind from a record's headers (Quix gives them as a list of (name, bytes))."""
+    for name, value in headers or ():
+        if name == HEADER_KIND and value is not None:
+            try:
+                return value.decode() if isinstance(value, bytes) else str(value)
+            except UnicodeDecodeError:
+                return None
+    return None
+
+
+try:
+    from quixstreams.models.serializers import Deserializer as _QuixDeserializer
+    from quixstreams.models.serializers.exceptions import IgnoreMessage
+except ImportError:  # the analytics extra is not installed: EventDeserializer() says so
+    _QuixDeserializer, IgnoreMessage = object, None
+
+
+class EventDeserializer(_QuixDeserializer):
+    """A Quix Streams value deserializer: ``events`` records into Trialog's typed events.
+
+    ``kinds`` limits decoding to those event kinds, read from the headers first (the
+    others are skipped without decoding, which is most of the stream for most jobs).
+    Records that do not decode are skipped and counted in ``skipped``: the service
+    that owns them dead-letters them (docs/concepts.md); an analytics job only reads.
+    """
+
+    def __init__(self, kinds: set[str] | frozenset[str] | None = None, store: SchemaStore | None = None):
+        if IgnoreMessage is None:
+            raise TrialogError("stream analytics need Quix Streams: pip install 'trialog[analytics]'")
+        unknown = set(kinds or ()) - set(BY_KIND)
+        if unknown:
+            raise TrialogError(f"unknown event kind(s) {sorted(unknown)}; known: {sorted(BY_KIND)}")
+        self.kinds = frozenset(kinds) if kinds else None
+        self.codec = EventCodec(store)
+        self.skipped = 0
+
+    def __call__(self, value: bytes, ctx) -> Event:
+        kind = kind_of(ctx.headers)
+        if self.kinds is not None and kind not in self.kinds:
+            raise IgnoreMessage()
+        try:
+            return self.codec.decode(value, kind)
+        except CodecError:
+            self.skipped += 1
+            raise IgnoreMessage() from None
+
+
+async def read_results(bus, job: str) -> dict[str, Any]:
+    """The latest result per key of one job's result topic (empty if the job never ran)."""
+    if job not in RESULT_TOPICS:
+        raise TrialogError(f"no analytics job {job!r}; the jobs are: {', '.join(RESULT_TOPICS)}")
+    try:
+        return await bus.read_latest(f"analytics.{job}", orjson.loads)
+    except TopicMissingError:
+        return {}  # the job has not run yet
+
+
+# --- the command -------------------------------------------------------------------------------------------------
+
+
+def add_cli(sub) -> None:
+    from trialog.commands import command
+
+    p = command(sub, "analytics", "Show the latest results of the analytics jobs (trialog serve analytics) from their topics.")
+    p.add_argument("job", nargs="?", choices=list(RESULT_TOPICS), help="one job (default: every summary job)")
+    p.add_argument("--json", action="store_true", help="one JSON object per line: {job, key, value}")
+    p.set_defaults(func=_show)
+
+
+def _show(args) -> int:
+    from trialog.bus import connect
+    from trialog.commands import run_async
+    from trialog.settings import from_args
+
+    jobs = [args.job] if args.job else [job for job in RESULT_TOPICS if job != "trials"]
+
+    async def go():
+        async with connect(from_args(args)) as bus:
+            return {job: await read_results(bus, job) for job in jobs}
+
+    for job, results in run_async(go()).items():
+        if args.json:
+            for key, value in sorted(results.items()):
+                print(orjson.dumps({"job": job, "key": key, "value": value}).decode())
+            continue
+        print(f"{job} ({RESULT_TOPICS[job]}): {len(results)} key(s)" + ("" if results else " — is `trialog serve analytics` running?"))
+        for key, value in sorted(results.items()):
+            shown = {k: v for k, v in value.items() if k not in ("job", "key")}
+            print(f"  {key}: {orjson.dumps(shown).decode()}")
+    return 0
