@@ -36,7 +36,7 @@ import orjson
 
 from trialog.codec import SchemaStore
 from trialog.errors import CodecError, TopicMissingError, TrialogError
-from trialog.events import HEADER_KIND, BY_KIND, Event, EventCodec
+from trialog.events import BY_KIND, HEADER_KIND, Event, EventCodec, ResolvedTrial
 from trialog.settings import Settings
 
 # The shipped jobs' result topics, `<prefix>analytics.<job>`, and what each is keyed by.
@@ -92,11 +92,14 @@ class EventDeserializer(_QuixDeserializer):
 
     ``kinds`` limits decoding to those event kinds, read from the headers first (the
     others are skipped without decoding, which is most of the stream for most jobs).
-    Records that do not decode are skipped and counted in ``skipped``: the service
-    that owns them dead-letters them (docs/concepts.md); an analytics job only reads.
+    With ``trust`` (a :class:`trialog.trust.Authenticator`, e.g. ``connect(settings).trust``)
+    only records tagged by a key allowed to write them count, as in every Trialog
+    service (docs/security.md). Records that do not decode or are refused are skipped
+    and counted in ``skipped``: the service that owns them dead-letters them; an
+    analytics job only reads.
     """
 
-    def __init__(self, kinds: set[str] | frozenset[str] | None = None, store: SchemaStore | None = None):
+    def __init__(self, kinds: set[str] | frozenset[str] | None = None, store: SchemaStore | None = None, trust=None):
         if IgnoreMessage is None:
             raise TrialogError("stream analytics need Quix Streams: pip install 'trialog[analytics]'")
         unknown = set(kinds or ()) - set(BY_KIND)
@@ -104,6 +107,7 @@ class EventDeserializer(_QuixDeserializer):
             raise TrialogError(f"unknown event kind(s) {sorted(unknown)}; known: {sorted(BY_KIND)}")
         self.kinds = frozenset(kinds) if kinds else None
         self.codec = EventCodec(store)
+        self.trust = trust
         self.skipped = 0
 
     def __call__(self, value: bytes, ctx) -> Event:
@@ -111,10 +115,19 @@ class EventDeserializer(_QuixDeserializer):
         if self.kinds is not None and kind not in self.kinds:
             raise IgnoreMessage()
         try:
-            return self.codec.decode(value, kind)
+            event = self.codec.decode(value, kind)
         except CodecError:
             self.skipped += 1
             raise IgnoreMessage() from None
+        if self.trust is not None:
+            # The record key is the trial ID (I-1) and Quix hands a deserializer the value only:
+            # the body's trial ID stands in; a record keyed otherwise fails its tag, as it should.
+            if self.trust.check(event.trial_id.encode(), ctx.headers or [], value) is not None:
+                self.skipped += 1
+                raise IgnoreMessage()
+            if isinstance(event, ResolvedTrial):
+                self.trust.learn(event)  # who plays whom: the keys of the trial's records
+        return event
 
 
 async def read_results(bus, job: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from trialog.analytics import EventDeserializer, quix_connection, result_topic
 from trialog.logs import get_logger
 from trialog.settings import Settings
 from trialog.topics import EVENTS
+from trialog.trust import Authenticator, Keyring
 
 from services.analytics.jobs import KINDS, SUMMARY_JOBS, contributions, fold_group, fold_trial, group_key
 
@@ -50,7 +51,8 @@ def build(settings: Settings, *, state_dir: str | Path, window: int = 20, guaran
         consumer_extra_config={"session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000},
     )
     compacted = TopicConfig(num_partitions=settings.partitions, replication_factor=settings.replication_factor, extra_config={"cleanup.policy": "compact"})
-    events = app.topic(settings.topic(EVENTS), key_deserializer="str", value_deserializer=EventDeserializer(KINDS))
+    trust = Authenticator(Keyring.load(settings))  # only records written by a key allowed to count
+    events = app.topic(settings.topic(EVENTS), key_deserializer="str", value_deserializer=EventDeserializer(KINDS, trust=trust))
     trials = app.topic(result_topic(settings, "trials"), key_serializer="str", value_serializer="json",
                        key_deserializer="str", value_deserializer="json", config=compacted)  # fmt: skip
     outputs = {job: app.topic(result_topic(settings, job), key_serializer="str", value_serializer="json", config=compacted) for job in SUMMARY_JOBS}
