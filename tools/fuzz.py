@@ -97,10 +97,11 @@ class Report:
         )
 
     def table(self) -> str:
-        lines = [f"{'category':40} {'tried':>6} {'lettered':>8} {'twice+':>6} {'dropped':>7} {'no-op':>6}"]
+        width = max([len("category"), *map(len, self.by_category)])
+        lines = [f"{'category':{width}} {'tried':>6} {'lettered':>8} {'twice+':>6} {'dropped':>7} {'no-op':>6}"]
         for cat in sorted(self.by_category):
             lines.append(
-                f"{cat:40} {self.by_category[cat]:>6} {self.letters[cat]:>8} {self.repeated[cat]:>6} {self.dropped[cat]:>7} {self.noop_ok[cat]:>6}"
+                f"{cat:{width}} {self.by_category[cat]:>6} {self.letters[cat]:>8} {self.repeated[cat]:>6} {self.dropped[cat]:>7} {self.noop_ok[cat]:>6}"
             )
         lines.append("")
         lines.append(
@@ -262,13 +263,13 @@ class Generator:
 
     def make_message_bad_json(self) -> Case:
         trial = self.rng.choice(self.live) if self.live else self.target()
-        message = Message(trial, tick=1, sender="fuzz-judge", receivers=("alice",), message_id=uuid.uuid4().hex, payload=self.rng.choice(["{not json", "\x00", "[1,"]))
-        return self.event(EVENTS, message, "message with invalid JSON")
+        message = Message(trial, tick=1, sender="fuzz-judge", receivers=("alice",), message_id=uuid.uuid4().hex, payload=self.rng.choice(["{not json", "", "\x00", "[1,", "[]", "42"]))
+        return self.event(EVENTS, message, "message with invalid or non-object JSON")
 
     def make_parameters_bad_json(self) -> Case:
         trial = self.rng.choice(self.live) if self.live else self.target()
-        change = ParametersChanged(trial, tick=1, sender="fuzz-operator", parameters=self.rng.choice(["{oops", "\x00", "[1,"]))
-        return self.event(EVENTS, change, "parameters.changed with invalid JSON")
+        change = ParametersChanged(trial, tick=1, sender="fuzz-operator", parameters=self.rng.choice(["{oops", "", "\x00", "[1,", "[]", "42"]))
+        return self.event(EVENTS, change, "parameters.changed with invalid or non-object JSON")
 
     def make_reward_unknown_trial(self) -> Case:
         self.unknown += 1
