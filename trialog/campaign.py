@@ -50,11 +50,12 @@ def start_service(settings: Settings, spec_file: str, args: list[str], log_file:
 @contextlib.contextmanager
 def local_services(
     settings: Settings, spec_file: str, *, environment_processes: int = 1, actor_processes: int = 1,
-    archive_dir: str | None = None, log_dir: str | None = None, learners: Sequence[list[str]] = (),
+    archive_dir: str | None = None, log_dir: str | None = None, learners: Sequence[list[str]] = (), gateway_port: int | None = None,
 ) -> Iterator[dict[str, subprocess.Popen]]:  # fmt: skip
     """Run the orchestrator, environment and actor services (and the logger, when an
-    archive folder is given, and a learner per entry of ``learners``: its
-    ``trialog serve learner`` arguments) as child processes; wait until each reports ready."""
+    archive folder is given, a learner per entry of ``learners``: its ``trialog serve
+    learner`` arguments, and the web gateway on ``gateway_port`` when given) as child
+    processes; wait until each reports ready."""
     log_dir = log_dir or tempfile.mkdtemp(prefix="trialog-services-")
     commands: list[tuple[str, list[str]]] = [("orchestrator", ["orchestrator"])]
     commands += [(f"environment-{i}", ["environment"]) for i in range(environment_processes)]
@@ -62,6 +63,8 @@ def local_services(
     if archive_dir:
         commands.append(("logger", ["logger", "--archive-dir", archive_dir]))
     commands += [(f"learner-{i}", ["learner", *args]) for i, args in enumerate(learners)]
+    if gateway_port is not None:
+        commands.append(("gateway", ["gateway", "--port", str(gateway_port)]))
     procs: dict[str, subprocess.Popen] = {}
     ports: dict[str, int] = {}
     try:
@@ -190,7 +193,7 @@ def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] |
     spec = load_spec(args.spec_file)
     overrides_for = campaign_overrides(trial_overrides(args), pairings)
 
-    asyncio.run(_create_topics(settings))
+    asyncio.run(create_topics(settings))
     if args.serve:
         print(f"starting services for {spec.name} ({args.environment_processes} environment, {args.actor_processes} actor process(es))…", file=sys.stderr)
         with local_services(
@@ -226,7 +229,7 @@ def wait_archived(archive_dir: str, trial_ids: list[str], timeout: float = 90) -
         time.sleep(0.5)
 
 
-async def _create_topics(settings: Settings) -> None:
+async def create_topics(settings: Settings) -> None:
     from trialog.bus import connect
 
     await connect(settings).create_topics()

@@ -149,6 +149,10 @@ def _add_trial(sub) -> None:
     add_trial_overrides(start, seed_help="trial seed (default: the spec's, else derived from the trial ID)")
     start.add_argument("--wait", action="store_true", help="wait for the end and print the reason")
     start.add_argument("--start-timeout", type=float, default=60.0, metavar="SECONDS", help="give up when no orchestrator answers within this long (default 60)")
+    start.add_argument(
+        "--seat", action="append", default=[], metavar="ACTOR",
+        help="print a join link for ACTOR, played by a person (repeatable; default: the client actors the --spec file names)",
+    )  # fmt: skip
     term = command(tsub, "terminate", "End a trial: soft (at the next tick) or --hard (now).")
     term.add_argument("trial_id")
     term.add_argument("--hard", action="store_true")
@@ -162,11 +166,18 @@ def _add_trial(sub) -> None:
         from trialog.bus import connect
         from trialog.controller import Controller
 
+        settings = from_args(args)
+        overrides = trial_overrides(args)
+        seats = args.seat or _seats_from_specs(settings, args.spec_name, overrides.get("implementations"))
+
         async def go():
-            async with Controller(connect(from_args(args))) as ctl:
-                tid = await ctl.start_trial(args.spec_name, **trial_overrides(args))
-                started = await ctl.wait_started(tid, timeout=args.start_timeout)
+            async with Controller(connect(settings)) as ctl:
+                tid = await ctl.start_trial(args.spec_name, **overrides)
+                # The ID and the links first: the trial waits for these people to join.
                 print(tid, flush=True)
+                for actor, url in ctl.join_links(tid, seats).items():
+                    print(f"{actor}: {url}", flush=True)
+                started = await ctl.wait_started(tid, timeout=None if seats else args.start_timeout)
                 if args.wait:
                     ended = await ctl.wait_ended(tid)
                     print(f"{tid} ended: {ended.reason} at tick {ended.tick}")
@@ -174,6 +185,15 @@ def _add_trial(sub) -> None:
 
         run_async(go())
         return 0
+
+    def _seats_from_specs(settings, spec_name: str, implementations) -> list[str]:
+        from trialog.spec import load_spec
+
+        files = [f.strip() for f in settings.spec.split(",") if f.strip()]
+        for spec in (load_spec(f) for f in files):
+            if spec.name == spec_name:
+                return spec.seats(implementations)
+        return []
 
     def do_terminate(args) -> int:
         from trialog.bus import connect

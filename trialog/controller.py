@@ -49,8 +49,15 @@ from trialog.events import (
 from trialog.rewards import aggregate
 from trialog.runtime.trial import matches
 from trialog.topics import CONTROL, EVENTS, TRIALS
+from trialog.trust import Keyring, mint_join_token
 
 LIFECYCLE = frozenset({TrialPending.KIND, TrialStarted.KIND, TrialRejected.KIND, TrialEnded.KIND})
+
+
+def join_link(base_url: str, keyring: Keyring, trial_id: str, actor: str, *, ttl_s: float = 24 * 3600) -> str:
+    """The link a person opens to play ``actor`` in ``trial_id`` through the web gateway:
+    ``<base_url>/play?token=<join token>`` (minted here, no round trip)."""
+    return f"{base_url.rstrip('/')}/play?token={mint_join_token(keyring, trial_id, actor, ttl_s=ttl_s)}"
 
 
 def new_trial_id(prefix: str = "trial") -> str:
@@ -138,6 +145,12 @@ class Controller:
             ),
         )
         return trial_id
+
+    def join_links(self, trial_id: str, actors: Sequence[str]) -> dict[str, str]:
+        """One join link per client actor (``Spec.seats`` names them), for the gateway at the
+        ``gateway_url`` setting. Pure: call it right after :meth:`start_trial`, before
+        waiting — the trial waits for these people to join."""
+        return {actor: join_link(self.bus.settings.gateway_url, self.bus.trust.keyring, trial_id, actor) for actor in actors}
 
     async def terminate(self, trial_id: str, *, hard: bool = False, reason: str = "") -> None:
         """Soft: the trial ends at its next tick boundary. Hard: now."""

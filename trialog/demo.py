@@ -3,11 +3,15 @@
 Starts the local Kafka broker (fetching it the first time), creates the topics,
 runs the services of the demo spec as local processes, runs a campaign over
 several implementation pairings with progress, and prints returns per pairing.
+
+With ``--humans``: the web gateway too, and one real-time Overcooked trial in
+which you are ``cook_a`` beside the planner — it prints the link to open.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -30,6 +34,9 @@ def add_cli(sub) -> None:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--archive-dir", default="trialog-archive", help="where the logger archives trials (if the logger is installed)")
     p.add_argument("--plot", default="trialog-plots/demo-returns.png", metavar="FILE.png", help="where the returns plot goes (default: %(default)s)")
+    p.add_argument("--humans", action="store_true", help="play Overcooked yourself beside the planner: starts the web gateway and prints the link to open")
+    p.add_argument("--gateway-port", type=int, default=8000, help="with --humans: the gateway's port (default 8000)")
+    p.add_argument("--max-ticks", type=int, default=None, metavar="N", help="with --humans: length of the trial (default: the spec's 400 ticks, a minute)")
     p.set_defaults(func=run)
 
 
@@ -53,6 +60,8 @@ def run(args) -> int:
     bootstrap = broker.start()
     print(f"broker ready at {bootstrap}", file=sys.stderr)
     settings = demo_settings(bootstrap)
+    if args.humans:
+        return play_with_people(dataclasses.replace(settings, gateway_url=f"http://127.0.0.1:{args.gateway_port}"), args.gateway_port, args.max_ticks)
     spec_file, pairings = DEMOS[args.game]
     campaign_args = argparse.Namespace(
         spec_file=str(EXAMPLES / spec_file), trials=args.trials, concurrency=args.concurrency, serve=True,
@@ -72,3 +81,36 @@ def _logger_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("pyarrow") is not None
+
+
+def play_with_people(settings: Settings, gateway_port: int, max_ticks: int | None) -> int:
+    """One real-time Overcooked trial with a person in cook_a's seat, beside the planner."""
+    import asyncio
+
+    from trialog.campaign import create_topics, local_services
+    from trialog.spec import load_spec
+
+    spec_file = str(EXAMPLES / PEOPLE_SPEC)
+    spec = load_spec(spec_file)
+    asyncio.run(create_topics(settings))
+    print("starting the services and the web gateway…", file=sys.stderr)
+    with local_services(settings, spec_file, gateway_port=gateway_port):
+        return asyncio.run(_one_trial_with_people(settings, spec, max_ticks))
+
+
+PEOPLE_SPEC = "overcooked_people.yaml"
+
+
+async def _one_trial_with_people(settings: Settings, spec, max_ticks: int | None) -> int:
+    from trialog.bus import connect
+    from trialog.controller import Controller
+
+    async with Controller(connect(settings), name="demo") as ctl:
+        trial_id = await ctl.start_trial(spec.name, **({"max_ticks": max_ticks} if max_ticks else {}))
+        for actor, url in ctl.join_links(trial_id, spec.seats()).items():
+            print(f"Play Overcooked beside the planner as {actor}: open {url}", flush=True)
+        print(f"(lobby: {settings.gateway_url}/ — watch and judge: {settings.gateway_url}/watch/{trial_id})", flush=True)
+        ended = await ctl.wait_ended(trial_id)
+    print(f"trial {trial_id} ended: {ended.reason} at tick {ended.tick}", flush=True)
+    print("your moves are in the log: trialog export --implementation human --out demonstrations.parquet", flush=True)
+    return 0 if ended.reason in ("max_ticks", "environment") else 1

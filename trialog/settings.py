@@ -56,6 +56,9 @@ class Settings:
     model_store: str = _setting(
         "", "Folder (shared by learners and actor services) for model weights too large to travel inline on the models topic."
     )
+    gateway_url: str = _setting(
+        "http://127.0.0.1:8000", "Where people reach the web gateway: join links start with it (the gateway writes them too)."
+    )
     keyring: str = _setting(
         "",
         "Keyring (JSON file, or a directory of one file per key) that tags and verifies records; "

@@ -119,6 +119,12 @@ class Spec:
         """An environment's config as the operator wrote it (no start request in it)."""
         return {**self.environments[environment].config, **self.trial.environment_config}
 
+    def seats(self, implementations: Mapping[str, str] | None = None) -> list[str]:
+        """The actors of a trial of this spec that people play (client implementations),
+        with ``implementations`` (actor → implementation) overriding the defaults."""
+        chosen = {a.name: a.implementation for a in self.trial.actors} | dict(implementations or {})
+        return [name for name, impl in chosen.items() if impl in self.actors and self.actors[impl].client]
+
 
 def load_entry(entry: str, *, what: str = "entry") -> Any:
     """Import ``module:attribute`` (dots allowed in the attribute)."""

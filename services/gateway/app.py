@@ -11,6 +11,7 @@ run as many instances as you like behind one address.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Mapping
 
@@ -18,13 +19,17 @@ from starlette.applications import Starlette
 
 from services.gateway.feed import Feed
 from services.gateway.routes import ROUTES
-from services.gateway.seats import link
+from trialog.controller import join_link as link
 from trialog.bus.base import Bus
 from trialog.controller import Controller
 from trialog.errors import TrialError
+from trialog.health import Health, serve_health
+from trialog.logs import get_logger
 from trialog.spec import Spec
 from trialog.topics import EVENTS
 from trialog.trust import GATEWAY, Authenticator
+
+log = get_logger(__name__)
 
 
 class Gateway:
@@ -47,9 +52,7 @@ class Gateway:
     def client_seats(self, spec_name: str, implementations: Mapping[str, str]) -> list[str]:
         """The actors of a trial played by a client implementation (a person's seat)."""
         spec = self.specs.get(spec_name)
-        if spec is None:
-            return []
-        return [actor for actor, impl in implementations.items() if impl in spec.actors and spec.actors[impl].client]
+        return spec.seats(implementations) if spec is not None else []
 
     def spec_seats(self) -> list[dict]:
         """Per spec with a client implementation, the actors a person may play."""
@@ -95,10 +98,28 @@ def build_app(bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s
     return app
 
 
-async def main(bus: Bus, specs: Mapping[str, Spec], *, host: str, port: int, base_url: str | None = None) -> None:
+async def main(bus: Bus, specs: Mapping[str, Spec], *, host: str, port: int, base_url: str, health_port: int = 0) -> None:
     """Serve until SIGTERM/SIGINT (uvicorn handles the signals and closes the sockets)."""
     import uvicorn
 
-    app = build_app(bus, specs, base_url=base_url or f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}")
+    app = build_app(bus, specs, base_url=base_url)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", ws_max_size=64 * 1024)
-    await uvicorn.Server(config).serve()
+    health = Health()
+    probes = await serve_health(health, port=health_port) if health_port else None
+    watcher = asyncio.create_task(_watch_health(health, app.state.gateway))
+    log.info("gateway starting", port=port, health_port=health_port or None, links=base_url)
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        watcher.cancel()
+        if probes is not None:
+            probes.close()
+
+
+async def _watch_health(health: Health, gateway: Gateway) -> None:
+    """Live while the event loop turns; ready once the trials index is read (the lobby needs it)."""
+    while True:
+        health.beat()
+        ready = gateway.feed.index_ready.is_set()
+        health.set_ready(ready, "" if ready else "reading the trials index")
+        await asyncio.sleep(1.0)

@@ -13,7 +13,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
-from services.gateway.seats import link
+from trialog.controller import join_link as link
 from services.gateway.sockets import seat_socket, watch_socket
 from trialog.errors import TrialogError
 

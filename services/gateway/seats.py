@@ -1,4 +1,4 @@
-"""Join links: ``<gateway>/play?token=<join token>``, one seat of one trial.
+"""Join links (made by :func:`trialog.controller.join_link`): ``<gateway>/play?token=<join token>``, one seat of one trial.
 
 The token is :mod:`trialog.trust`'s: self-contained, expiring, MACed with a key
 derived from the deployment's ``seats`` secret, which the gateway holds. So any
@@ -7,18 +7,12 @@ gateway instance verifies any link, and minting one needs no round trip.
 
 from __future__ import annotations
 
-from trialog.trust import JoinToken, Keyring, TrustError, mint_join_token, verify_join_token
-
-LINK_TTL_S = 24 * 3600
+from trialog.trust import JoinToken, Keyring, TrustError, verify_join_token
 
 REFUSALS = {
     "malformed": "this join link is damaged (not a Trialog join token): ask whoever started the trial for a new one",
     "forged": "this join link was not issued by this deployment: ask whoever started the trial for a new one",
 }
-
-
-def link(base_url: str, keyring: Keyring, trial_id: str, actor: str, *, ttl_s: float = LINK_TTL_S) -> str:
-    return f"{base_url.rstrip('/')}/play?token={mint_join_token(keyring, trial_id, actor, ttl_s=ttl_s)}"
 
 
 def verify(keyring: Keyring, token: str) -> JoinToken:

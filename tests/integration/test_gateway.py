@@ -4,12 +4,14 @@ plays a whole trial, reconnects mid-trial, judges a past tick; bad links are ref
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
-from services.gateway.seats import link
+from trialog.controller import join_link as link
 from tests.gateway.kit import gateway, seat_url, socket
 from tests.harness import deployment
 from tests.integration.test_trials import read_trial
@@ -132,3 +134,23 @@ async def test_one_holder_per_seat_and_an_explicit_takeover(running):
     events = await read_trial(bus, tid)
     joins = [e for e in events if isinstance(e, ActorJoined)]
     assert len(joins) == 2  # the first holder's join and the takeover; the refused page wrote nothing
+
+
+async def test_trial_start_prints_the_join_links_before_it_waits(running, kafka_settings):
+    """`trialog trial start … --wait` with a client seat: the ID and the link come first (the
+    trial waits for the person, who needs the link), then the end."""
+    bus, ctl, base = running
+    env = {**os.environ, "TRIALOG_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers, "TRIALOG_TOPIC_PREFIX": kafka_settings.topic_prefix,
+           "TRIALOG_PARTITIONS": str(kafka_settings.partitions), "TRIALOG_GATEWAY_URL": base, "TRIALOG_SPEC": str(EXAMPLES / "rps.yaml")}  # fmt: skip
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "trialog.cli", "trial", "start", "rps", "--implementation", "bob=human", "--max-ticks", "5", "--wait",
+        stdout=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    trial_id = (await asyncio.wait_for(cli.stdout.readline(), 60)).decode().strip()
+    seat_line = (await asyncio.wait_for(cli.stdout.readline(), 60)).decode().strip()
+    assert seat_line.startswith(f"bob: {base}/play?token=")
+    async with socket(seat_url(seat_line.removeprefix("bob: "))) as seat:
+        assert (await seat.next("welcome"))["trial"] == trial_id
+        await play(seat, "ROCK")
+    out, _ = await asyncio.wait_for(cli.communicate(), 60)
+    assert cli.returncode == 0 and f"{trial_id} ended:" in out.decode()

@@ -46,6 +46,7 @@ from trialog.events import (
     ParametersChanged,
     Reward,
     TrialEnded,
+    TrialPending,
     TrialStarted,
     TrialTerminating,
     View,
@@ -89,7 +90,7 @@ class EnvironmentHandler(Handler):
 
     kinds = frozenset(
         {TrialStarted.KIND, Observation.KIND, Action.KIND, ActorTimeout.KIND, TrialTerminating.KIND, TrialEnded.KIND, Message.KIND,
-         ParametersChanged.KIND, ActorJoined.KIND}
+         ParametersChanged.KIND, ActorJoined.KIND, TrialPending.KIND}
     )  # fmt: skip
     role = ENVIRONMENT
     service_name = "environment"
@@ -108,9 +109,11 @@ class EnvironmentHandler(Handler):
 
     # --- log events ------------------------------------------------------------------------
     def wants(self, record: Record, kind: str | None) -> bool:
-        return kind in (TrialStarted.KIND, ActorJoined.KIND) or record.trial_id in self.trials
+        return kind in (TrialStarted.KIND, TrialPending.KIND, ActorJoined.KIND) or record.trial_id in self.trials
 
     def handle(self, record: Record, event: Event) -> None:
+        if isinstance(event, TrialPending):
+            return  # read only so that the loop learns the trial's seats: the joins that follow are theirs
         if isinstance(event, ActorJoined):
             # Refusals are the orchestrator's to report; the join's offset is where a rebuild of the trial starts.
             self.seats.joined(event.trial_id, event.actor, *seat_headers(record.headers), offset=record.offset)
@@ -372,16 +375,20 @@ class EnvironmentHandler(Handler):
         for trial in list(self.trials.values()):
             if trial.done or trial.timed_out or not self.loop.is_live(EVENTS, trial.partition):
                 continue
-            if mono - trial.waiting_since < trial.started.response_timeout_ms / 1000:
-                continue
-            trial.timed_out = True
-            policy = trial.started.timeout_policy
-            for actor in sorted(trial.active - set(trial.actions)):
-                self.loop.emit(ActorTimeout(trial.started.trial_id, tick=trial.tick, actor=actor, policy=policy))
-                metrics.ACTIONS_TIMED_OUT.labels(trial.started.environment).inc()
-                schemas = trial.schemas[trial.actor_class[actor]]
-                if policy != "default_action" or not schemas.has_default_action:
-                    self.loop.emit(ActorLeft(trial.started.trial_id, tick=trial.tick, actor=actor, reason="response timeout"))
+            if trial.started.tick_interval_ms or mono - trial.waiting_since < trial.started.response_timeout_ms / 1000:
+                continue  # real-time trials time out at their tick deadline instead
+            self._time_out(trial)
+
+    def _time_out(self, trial: _Trial) -> None:
+        """Write the timeouts of the actors whose action for this tick is missing."""
+        trial.timed_out = True
+        policy = trial.started.timeout_policy
+        for actor in sorted(trial.active - set(trial.actions)):
+            self.loop.emit(ActorTimeout(trial.started.trial_id, tick=trial.tick, actor=actor, policy=policy))
+            metrics.ACTIONS_TIMED_OUT.labels(trial.started.environment).inc()
+            schemas = trial.schemas[trial.actor_class[actor]]
+            if policy != "default_action" or not schemas.has_default_action:
+                self.loop.emit(ActorLeft(trial.started.trial_id, tick=trial.tick, actor=actor, reason="response timeout"))
 
     def unsent(self, event: Event, reason: str) -> None:
         trial = self.trials.get(event.trial_id)
