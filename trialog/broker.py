@@ -661,6 +661,7 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
 
     status_parser = commands.add_parser("status", help="say whether the broker runs; exit 0 if it does, 3 if not")
     _add_location_flags(status_parser)
+    status_parser.add_argument("--json", action="store_true", help="one JSON object: running, pid, bootstrap, data_dir, kafka_version")
     status_parser.set_defaults(func=_cli_status)
 
 
@@ -687,5 +688,10 @@ def _cli_stop(args: argparse.Namespace) -> int:
 
 def _cli_status(args: argparse.Namespace) -> int:
     found = status(_config_from_args(args))
-    print(found.describe())
+    if args.json:
+        from trialog.commands import fields_of, json_line
+
+        print(json_line(fields_of(found)))
+    else:
+        print(found.describe())
     return 0 if found.running else _STATUS_STOPPED

@@ -17,7 +17,7 @@ import sys
 from importlib.metadata import entry_points
 
 from trialog import logs
-from trialog.commands import add_trial_overrides, command, positive_int, run_async, trial_overrides
+from trialog.commands import add_trial_overrides, command, fields_of, json_line, positive_int, run_async, trial_overrides
 from trialog.errors import TrialError, TrialogError
 from trialog.settings import from_args
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trialog", description="Trials of AI agents and humans, carried and logged by Apache Kafka.")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-    from trialog import analytics, broker, check, conformance, demo, plot
+    from trialog import analytics, broker, check, conformance, deadletters, demo, plot
     from trialog.learn import train
     from trialog.datalog import cli as datalog_cli
 
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = _add_serve(sub)
     _add_trial(sub)
     _add_run(sub)
-    for module in (demo, check, conformance, datalog_cli, plot, analytics, train):
+    for module in (demo, check, conformance, datalog_cli, plot, analytics, deadletters, train):
         module.add_cli(sub)
     for entry in entry_points(group=ENTRY_POINTS):
         # A broken plugin fails loudly here rather than losing its commands in silence.
@@ -77,8 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_settings(sub) -> None:
     p = command(sub, "settings", "Print the resolved connection settings (secrets masked) and what each means.")
 
+    p.add_argument("--json", action="store_true", help="one JSON object: name → {value, help} (secrets masked)")
+
     def show(args) -> int:
-        for name, value, help_text in from_args(args).describe():
+        rows = from_args(args).describe()
+        if args.json:
+            print(json_line({name: {"value": value, "help": help_text} for name, value, help_text in rows}))
+            return 0
+        for name, value, help_text in rows:
             print(f"{name:20} {value:28} {help_text}")
         return 0
 
@@ -159,8 +165,10 @@ def _add_trial(sub) -> None:
     term.add_argument("--reason", default="")
     watch = command(tsub, "watch", "Print trials' status changes as they happen (Ctrl-C to stop).")
     watch.add_argument("trial_id", nargs="?", help="only this trial (exit when it ends)")
+    watch.add_argument("--json", action="store_true", help="one JSON object per event: its kind and fields")
     lst = command(tsub, "list", "List trials from the trials index.")
     lst.add_argument("--status", help="only trials with this status (pending, running, ended, rejected)")
+    lst.add_argument("--json", action="store_true", help="one JSON object per trial: its record in the trials index")
 
     def do_start(args) -> int:
         from trialog.bus import connect
@@ -226,8 +234,11 @@ def _add_trial(sub) -> None:
                 async for event in ctl.watch():
                     if args.trial_id and event.trial_id != args.trial_id:
                         continue
-                    detail = getattr(event, "reason", "") or ""
-                    print(f"{event.trial_id} {event.KIND} {detail}".rstrip(), flush=True)
+                    if args.json:
+                        print(json_line({"kind": event.KIND, **fields_of(event)}), flush=True)
+                    else:
+                        detail = getattr(event, "reason", "") or ""
+                        print(f"{event.trial_id} {event.KIND} {detail}".rstrip(), flush=True)
                     if args.trial_id and isinstance(event, TrialEnded):
                         return
 
@@ -243,6 +254,10 @@ def _add_trial(sub) -> None:
                 return await ctl.list_trials()
 
         records = [r for r in run_async(go()) if not args.status or r.status == args.status]
+        if args.json:
+            for r in records:
+                print(json_line(fields_of(r)))
+            return 0
         print(f"{'trial':24} {'spec':12} {'status':9} {'ticks':>6} reason")
         for r in records:
             print(f"{r.trial_id:24} {r.spec:12} {r.status:9} {r.ticks:>6} {r.reason}")

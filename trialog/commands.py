@@ -29,6 +29,29 @@ def command(sub, name: str, help: str, *, settings: bool = True) -> argparse.Arg
     return p
 
 
+def json_line(value: Any) -> str:
+    """One line of JSON for ``--json`` output: dataclasses (events, records) as objects,
+    mappings as objects, bytes as base64, paths and anything else as text."""
+    import base64
+    from collections.abc import Mapping
+
+    def fallback(obj: Any) -> Any:
+        if isinstance(obj, bytes):
+            return base64.b64encode(obj).decode()
+        if isinstance(obj, Mapping):
+            return dict(obj)
+        return str(obj)
+
+    return orjson.dumps(value, default=fallback).decode()
+
+
+def fields_of(record: Any) -> dict[str, Any]:
+    """A dataclass's fields, one level deep (for ``--json``: json_line renders the rest)."""
+    import dataclasses
+
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+
+
 def run_async(coro) -> Any:
     """Run a command's coroutine, on uvloop when it is installed (see docs/performance.md)."""
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -293,30 +293,35 @@ class Bus(abc.ABC):
         :data:`BATCH_WAIT_MS` of latency for far fewer, fuller fetches: for readers
         off the tick path (orchestrator, logger, controllers)."""
 
-    async def read_latest(self, role: str, decode: Callable[[bytes], Any]) -> dict[str, Any]:
-        """Read a compacted topic (``trials``, ``analytics.*``) to its current end: the latest
-        decoded value per key. A value that does not decode is skipped; a tombstone deletes its key."""
+    async def read_to_end(self, role: str) -> AsyncIterator[Record]:
+        """Every record of a topic (all partitions) from its start to its end as of now."""
         consumer = self.consumer([role])
         await consumer.start()
         try:
             ends = await consumer.end_offsets(consumer.assignment())
-            latest: dict[str, Any] = {}
             done = {rp for rp, end in ends.items() if end == 0}
             while len(done) < len(ends):
                 for record in await consumer.poll(timeout_ms=500):
-                    if record.value:
-                        try:
-                            latest[record.trial_id] = decode(record.value)
-                        except Exception:  # a broken or forged record does not replace a good value
-                            pass
-                    else:
-                        latest.pop(record.trial_id, None)
+                    yield record
                 # Positions, not the last record's offset: a transactional writer (the analytics
                 # jobs) leaves commit markers at the end, which are offsets without records.
                 done.update(rp for rp, end in ends.items() if (consumer.position_hint(*rp) or 0) >= end)
-            return latest
         finally:
             await consumer.stop()
+
+    async def read_latest(self, role: str, decode: Callable[[bytes], Any]) -> dict[str, Any]:
+        """Read a compacted topic (``trials``, ``analytics.*``) to its current end: the latest
+        decoded value per key. A value that does not decode is skipped; a tombstone deletes its key."""
+        latest: dict[str, Any] = {}
+        async for record in self.read_to_end(role):
+            if not record.value:
+                latest.pop(record.trial_id, None)
+                continue
+            try:
+                latest[record.trial_id] = decode(record.value)
+            except Exception:  # a broken or forged record does not replace a good value
+                pass
+        return latest
 
     # --- admin -------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -280,7 +280,7 @@ class ServiceLoop:
             await self.bus.dead_letter(record, reason, self.handler.service_name)
             kind = record.header(HEADER_KIND)
             metrics.DEAD_LETTERS.labels(self.handler.service_name, kind if kind in BY_KIND else "unknown", metrics.reason_category(reason)).inc()
-            log.warning("record dead-lettered", reason=reason, topic=record.role, partition=record.partition, offset=record.offset)
+            log.warning("record dead-lettered", trial=record.trial_id, reason=reason, topic=record.role, partition=record.partition, offset=record.offset)
         except TrialogError as exc:
             log.error("could not dead-letter a record", reason=reason, error=str(exc))
 
