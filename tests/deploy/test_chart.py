@@ -383,6 +383,25 @@ def test_several_hosts_each_get_a_deployment_sized_on_its_own(render: Callable) 
     assert len(set(selectors)) == len(selectors)
 
 
+def test_a_learner_gets_a_deployment_and_shares_the_model_store_with_actor_hosts(render: Callable) -> None:
+    values = load_values("minimal")
+    values["learners"] = [{"name": "cartpole", "implementation": "dqn", "experiment": "dqn-cartpole"}]
+    values["modelStore"] = {"existingClaim": "trialog-models", "mountPath": "/models"}
+    deployments = {d["metadata"]["name"]: d for d in render(values).of_kind("Deployment")}
+    learner = deployments["rel-trialog-learner-cartpole"]
+    assert learner["spec"]["replicas"] == 1
+    assert container(learner)["args"] == [
+        "serve", "learner", "--spec", "/etc/trialog/spec/trialog.yaml", "--implementation", "dqn",
+        "--experiment", "dqn-cartpole", "--health-port", "8080",
+    ]  # fmt: skip
+    for name in ("rel-trialog-learner-cartpole", "rel-trialog-actors-default"):
+        d = deployments[name]
+        assert env_of(d)["TRIALOG_MODEL_STORE"]["value"] == "/models"
+        volumes = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["models"]["persistentVolumeClaim"]["claimName"] == "trialog-models"
+    assert "TRIALOG_MODEL_STORE" not in env_of(deployments["rel-trialog-orchestrator"])
+
+
 def test_autoscaling_replaces_fixed_replicas(render: Callable) -> None:
     rendered = render(load_values("hpa"))
     hpas = {h["metadata"]["name"]: h for h in rendered.of_kind("HorizontalPodAutoscaler")}
@@ -454,6 +473,7 @@ SCHEMA_REFUSALS = [
     ("host without a name", _set("environments", [{"replicas": 2}]), "at '/environments/0': missing property 'name'"),
     ("host with an unknown key", _set("actors", [{"name": "a", "replica": 2}]), "additional properties 'replica' not allowed"),
     ("log level", _set("logging.level", "verbose"), "at '/logging/level'"),
+    ("two learners of one model", _set("learners", [{"name": "l", "implementation": "dqn", "replicas": 2}]), "at '/learners/0/replicas'"),
     ("spec file outside its folder", _set("spec.files", {"../x.avsc": "{}"}), "invalid propertyName '../x.avsc'"),
     ("Strimzi authentication", _set("strimzi.users.authentication", "plain"), "at '/strimzi/users/authentication'"),
     ("PDB as a word", _set("orchestrator.podDisruptionBudget.maxUnavailable", "one"), "at '/orchestrator/podDisruptionBudget/maxUnavailable'"),

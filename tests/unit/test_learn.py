@@ -122,3 +122,51 @@ def test_model_version_record_matches_its_schema():
     bus = MemoryBus(Settings.load({}, environ={}))
     v = ModelVersion("m", 7, "dqn", "00" * 32, 3, weights=b"abc", metadata='{"x": 1}')
     assert decode(bus, encode(bus, v)) == v
+
+
+def test_behaviour_cloning_learns_the_demonstrated_mapping(tmp_path):
+    import orjson
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from trialog.learn import bc
+
+    rng = np.random.default_rng(0)
+    observations = rng.normal(size=(512, 3)).astype(np.float32)
+    actions = (observations[:, 0] > 0).astype(int) + 2 * (observations[:, 1] > 0)  # 4 classes
+    pq.write_table(pa.table({
+        "implementation": ["planner"] * 512 + ["random"] * 8,
+        "observation": [orjson.dumps(o.tolist()).decode() for o in observations] + ["[0, 0, 0]"] * 8,
+        "action": [str(int(a)) for a in actions] + ["0"] * 8,
+        "timed_out": [False] * 520,
+    }), tmp_path / "demos.parquet")  # fmt: skip
+    obs, acts = bc.demonstrations(str(tmp_path / "demos.parquet"), "planner")
+    assert obs.shape == (512, 3) and acts.tolist() == actions.tolist()
+    cfg = bc.BCConfig(observation_size=3, actions=4, hidden=(32,), epochs=60, batch_size=64, greedy=True)
+    params = bc.train(cfg, obs, acts, log=None)
+    policy = bc.BCPolicy(dataclasses.asdict(cfg))
+    policy.params = params
+    me = ActorInfo("cook_a", "cook", "bc")
+    chosen = policy.decide_batch([DecideRequest(TrialInfo("t", 0, {}, (me,)), me, i, o) for i, o in enumerate(obs)])
+    assert np.mean(np.array(chosen) == acts) > 0.9
+    with pytest.raises(TrialogError, match="no demonstrations"):
+        bc.demonstrations(str(tmp_path / "demos.parquet"), "human")
+
+
+def test_on_policy_learner_keeps_the_current_version_and_counts_what_it_discards():
+    from services.learner.service import LearnerHandler, _Folding
+
+    class OnPolicy:
+        on_policy = True
+
+        @classmethod
+        def learner(cls, config):
+            return cls()
+
+    handler = LearnerHandler("ppo", OnPolicy, {"model": "m"})
+    handler.version = 4
+    t = transitions([sample(i, [i], 0, 1.0, version=v) for i, v in enumerate([3, 4, 4, None, 4])])
+    folding = _Folding(fold=type("F", (), {"trial_id": "t"})(), partition=0, start_offset=0, actors=("agent",))
+    kept = handler._current_version_only(folding, [("agent", t)])
+    assert [len(k) for _, k in kept] == [2] and kept[0][1].versions.tolist() == [4, 4]
+    assert handler.discarded == 2  # version 3 and the unversioned one (the last sample has no next)

@@ -190,7 +190,10 @@ class DQNLearner:
         return {**prefixed("q", self.params), **prefixed("target", self.target), **{f"opt/{i}": np.asarray(v) for i, v in enumerate(opt_leaves)}}
 
     def metadata(self) -> dict[str, Any]:
-        return {"env_steps": self.env_steps, "rounds": self.rounds, "updates": self.updates, "config": dataclasses.asdict(self.cfg)}
+        # next_round_at: until the env steps reach it, this version is as trained as it gets.
+        next_round_at = (self.rounds + 1 + self.cfg.learning_starts // self.cfg.train_frequency) * self.cfg.train_frequency
+        return {"env_steps": self.env_steps, "rounds": self.rounds, "updates": self.updates, "next_round_at": next_round_at,
+                "config": dataclasses.asdict(self.cfg)}  # fmt: skip
 
     def restore(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
         import jax

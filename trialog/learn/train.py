@@ -174,9 +174,14 @@ async def run_phases(settings: Settings, preset: Preset, spec_name: str, *, quie
 
     async with Controller(connect(settings), name=f"train.{preset.name}") as ctl:
 
-        async def latest_version() -> tuple[int, int]:
+        async def latest_version() -> tuple[int, bool]:
+            """The newest version, and whether it has trained on every step so far (a learner
+            trains in rounds: ``next_round_at`` says when the next one is owed)."""
             v = (await models.latest_versions(ctl.bus)).get(preset.agent.get("model", preset.name))
-            return (v.version, int(v.meta.get("env_steps", 0))) if v is not None else (0, 0)
+            if v is None:
+                return 0, False
+            meta = v.meta
+            return v.version, meta.get("env_steps", 0) >= result.env_steps or meta.get("next_round_at", 0) > result.env_steps
 
         async def one(phase: str) -> tuple[int, float]:
             nonlocal next_seed
@@ -210,10 +215,10 @@ async def run_phases(settings: Settings, preset: Preset, spec_name: str, *, quie
             next_eval = result.env_steps + s.steps_between_evaluations
             # Evaluate the version that has seen every step so far (the learner may lag a little).
             deadline = time.monotonic() + version_timeout
-            version, seen = await latest_version()
-            while seen < result.env_steps and time.monotonic() < deadline:
+            version, current = await latest_version()
+            while not current and time.monotonic() < deadline:
                 await asyncio.sleep(0.5)
-                version, seen = await latest_version()
+                version, current = await latest_version()
             await asyncio.sleep(1.0)  # actor services pick the version up from `models`
             rets = [r for _, r in await asyncio.gather(*(one("evaluate") for _ in range(s.evaluation_trials)))]
             e = Evaluation(result.env_steps, result.episodes, sum(rets) / len(rets), rets, version)

@@ -107,11 +107,12 @@ trialog/host: {{ .w.host }}
 {{/*
 Every service Deployment as a YAML list; templates range over
 `include "trialog.workloads" . | fromYamlArray`. Each item:
-  key        suffix of the object names (orchestrator, env-<name>, actors-<name>, logger)
+  key        suffix of the object names (orchestrator, env-<name>, actors-<name>, learner-<name>, logger)
   component  app.kubernetes.io/component
   host       the entry's name for environment/actor hosts, "" otherwise
   args       the container's arguments
   archive    true for the logger (mounts the archive volume)
+  models     true for actor hosts and learners (mount the model store, when one is set)
   values     the service's values; host entries merged over hostDefaults
 */}}
 {{- define "trialog.workloads" -}}
@@ -121,7 +122,7 @@ Every service Deployment as a YAML list; templates range over
 {{- $items := list }}
 {{- if .Values.orchestrator.enabled }}
 {{- $args := concat (list "serve" "orchestrator") $health .Values.orchestrator.extraArgs }}
-{{- $items = append $items (dict "key" "orchestrator" "component" "orchestrator" "host" "" "args" $args "archive" false "values" .Values.orchestrator) }}
+{{- $items = append $items (dict "key" "orchestrator" "component" "orchestrator" "host" "" "args" $args "archive" false "models" false "values" .Values.orchestrator) }}
 {{- end }}
 {{- range $kind := list "environments" "actors" }}
 {{- range $entry := index $root.Values $kind }}
@@ -133,12 +134,21 @@ Every service Deployment as a YAML list; templates range over
 {{- end }}
 {{- $args = concat $args $health $v.extraArgs }}
 {{- $key := printf "%s-%s" (ternary "env" "actors" (eq $kind "environments")) $v.name }}
-{{- $items = append $items (dict "key" $key "component" $service "host" $v.name "args" $args "archive" false "values" $v) }}
+{{- $items = append $items (dict "key" $key "component" $service "host" $v.name "args" $args "archive" false "models" (eq $kind "actors") "values" $v) }}
 {{- end }}
+{{- end }}
+{{- range $entry := .Values.learners }}
+{{- $v := include "trialog.withHostDefaults" (dict "root" $root "entry" $entry) | fromYaml }}
+{{- $args := concat (list "serve" "learner") $spec (list "--implementation" $v.implementation) }}
+{{- if $v.experiment }}
+{{- $args = concat $args (list "--experiment" $v.experiment) }}
+{{- end }}
+{{- $args = concat $args $health $v.extraArgs }}
+{{- $items = append $items (dict "key" (printf "learner-%s" $v.name) "component" "learner" "host" $v.name "args" $args "archive" false "models" true "values" $v) }}
 {{- end }}
 {{- if .Values.logger.enabled }}
 {{- $args := concat (list "serve" "logger") $spec (list "--archive-dir" .Values.logger.archive.mountPath) $health .Values.logger.extraArgs }}
-{{- $items = append $items (dict "key" "logger" "component" "logger" "host" "" "args" $args "archive" true "values" .Values.logger) }}
+{{- $items = append $items (dict "key" "logger" "component" "logger" "host" "" "args" $args "archive" true "models" false "values" .Values.logger) }}
 {{- end }}
 {{- toYaml $items }}
 {{- end }}

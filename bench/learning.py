@@ -1,0 +1,162 @@
+"""Learning benchmark: DQN on CartPole-v1 through Trialog vs in-process, and behaviour
+cloning on Overcooked from the planner's demonstrations.
+
+    python bench/learning.py [--out DIR] [--json PATH] [--short] [--only dqn|bc]
+
+**DQN.** The same algorithm, hyperparameters and network seeds (presets/dqn_cartpole.py)
+run twice: in-process over Gymnasium (:func:`trialog.learn.dqn.train_in_process`, one
+run per seed), and through Trialog — ``trialog train``'s phases with the orchestrator,
+environment, actor and learner services as separate processes and several trials at
+once. Printed and plotted: the mean evaluation return per env step of each; checked:
+Trialog's final evaluation ≥ 475 and its curve within the in-process seeds' spread.
+
+**BC.** Planner+planner trials make the demonstrations; ``trialog export`` writes them;
+:mod:`trialog.learn.bc` clones the planner and publishes the model; then trials of
+BC+planner and of random+planner with the same seeds. Printed: the mean total return
+(soups delivered) of each.
+
+It is a benchmark, not a test: the full run takes tens of minutes on 2 cores. ``--short``
+(what CI runs) checks that every part works end to end in a few minutes, without the
+figures' claims. Each run uses a fresh topic prefix on the broker of
+``TRIALOG_BOOTSTRAP_SERVERS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # runnable as `python bench/learning.py` from anywhere
+
+from trialog.campaign import campaign, local_services  # noqa: E402
+from trialog.learn.dqn import DQNConfig, train_in_process  # noqa: E402
+from trialog.learn.train import load_preset, plot, table, train  # noqa: E402
+from trialog.settings import Settings  # noqa: E402
+from trialog.spec import load_spec  # noqa: E402
+
+THRESHOLD = 475.0
+
+
+def spread_at(curves: list[list[tuple[int, float]]], step: int) -> tuple[float, float]:
+    """Min and max over seeds of each seed's last evaluation at or before ``step``."""
+    values = []
+    for curve in curves:
+        before = [r for s, r in curve if s <= step]
+        values.append(before[-1] if before else curve[0][1])
+    return min(values), max(values)
+
+
+def dqn(settings: Settings, out: Path, seeds: list[int], total_steps: int, short: bool) -> dict:
+    preset = load_preset(ROOT / "presets" / "dqn_cartpole.py")
+    schedule = dataclasses.replace(preset.schedule, total_steps=total_steps, steps_between_evaluations=min(preset.schedule.steps_between_evaluations, total_steps // 2))
+    preset = dataclasses.replace(preset, schedule=schedule)
+    agent = {k: tuple(v) if k == "hidden" else v for k, v in preset.agent.items() if k != "seed"}
+    curves = {}
+    for seed in seeds:
+        t0 = time.monotonic()
+        cfg = DQNConfig(**agent, seed=seed)
+        curves[seed] = train_in_process(cfg, total_steps=total_steps, eval_every=schedule.steps_between_evaluations,
+                                        eval_episodes=schedule.evaluation_trials, episode_seed=seed * 100_000)  # fmt: skip
+        print(f"dqn in-process seed {seed}: final eval {curves[seed][-1][1]:.1f} ({time.monotonic() - t0:.0f} s)", file=sys.stderr)
+    result = train(settings, preset, out / "dqn-trialog", quiet=short)
+    print(table(preset, result))
+    trialog_curve = [(e.env_steps, e.mean_return) for e in result.evaluations]
+    within = [lo <= r <= hi for s, r in trialog_curve for lo, hi in [spread_at(list(curves.values()), s)]]
+    files = plot(preset, result, out / "dqn_cartpole.png", extra={f"in-process, seed {s}": c for s, c in curves.items()})
+    final_in_process = [c[-1][1] for c in curves.values()]
+    return {
+        "in_process": {str(s): c for s, c in curves.items()},
+        "trialog": trialog_curve,
+        "trialog_final": trialog_curve[-1][1] if trialog_curve else None,
+        "in_process_final_mean": sum(final_in_process) / len(final_in_process),
+        "evaluations_within_spread": f"{sum(within)}/{len(within)}",
+        "reached_threshold": bool(trialog_curve and trialog_curve[-1][1] >= THRESHOLD),
+        "trialog_seconds": result.seconds,
+        "plot": str(files.png),
+    }
+
+
+def behaviour_cloning(settings: Settings, out: Path, demo_trials: int, eval_trials: int, max_ticks: int, epochs: int) -> dict:
+    spec_file = ROOT / "examples" / "overcooked.yaml"
+    spec = load_spec(spec_file)
+    work = out / "bc-overcooked"
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    demos = work / "planner-demos.parquet"
+    with local_services(settings, str(spec_file), log_dir=str(work / "logs")):
+        t0 = time.monotonic()
+        asyncio.run(campaign(settings, spec, demo_trials, 8, lambda i: {"seed": i, "max_ticks": max_ticks, "experiment": "bc-overcooked-demos"}, quiet=True))
+        env = {**_env(settings)}
+        subprocess.run([sys.executable, "-m", "trialog.cli", "export", "--implementation", "planner", "--out", str(demos)], env=env, check=True)
+        trained = subprocess.run([sys.executable, "-m", "trialog.learn.bc", "--demos", str(demos), "--implementation", "planner",
+                                  "--model", "overcooked-bc", "--epochs", str(epochs), "--publish"],
+                                 env=env, check=True, capture_output=True, text=True)  # fmt: skip
+        print(trained.stdout, end="", file=sys.stderr)
+        actions = int(trained.stdout.split()[0])  # "<n> demonstrations, ..."
+        version = int(trained.stdout.rsplit(" v", 1)[1])  # "published overcooked-bc v<n>"
+        time.sleep(3)  # the actor service loads it from `models`
+        returns = {}
+        for partner in ("bc", "random"):
+            result, rets = asyncio.run(campaign(settings, spec, eval_trials, 8, lambda i, p=partner: {
+                "seed": 1_000 + i, "max_ticks": max_ticks, "implementations": {"cook_a": p}, "experiment": "bc-overcooked", "phase": "evaluate"}, quiet=True))  # fmt: skip
+            totals = [sum(r.values()) for r in rets.values()]
+            returns[partner] = sum(totals) / len(totals)
+        seconds = time.monotonic() - t0
+    print(f"BC on Overcooked: {actions} planner demonstrations from {demo_trials} trials, model v{version}; "
+          f"mean total return over {eval_trials} trials of {max_ticks} ticks: bc+planner {returns['bc']:.1f}, random+planner {returns['random']:.1f}")  # fmt: skip
+    return {"demonstrations": actions, "demo_trials": demo_trials, "eval_trials": eval_trials, "max_ticks": max_ticks,
+            "bc_plus_planner": returns["bc"], "random_plus_planner": returns["random"], "seconds": seconds}  # fmt: skip
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    from trialog.campaign import _settings_env
+
+    return _settings_env(settings)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="", help="folder for plots, data and logs (default: a temporary folder)")
+    parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--short", action="store_true", help="a few minutes: every part end to end, no claims")
+    parser.add_argument("--only", choices=("dqn", "bc"))
+    parser.add_argument("--seeds", type=int, default=5, help="in-process DQN runs (seeds 1..N)")
+    parser.add_argument("--total-steps", type=int, default=50_000)
+    args = parser.parse_args(argv)
+    out = Path(args.out or tempfile.mkdtemp(prefix="trialog-bench-learning-")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    # BC's weights (1.2 MB) are larger than a record may be: they go by reference to this store.
+    settings = Settings.load({"topic_prefix": f"bench-learning-{uuid.uuid4().hex[:8]}.", "model_store": str(out / "models")})
+    figures: dict = {"short": args.short}
+    if args.only in (None, "dqn"):
+        if args.short:
+            figures["dqn"] = dqn(settings, out, [1, 2], 3_000, True)
+        else:
+            figures["dqn"] = dqn(settings, out, list(range(1, args.seeds + 1)), args.total_steps, False)
+        d = figures["dqn"]
+        print(f"DQN CartPole-v1: through Trialog final eval {d['trialog_final']}, in-process mean final {d['in_process_final_mean']:.1f}; "
+              f"Trialog evaluations within the in-process spread: {d['evaluations_within_spread']}; plot {d['plot']}")  # fmt: skip
+    if args.only in (None, "bc"):
+        figures["bc"] = behaviour_cloning(settings, out, *((4, 4, 60, 5) if args.short else (24, 16, 200, 40)))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
+    failed = []
+    if not args.short and "dqn" in figures and not figures["dqn"]["reached_threshold"]:
+        failed.append(f"DQN through Trialog did not reach {THRESHOLD}")
+    if not args.short and "bc" in figures and not figures["bc"]["bc_plus_planner"] > figures["bc"]["random_plus_planner"]:
+        failed.append("BC+planner did not beat random+planner")
+    for line in failed:
+        print(f"MISSED: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
