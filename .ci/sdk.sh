@@ -5,10 +5,11 @@
 # that must end normally and pass `trialog replay --verify`.
 #
 # Needs: a broker (TRIALOG_BOOTSTRAP_SERVERS), Trialog installed (pip install -e .),
-# Go 1.23+, Node 20+ with npm. Run from anywhere; paths are from the repository root.
+# Go 1.26+, Node 20+ with npm. Run from anywhere; paths are from the repository root.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
+command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"  # where the machine's Go lives
 : "${TRIALOG_BOOTSTRAP_SERVERS:?start a broker first: export TRIALOG_BOOTSTRAP_SERVERS=\$(trialog broker start)}"
 
 echo "sdk: Go library — unit tests and build"
@@ -21,6 +22,8 @@ ts_actors="node sdk/typescript/dist/src/cmd/trialog-actors.js --schemas schemas"
 
 echo "sdk: conformance of the Go actor service"
 trialog conformance --spec examples/rps.yaml --implementation go --command "$go_actors --serve go=rps-counter"
+echo "sdk: conformance of the Go client seat (joins with a join token)"
+trialog conformance --spec examples/rps.yaml --implementation human --command "$go_actors --seat rps-counter"
 echo "sdk: conformance of the TypeScript actor service"
 trialog conformance --spec examples/rps.yaml --implementation ts --command "$ts_actors --serve ts=rps-counter"
 

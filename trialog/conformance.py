@@ -47,6 +47,7 @@ from trialog.events import (
     Observation,
     Reward,
     TrialEnded,
+    TrialPending,
     TrialStarted,
 )
 from trialog.received import PROBE
@@ -54,7 +55,7 @@ from trialog.runtime.trial import class_schemas, matches, trial_info
 from trialog.settings import Settings
 from trialog.spec import Spec, load_entry, load_spec
 from trialog.topics import EVENTS
-from trialog.trust import actor_key_id
+from trialog.trust import actor_key_id, mint_join_token
 
 TICKS = 12  # per conformance trial: room for every injection below and a kill
 RESTART_TIMEOUT_S = 90.0  # a killed member leaves its group after its session timeout
@@ -115,9 +116,6 @@ class ServiceUnderTest:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
             self.kill()
-
-    def tail(self) -> str:
-        return self.log_file.read_text(errors="replace")[-1500:] if self.log_file.exists() else ""
 
 
 def resolve_trial(spec: Spec, implementation: str, trial_id: str, seed: int, max_ticks: int) -> TrialStarted:
@@ -203,13 +201,18 @@ class Outcome:
     restart_tick: int | None = None
     duplicated_ticks: set[int] = field(default_factory=set)
     missing: list[str] = field(default_factory=list)
+    services: list[ServiceUnderTest] = field(default_factory=list)  # what plays this trial
 
 
 class Suite:
-    def __init__(self, bus: Bus, spec: Spec, implementation: str, service: ServiceUnderTest, *, trials: int, seed: int):
-        self.bus, self.spec, self.implementation, self.service = bus, spec, implementation, service
+    def __init__(self, bus: Bus, spec: Spec, implementation: str, make_service, *, trials: int, seed: int):
+        """``make_service(extra_env)`` builds the command under test: once for an
+        implementation, once per seat (with its join token) for a client implementation."""
+        self.bus, self.spec, self.implementation, self.make_service = bus, spec, implementation, make_service
         self.trials, self.seed = trials, seed
         self.run_id = uuid.uuid4().hex[:8]
+        self.client = spec.actors[implementation].client
+        self.service: ServiceUnderTest | None = None
 
     # --- one trial, the suite playing orchestrator and environment ------------------------------
     async def play(self, n: int, *, battery: bool) -> Outcome:
@@ -221,8 +224,10 @@ class Suite:
         actor_class = {a.name: a.actor_class for a in started.actors}
         # The environment's code comes from the operator's spec file, as in every service (I-9).
         env = load_entry(self.spec.environments[started.environment].entry, what=f"environment {started.environment}")(trial_info(started))
-        out = Outcome(started, log, {}, set())
+        out = Outcome(started, log, {}, set(), services=[self.service] if self.service else [])
         timeout = started.response_timeout_ms / 1000
+        if self.client:
+            await self._seat(out)
         await self.bus.publish(EVENTS, started)
         observations = env.start()
         tick, done = 0, False
@@ -263,6 +268,9 @@ class Suite:
         await self.bus.publish(EVENTS, TrialEnded(trial_id, tick=tick, reason="max_ticks" if not done else "environment"))
         env.end()
         await asyncio.sleep(2.0)  # late or repeated answers would land now
+        if self.client:
+            for service in out.services:
+                service.stop()
         for r in log.of_kind("observation"):
             key = (int(r.header(HEADER_TICK) or -1), r.header(HEADER_RECEIVER) or "")
             if key not in out.final:
@@ -301,9 +309,11 @@ class Suite:
             # The service answered tick 6 (its actions are in the log): kill it, write the
             # next observations while it is down, restart it.
             await asyncio.sleep(0.5)
-            self.service.kill()
+            for service in out.services:
+                service.kill()
             out.restart_tick = tick
-            asyncio.get_running_loop().call_later(0.5, self.service.start)
+            for service in out.services:
+                asyncio.get_running_loop().call_later(0.5, service.start)
 
     async def _probe(self, out: Outcome, tick: int) -> None:
         t = out.started
@@ -318,6 +328,40 @@ class Suite:
 
     def _probe_answer(self, out: Outcome, pid: str) -> list[Record]:
         return [r for r in out.log.of_kind("message") if r.header("id") == f"probe-{pid}"]
+
+    async def _seat(self, out: Outcome) -> None:
+        """A client implementation: write trial.pending, start one command per seat with its
+        join token (and a holder id kept across its restart), wait for every join."""
+        t = out.started
+        await self.bus.publish(EVENTS, t.as_kind(TrialPending))
+        for a in t.actors:
+            token = mint_join_token(self.bus.trust.keyring, t.trial_id, a.name, ttl_s=600)
+            service = self.make_service({"TRIALOG_JOIN_TOKEN": token, "TRIALOG_HOLDER": f"conformance-{a.name}"}, a.name)
+            service.start()
+            out.services.append(service)
+        names = {a.name for a in t.actors}
+        await out.log.wait_for(lambda: names <= {r.header(HEADER_SENDER) for r in out.log.of_kind("actor.joined")}, RESTART_TIMEOUT_S)
+
+    def check_seats(self, outcomes: list[Outcome], check: Check) -> None:
+        """Every seat joined with a tag of its seat key and its holder id, before it played."""
+        joins = 0
+        for out in outcomes:
+            for a in out.started.actors:
+                mine = [r for r in out.log.of_kind("actor.joined") if r.header(HEADER_SENDER) == a.name]
+                if not mine:
+                    check.fail(f"{out.started.trial_id}: {a.name} never joined")
+                    continue
+                joins += len(mine)
+                for r in mine:
+                    refused = self.bus.trust.check(r.key, r.headers, r.value)
+                    if refused:
+                        check.fail(f"{out.started.trial_id}: the join of {a.name} is refused: {refused}")
+                    if r.header("holder") != f"conformance-{a.name}":
+                        check.fail(f"{out.started.trial_id}: the join of {a.name} names holder {r.header('holder')!r}, not the one it was given")
+                    joined = self.bus.codec.decode(r.value, "actor.joined")
+                    if (joined.trial_id, joined.actor) != (out.started.trial_id, a.name):
+                        check.fail(f"{out.started.trial_id}: a join whose value says {joined.actor} of {joined.trial_id}")
+        check.facts = f"{joins} joins with a join token, each tagged with its seat key and holder"
 
     # --- the checks ---------------------------------------------------------------------------------
     def check_answers(self, outcomes: list[Outcome], check: Check, duplicates: Check, restart: Check, timely: Check) -> None:
@@ -428,17 +472,19 @@ class Suite:
         checks = {name: Check(name) for name in CHECKS}
         c = [checks[n] for n in CHECKS]
         answers, delivery, duplicates, restart, timely, seat = c
-        if self.spec.actors[self.implementation].client:
-            seat.skipped = "client implementations are not yet driven by the suite"
-        else:
+        if not self.client:
             seat.skipped = f"{self.implementation} is not a client implementation in the spec"
-        self.service.start()
+            self.service = self.make_service({})
+            self.service.start()
         try:
             battery = await self.play(0, battery=True)
             others = await asyncio.gather(*(self.play(i, battery=False) for i in range(1, self.trials)))
         finally:
-            self.service.stop()
+            if self.service is not None:
+                self.service.stop()
         outcomes = [battery, *others]
+        if self.client:
+            self.check_seats(outcomes, seat)
         self.check_answers(outcomes, answers, duplicates, restart, timely)
         self.check_probes(battery, delivery, duplicates)
         return c
@@ -463,29 +509,35 @@ async def run_conformance(settings: Settings, spec_file: str, implementation: st
     spec = load_spec(spec_file, bus.store)
     if implementation not in spec.actors:
         raise TrialogError(f"no actor implementation {implementation!r} in {spec_file}; declared: {', '.join(spec.actors)}")
+    impl = spec.actors[implementation]
     if command:
         argv = shlex.split(command)
-    elif spec.actors[implementation].served_here:
+    elif impl.served_here:
         argv = [sys.executable, "-m", "trialog.cli", "serve", "actors", "--implementation", implementation, "--spec", spec_file, "--health-port", "0"]
     else:
         raise TrialogError(f"{implementation!r} is served outside Trialog: pass --command, the command that serves it")
-    log_file = Path(tempfile.mkdtemp(prefix="trialog-conformance-")) / "service.log"
-    # The service under test gets what a deployment gives an actor service: its own key only.
-    key_id = actor_key_id(implementation)
-    secret = bus.trust.keyring.key(key_id)
-    if secret is None:
-        raise TrialogError(f"the keyring ({bus.trust.keyring.source}) cannot give {key_id}: conformance needs the operator's keyring")
+    logs = Path(tempfile.mkdtemp(prefix="trialog-conformance-"))
+    # The command gets what a deployment gives it: an actor service its own key only, a
+    # seat only its join token (TRIALOG_JOIN_TOKEN, with TRIALOG_HOLDER).
     env = {k: v for k, v in _settings_env(settings).items() if not k.startswith("TRIALOG_KEY_")}
     env["TRIALOG_KEYRING"] = ""
-    env["TRIALOG_KEY_" + key_id.upper().replace(".", "_").replace("-", "_")] = base64.urlsafe_b64encode(secret).rstrip(b"=").decode()
-    service = ServiceUnderTest(argv, env, log_file)
-    print(f"conformance: {implementation} from {spec_file}, topics {settings.topic_prefix}*, service log {log_file}", flush=True)
+    if not impl.client:
+        key_id = actor_key_id(implementation)
+        secret = bus.trust.keyring.key(key_id)
+        if secret is None:
+            raise TrialogError(f"the keyring ({bus.trust.keyring.source}) cannot give {key_id}: conformance needs the operator's keyring")
+        env["TRIALOG_KEY_" + key_id.upper().replace(".", "_").replace("-", "_")] = base64.urlsafe_b64encode(secret).rstrip(b"=").decode()
+
+    def make_service(extra: dict[str, str], name: str = "service") -> ServiceUnderTest:
+        return ServiceUnderTest(argv, {**env, **extra}, logs / f"{name}.log")
+
+    print(f"conformance: {implementation} from {spec_file}, topics {settings.topic_prefix}*, logs in {logs}", flush=True)
     async with bus:
         await bus.create_topics()
-        checks = await Suite(bus, spec, implementation, service, trials=trials, seed=seed).run()
+        checks = await Suite(bus, spec, implementation, make_service, trials=trials, seed=seed).run()
     code = report(checks)
     if code:
-        print(f"--- last lines of the service's log ({log_file}):\n{service.tail()}", file=sys.stderr)
+        print(f"--- the logs of the command under test are in {logs}", file=sys.stderr)
     return code
 
 

@@ -1,6 +1,6 @@
 module github.com/trialog/trialog/sdk/go
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/hamba/avro/v2 v2.31.0

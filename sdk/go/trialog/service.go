@@ -76,7 +76,8 @@ type Config struct {
 	TopicPrefix    string   // default "trialog."
 	Implementation string   // the spec's implementation name; the group is <TopicPrefix>actors.<Implementation>
 	Store          *Store   // Trialog's schemas (LoadDir of the repository's schemas/)
-	Key            ActorKey // this implementation's key (LoadActorKey)
+	Key            ActorKey // this implementation's key (LoadActorKey); a seat's key (ParseJoinToken)
+	Seat           *Seat    // set: play one client seat of one trial instead of an implementation
 	NewAgent       AgentFactory
 	Logger         *log.Logger
 	Options        []kgo.Opt // extra franz-go options (TLS, SASL, compression…)
@@ -123,8 +124,8 @@ type partState struct {
 
 // Run serves the implementation until ctx is cancelled.
 func Run(ctx context.Context, cfg Config) error {
-	if cfg.Implementation == "" || cfg.Store == nil || cfg.NewAgent == nil || len(cfg.Key.Secret) == 0 {
-		return errors.New("trialog: Config needs Implementation, Store, Key and NewAgent")
+	if (cfg.Implementation == "" && cfg.Seat == nil) || cfg.Store == nil || cfg.NewAgent == nil || len(cfg.Key.Secret) == 0 {
+		return errors.New("trialog: Config needs Implementation (or Seat), Store, Key and NewAgent")
 	}
 	if cfg.TopicPrefix == "" {
 		cfg.TopicPrefix = "trialog."
@@ -135,20 +136,24 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.ConsumerGroup(cfg.TopicPrefix + "actors." + cfg.Implementation), // prefixed like the topics
-		kgo.SessionTimeout(10 * time.Second),                                // a dead instance's trials move on within seconds
-		kgo.HeartbeatInterval(time.Second),
-		kgo.RebalanceTimeout(10 * time.Second),
 		kgo.ConsumeTopics(s.events),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), // a new group reads the whole log
-		kgo.DisableAutoCommit(),                           // we commit the safe point, not what was read
-		kgo.BlockRebalanceOnPoll(),                        // assignments change between polls only
-		kgo.OnPartitionsAssigned(s.assigned),
-		kgo.OnPartitionsRevoked(s.revoked),
-		kgo.OnPartitionsLost(s.lost),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), // a new group (or a seat) reads the whole log
 		kgo.RecordPartitioner(partitioner{events: s.events}),
 		kgo.FetchMaxWait(500 * time.Millisecond),
 		// The producer keeps franz-go's defaults: idempotent, acks=all, snappy compression.
+	}
+	if cfg.Seat == nil {
+		opts = append(opts,
+			kgo.ConsumerGroup(cfg.TopicPrefix+"actors."+cfg.Implementation), // prefixed like the topics
+			kgo.SessionTimeout(10*time.Second),                              // a dead instance's trials move on within seconds
+			kgo.HeartbeatInterval(time.Second),
+			kgo.RebalanceTimeout(10*time.Second),
+			kgo.DisableAutoCommit(),    // we commit the safe point, not what was read
+			kgo.BlockRebalanceOnPoll(), // assignments change between polls only
+			kgo.OnPartitionsAssigned(s.assigned),
+			kgo.OnPartitionsRevoked(s.revoked),
+			kgo.OnPartitionsLost(s.lost),
+		)
 	}
 	client, err := kgo.NewClient(append(opts, cfg.Options...)...)
 	if err != nil {
@@ -156,7 +161,25 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	s.client = client
 	defer client.Close()
-	s.log.Printf("trialog: serving actors.%s on %s", cfg.Implementation, s.events)
+	if cfg.Seat != nil {
+		// A seat reads every partition from the start (no group, nothing committed): the
+		// log up to the current end is its catch-up, so a restart resumes the seat.
+		ends, err := kadm.NewClient(client).ListEndOffsets(ctx, s.events)
+		if err != nil {
+			return fmt.Errorf("trialog: end offsets of %s: %w", s.events, err)
+		}
+		ends.Each(func(o kadm.ListedOffset) {
+			s.parts[o.Partition] = &partState{end: o.Offset, pending: map[string]*kgo.Record{}}
+		})
+		for p, part := range s.parts {
+			if part.end == 0 {
+				s.goLive(p, part)
+			}
+		}
+		s.log.Printf("trialog: joining trial %s as %s (holder %s)", cfg.Seat.Trial, cfg.Seat.Actor, cfg.Seat.Holder)
+	} else {
+		s.log.Printf("trialog: serving actors.%s on %s", cfg.Implementation, s.events)
+	}
 	for ctx.Err() == nil {
 		fetches := client.PollRecords(ctx, 256)
 		if fetches.IsClientClosed() {
@@ -215,6 +238,9 @@ func (s *Service) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32
 // commit writes, per live partition, the safe point: the start of its oldest live
 // trial, else the position. With only, just those partitions.
 func (s *Service) commit(ctx context.Context, only []int32) {
+	if s.cfg.Seat != nil {
+		return // a seat has no group: it rebuilds from the start of the log
+	}
 	offsets := map[int32]kgo.EpochOffset{}
 	for p, part := range s.parts {
 		if !part.live || (only != nil && !contains(only, p)) {
@@ -282,6 +308,13 @@ func (s *Service) handle(r *kgo.Record, h map[string]string, trialID string) {
 	kind := h[HeaderKind]
 	if toActors[kind] && kind != "observation" && s.cfg.Key.Check(r) != "" {
 		return // not written for us by the core: ignored (its owner dead-letters it)
+	}
+	if s.cfg.Seat != nil && trialID != s.cfg.Seat.Trial {
+		return
+	}
+	if kind == "trial.pending" && s.cfg.Seat != nil {
+		s.join(r, trialID)
+		return
 	}
 	if kind == "trial.started" {
 		if _, known := s.trials[trialID]; !known {
@@ -361,7 +394,7 @@ func (s *Service) start(r *kgo.Record, started *TrialStarted) {
 	}
 	t := &trialState{started: *started, partition: r.Partition, startOffset: r.Offset, actors: map[string]*played{}}
 	for _, spec := range started.Actors {
-		if spec.Implementation != s.cfg.Implementation || spec.Client {
+		if !s.plays(spec) {
 			continue
 		}
 		actor := &Actor{Trial: &t.started, Spec: spec, svc: s, part: r.Partition}
@@ -473,6 +506,9 @@ func (s *Service) emitEvent(partition int32, kind, schema string, tick int64, se
 		return err
 	}
 	rec := &kgo.Record{Topic: s.events, Partition: partition, Key: []byte(trialID), Value: encoded, Headers: eventHeaders(kind, tick, sender, receiver, schema, id)}
+	if s.cfg.Seat != nil { // every record of a seat names its holder, under the tag
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "holder", Value: []byte(s.cfg.Seat.Holder)})
+	}
 	s.cfg.Key.Tag(rec)
 	part := s.parts[partition]
 	if part != nil && !part.live {
@@ -488,6 +524,10 @@ func (s *Service) emitEvent(partition int32, kind, schema string, tick int64, se
 }
 
 func (s *Service) deadLetter(r *kgo.Record, reason string) {
+	if s.cfg.Seat != nil {
+		s.log.Printf("trialog: skipped: %s", reason) // a seat's observations are the orchestrator's to judge
+		return
+	}
 	if part := s.parts[r.Partition]; part != nil && !part.live {
 		return // reported when it was first read
 	}

@@ -42,14 +42,16 @@ func main() {
 	schemas := flag.String("schemas", "schemas", "Trialog's schemas/ directory")
 	keyring := flag.String("keyring", os.Getenv("TRIALOG_KEYRING"), "keyring file (default: TRIALOG_KEY_ACTORS_<IMPL>, else the development keyring for a local broker)")
 	flag.Var(&serve, "serve", "IMPL=AGENT: play implementation IMPL with AGENT (repeatable)")
+	seat := flag.String("seat", "", "AGENT: play the client seat of the join token in TRIALOG_JOIN_TOKEN with AGENT")
+	holder := flag.String("holder", env("TRIALOG_HOLDER", fmt.Sprintf("go-%d", os.Getpid())), "this client's holder id (keep it to resume the seat)")
 	flag.Parse()
 	names := make([]string, 0, len(examples.Agents))
 	for n := range examples.Agents {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	if len(serve) == 0 {
-		fmt.Fprintf(os.Stderr, "trialog-actors: nothing to serve: pass --serve IMPL=AGENT (agents: %s)\n", strings.Join(names, ", "))
+	if len(serve) == 0 && *seat == "" {
+		fmt.Fprintf(os.Stderr, "trialog-actors: nothing to serve: pass --serve IMPL=AGENT or --seat AGENT (agents: %s)\n", strings.Join(names, ", "))
 		os.Exit(2)
 	}
 	store, err := trialog.LoadDir(*schemas)
@@ -58,6 +60,21 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if *seat != "" {
+		factory, ok := examples.Agents[*seat]
+		if !ok {
+			log.Fatalf("trialog-actors: --seat %q: AGENT is one of %s", *seat, strings.Join(names, ", "))
+		}
+		s, key, err := trialog.ParseJoinToken(os.Getenv("TRIALOG_JOIN_TOKEN"), *holder)
+		if err != nil {
+			log.Fatalf("trialog-actors: TRIALOG_JOIN_TOKEN: %v", err)
+		}
+		cfg := trialog.Config{Brokers: strings.Split(*brokers, ","), TopicPrefix: *prefix, Seat: s, Store: store, Key: key, NewAgent: factory}
+		if err := trialog.Run(ctx, cfg); err != nil {
+			log.Fatalf("trialog-actors: %v", err)
+		}
+		return
+	}
 	var wg sync.WaitGroup
 	for _, s := range serve {
 		impl, agent, _ := strings.Cut(s, "=")
