@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 from starlette.applications import Starlette
 
+from services.gateway.dashboard import Dashboard
 from services.gateway.feed import Feed
 from services.gateway.routes import ROUTES
 from trialog.controller import join_link as link
@@ -43,6 +44,8 @@ class Gateway:
         self.base_url = base_url
         self.join_wait_s = join_wait_s
         self.feed = Feed(bus)
+        self.dashboard = Dashboard(bus)
+        self.feed.watchers.append(self.dashboard.on_record)
         self.controller = Controller(bus, name="gateway")
 
     async def publish(self, event) -> None:
@@ -90,7 +93,7 @@ def build_app(bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
-        async with gateway.feed, gateway.controller:
+        async with gateway.feed, gateway.controller, gateway.dashboard:
             yield
 
     app = Starlette(routes=ROUTES, lifespan=lifespan)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from trialog.bus.base import Bus, Consumer, Record
@@ -49,6 +49,7 @@ class Feed:
         self._tail: Consumer | None = None
         self._tasks: list[asyncio.Task] = []
         self.index_ready = asyncio.Event()
+        self.watchers: list[Callable[[Record], None]] = []  # see every tail record (the dashboard's tick count)
 
     async def __aenter__(self) -> Feed:
         await self.bus.start()
@@ -115,6 +116,8 @@ class Feed:
         assert self._tail is not None
         while True:
             for record in await self._tail.poll(timeout_ms=1000):
+                for watch in self.watchers:
+                    watch(record)
                 for sub in self._subscribers.get(record.trial_id, ()):
                     if sub.live_from is not None and record.offset >= sub.live_from:
                         sub.queue.put_nowait(record)

@@ -71,6 +71,12 @@ async def _json(request: Request) -> dict:
     return body if isinstance(body, dict) else {}
 
 
+async def dashboard(request: Request) -> JSONResponse:
+    """The live dashboard's data (see :mod:`services.gateway.dashboard`)."""
+    gw: Gateway = request.app.state.gateway
+    return JSONResponse(gw.dashboard.snapshot(gw.feed.index), headers={"Cache-Control": "no-store"})
+
+
 async def livez(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ok"})
 
@@ -86,6 +92,8 @@ ROUTES = [
     Route("/", page("lobby.html")),
     Route("/play", page("play.html")),
     Route("/watch/{trial_id}", page("watch.html")),
+    Route("/dashboard", page("dashboard.html")),
+    Route("/api/dashboard", dashboard),
     Route("/api/lobby", lobby),
     Route("/api/seat", take_seat, methods=["POST"]),
     Route("/api/trials", new_trial, methods=["POST"]),
