@@ -26,6 +26,8 @@ echo "sdk: conformance of the Go client seat (joins with a join token)"
 trialog conformance --spec examples/rps.yaml --implementation human --command "$go_actors --seat rps-counter"
 echo "sdk: conformance of the TypeScript actor service"
 trialog conformance --spec examples/rps.yaml --implementation ts --command "$ts_actors --serve ts=rps-counter"
+echo "sdk: conformance of the TypeScript client seat"
+trialog conformance --spec examples/rps.yaml --implementation human --command "$ts_actors --seat rps-counter"
 
 pids=()
 stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }

@@ -1,6 +1,7 @@
 package trialog
 
 import (
+	"crypto/hmac"
 	"encoding/hex"
 	"testing"
 
@@ -31,5 +32,24 @@ func TestTagMatchesPython(t *testing.T) {
 	r.Value = []byte("altered")
 	if key.Check(r) == "" {
 		t.Fatal("an altered record passed the check")
+	}
+}
+
+// A join token minted by Python's trialog.trust.mint_join_token (the seats master of
+// TestTagMatchesPython, trial-1, bob): its seat key is derive(seats, "seat", trial, actor).
+func TestJoinTokenGivesTheSeatAndItsKey(t *testing.T) {
+	token := "tl1.eyJhY3RvciI6ImJvYiIsImV4cCI6MTcwMDAwMzYwMCwic2VhdF9rZXkiOiJoZUE1RXRmdlVwWVMzRG1aaWpJbjZJU3hhdVE0bHlTV2JaMkZkRGFuOGNjIiwidHJpYWwiOiJ0cmlhbC0xIn0.LAABZ9-uz1firJ8LofJjIFsD132jUDvmMf9vSm8YwTQ"
+	seat, key, err := ParseJoinToken(token, "holder-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *seat != (Seat{Trial: "trial-1", Actor: "bob", Holder: "holder-1"}) || key.ID != "seat.bob" {
+		t.Fatalf("seat %+v key %s", *seat, key.ID)
+	}
+	if want := Derive([]byte("0123456789abcdef0123456789abcdef"), "seat", "trial-1", "bob"); !hmac.Equal(key.Secret, want) {
+		t.Fatal("seat key differs from derive(seats, seat, trial, actor)")
+	}
+	if _, _, err := ParseJoinToken("tl2.x.y", "h"); err == nil {
+		t.Fatal("a malformed token was accepted")
 	}
 }

@@ -6,6 +6,7 @@
 import kafkajs from "kafkajs";
 import SnappyCodec from "kafkajs-snappy";
 import type { Consumer, Producer, Admin, KafkaMessage, Message as KafkaOut } from "kafkajs";
+import { randomUUID } from "node:crypto";
 import { encode, type Schema, Store } from "./avro.js";
 import { ActorKey, type Headers, TO_ACTORS } from "./trust.js";
 
@@ -77,7 +78,8 @@ export interface Config {
   topicPrefix?: string; // default "trialog."
   implementation: string; // the spec's implementation; the group is <prefix>actors.<implementation>
   store: Store; // Store.loadDir of Trialog's schemas/
-  key: ActorKey; // loadActorKey
+  key: ActorKey; // loadActorKey; a seat's key (parseJoinToken)
+  seat?: Seat; // set: play one client seat of one trial instead of an implementation
   newAgent: AgentFactory;
   log?: (line: string) => void;
 }
@@ -87,6 +89,9 @@ interface Trial { started: TrialStarted; partition: number; startOffset: bigint;
 interface Part { end: bigint; position: bigint; live: boolean; pending: Map<string, KafkaOut & { topic: string }> }
 
 export const PROBE = "trialog.probe";
+
+/** One client actor of one trial (docs/protocol.md, "Client actors (seats)"). */
+export interface Seat { trial: string; actor: string; holder: string }
 
 export const matches = (receiver: string, actor: string, actorClass: string) => receiver === actor || receiver === "*" || receiver === `${actorClass}.*`;
 
@@ -108,7 +113,8 @@ export class ActorService {
     this.log = cfg.log ?? ((line) => console.error(line));
     const kafka = new Kafka({ clientId: `trialog-actors-${cfg.implementation}`, brokers: cfg.brokers, logLevel: logLevel.WARN });
     this.consumer = kafka.consumer({
-      groupId: `${prefix}actors.${cfg.implementation}`, // prefixed like the topics
+      // A seat reads alone from the start of the log and commits nothing: a group of its own.
+      groupId: cfg.seat ? `${prefix}seat.${cfg.seat.trial}.${cfg.seat.actor}.${randomUUID()}` : `${prefix}actors.${cfg.implementation}`,
       sessionTimeout: 10_000, // a dead instance's trials move on within seconds
       heartbeatInterval: 1_000,
       rebalanceTimeout: 10_000,
@@ -144,7 +150,8 @@ export class ActorService {
         if (Date.now() - this.lastCommit > 1000) await this.commit();
       },
     });
-    this.log(`trialog: serving actors.${this.cfg.implementation} on ${this.events}`);
+    const seat = this.cfg.seat;
+    this.log(seat ? `trialog: joining trial ${seat.trial} as ${seat.actor} (holder ${seat.holder})` : `trialog: serving actors.${this.cfg.implementation} on ${this.events}`);
     const crashed = new Promise<unknown>((resolve) => this.consumer.on(this.consumer.events.CRASH, (e) => !e.payload.restart && resolve(e.payload.error)));
     const stopped = new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve(), { once: true }));
     const error = await Promise.race([crashed, stopped]);
@@ -156,6 +163,7 @@ export class ActorService {
   // --- safe points -----------------------------------------------------------------------------
   private async commit(): Promise<void> {
     this.lastCommit = Date.now();
+    if (this.cfg.seat) return; // a seat rebuilds from the start of the log
     if (this.out.length > 0) return; // outputs not yet acknowledged: committing could lose them in a crash
     const offsets = [];
     for (const [p, part] of this.parts) {
@@ -196,6 +204,8 @@ export class ActorService {
     const kind = headers.kind?.toString() ?? "";
     if (TO_ACTORS.has(kind) && kind !== "observation" && this.cfg.key.check(key, headers, value) !== "") return; // not for us from the core
     const store = this.cfg.store;
+    if (this.cfg.seat && trialId !== this.cfg.seat.trial) return;
+    if (kind === "trial.pending" && this.cfg.seat) return this.join(partition, store.decode(value) as TrialStarted);
     if (kind === "trial.started") {
       if (this.trials.has(trialId)) return;
       const started = store.decode(value) as TrialStarted;
@@ -245,7 +255,7 @@ export class ActorService {
     const classes = new Map(started.actor_classes.map((c) => [c.name, { observation: this.cfg.store.register(c.observation_schema), action: this.cfg.store.register(c.action_schema) }]));
     const t: Trial = { started, partition, startOffset: offset, actors: new Map() };
     for (const spec of started.actors) {
-      if (spec.implementation !== this.cfg.implementation || spec.client) continue;
+      if (!this.plays(spec)) continue;
       const actor = new Actor(started, spec, this, partition);
       try {
         const agent = this.cfg.newAgent(actor);
@@ -256,6 +266,19 @@ export class ActorService {
       }
     }
     if (t.actors.size > 0) this.trials.set(started.trial_id, t);
+  }
+
+  /** Does this service play an actor of a trial? */
+  private plays(spec: ActorSpec): boolean {
+    return this.cfg.seat ? spec.client && spec.name === this.cfg.seat.actor : spec.implementation === this.cfg.implementation && !spec.client;
+  }
+
+  /** Answer the seat's trial.pending with actor.joined (a repeat is crossed off during catch-up). */
+  private join(partition: number, pending: TrialStarted): void {
+    const spec = pending.actors.find((a) => this.plays(a));
+    if (!spec) return this.log(`trialog: trial ${pending.trial_id} has no client actor ${this.cfg.seat!.actor}`);
+    const joined = { trial_id: pending.trial_id, actor: spec.name, implementation: spec.implementation };
+    this.emit(partition, "actor.joined", "trialog.ActorJoined", -1n, spec.name, "", "", joined);
   }
 
   private observe(partition: number, offset: bigint, m: KafkaMessage, a: Played, obs: Observation): void {
@@ -303,6 +326,7 @@ export class ActorService {
     const key = Buffer.from((value as { trial_id: string }).trial_id);
     const headers: Headers = { kind: Buffer.from(kind), tick: Buffer.from(String(tick)), sender: Buffer.from(sender), receiver: Buffer.from(receiver), schema: Buffer.from(schema) };
     if (id) headers.id = Buffer.from(id);
+    if (this.cfg.seat) headers.holder = Buffer.from(this.cfg.seat.holder); // every record of a seat names its holder, under the tag
     const [tagName, tag] = this.cfg.key.tag(key, headers, encoded);
     headers[tagName] = tag;
     const record = { topic: this.events, partition, key, value: encoded, headers };
@@ -316,6 +340,7 @@ export class ActorService {
   }
 
   private deadLetter(partition: number, offset: bigint, m: KafkaMessage, reason: string): void {
+    if (this.cfg.seat) return this.log(`trialog: skipped: ${reason}`); // a seat's observations are the orchestrator's to judge
     if (!this.parts.get(partition)?.live) return; // reported when it was first read
     const headers: Record<string, Buffer> = {};
     for (const [k, v] of Object.entries(m.headers ?? {})) if (v !== undefined) headers[k] = Buffer.isBuffer(v) ? v : Buffer.from(String(v));

@@ -87,3 +87,16 @@ function isLoopback(server: string): boolean {
   if (isIP(host) === 4) return host.startsWith("127.");
   return host === "::1";
 }
+
+/**
+ * A join token ("tl1.<payload>.<mac>", minted by the operator's controller or the
+ * gateway): the seat and its key. The MAC is for the minter to check; a client learns
+ * whether the token was honoured from the log.
+ */
+export function parseJoinToken(token: string, holder: string): { seat: { trial: string; actor: string; holder: string }; key: ActorKey } {
+  const parts = token.trim().split(".");
+  if (parts.length !== 3 || parts[0] !== "tl1") throw new Error("not a Trialog join token (want tl1.<payload>.<mac>)");
+  const claims = JSON.parse(unb64(parts[1]).toString("utf8"));
+  if (!claims.actor || !claims.trial || !claims.seat_key) throw new Error("join token claims are not {actor, trial, seat_key, exp}");
+  return { seat: { trial: claims.trial, actor: claims.actor, holder }, key: new ActorKey(`seat.${claims.actor}`, unb64(claims.seat_key)) };
+}
