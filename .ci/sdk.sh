@@ -54,7 +54,7 @@ mixed() {
   while read -r trial _ status _ reason; do
     [ "$status" = ended ] || { echo "sdk: $trial is $status" >&2; exit 1; }
     case "$reason" in environment|max_ticks) ;; *) echo "sdk: $trial ended with $reason" >&2; exit 1 ;; esac
-    trialog replay --verify "$trial" >/dev/null
+    trialog replay --verify --spec "$spec" "$trial" >/dev/null
     ended=$((ended + 1))
   done < <(trialog trial list | tail -n +2)
   [ "$ended" = "$trials" ] || { echo "sdk: $ended of $trials trials ended" >&2; exit 1; }
