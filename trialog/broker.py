@@ -82,6 +82,8 @@ class BrokerConfig:
     kafka_version: str = DEFAULT_KAFKA_VERSION
     cache_dir: Path = field(default_factory=lambda: _xdg("XDG_CACHE_HOME", ".cache") / "trialog")
     heap: str = DEFAULT_HEAP
+    secure: bool = False  # SASL_SSL + ACLs (trialog.broker_secure)
+    topic_prefix: str = "trialog."  # whose topics the roles' ACLs cover (secure only)
 
     def __post_init__(self) -> None:
         if self.controller_port is None:
@@ -112,6 +114,8 @@ class BrokerConfig:
             kafka_version=given.get("kafka_version") or env.get("TRIALOG_KAFKA_VERSION") or DEFAULT_KAFKA_VERSION,
             cache_dir=Path(cache_dir).expanduser().absolute(),
             heap=given.get("heap") or env.get("TRIALOG_BROKER_HEAP") or DEFAULT_HEAP,
+            secure=bool(given.get("secure", False)),
+            topic_prefix=given.get("topic_prefix") or "trialog.",
         )
 
     @property
@@ -122,6 +126,11 @@ class BrokerConfig:
     def libs_dir(self) -> Path:
         """The cached jars of this Kafka version (one folder per version, so versions never mix)."""
         return self.cache_dir / f"kafka-{self.kafka_version}" / "libs"
+
+    @property
+    def tools_dir(self) -> Path:
+        """Kafka's command-line tools jar (``AclCommand``), fetched for ``--secure`` only."""
+        return self.cache_dir / f"kafka-{self.kafka_version}" / "tools"
 
     @property
     def server_properties(self) -> Path:
@@ -245,14 +254,36 @@ def ensure_kafka(config: BrokerConfig) -> Path:
     return config.libs_dir
 
 
+def ensure_tools(config: BrokerConfig) -> Path:
+    """Kafka's tools jar (for ``AclCommand``), beside the broker's jars; the rest of what it
+    needs is already there, so only that jar is fetched."""
+    jar = config.tools_dir / f"kafka-tools-{config.kafka_version}.jar"
+    if jar.is_file():
+        return config.tools_dir
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise BrokerError("`trialog broker start --secure` fetches Kafka's tools jar once with Maven (`mvn`), which is not on PATH")
+    with tempfile.TemporaryDirectory(prefix=".kafka-tools-", dir=config.cache_dir) as tmp:
+        staging = Path(tmp) / "tools"
+        _maven_copy_dependencies(mvn, config.kafka_version, Path(tmp), staging, artifacts=(("org.apache.kafka", "kafka-tools", config.kafka_version),), transitive=False)
+        try:
+            staging.rename(config.tools_dir)
+        except OSError as exc:
+            if not jar.is_file():
+                raise BrokerError(f"could not move Kafka's tools jar into {config.tools_dir}: {exc}") from exc
+    return config.tools_dir
+
+
 def _jars_cached(config: BrokerConfig) -> bool:
     return (config.libs_dir / f"kafka_2.13-{config.kafka_version}.jar").is_file()
 
 
-def _maven_copy_dependencies(mvn: str, kafka_version: str, workdir: Path, output: Path) -> None:
+def _maven_copy_dependencies(mvn: str, kafka_version: str, workdir: Path, output: Path, *, artifacts=None, transitive: bool = True) -> None:
     pom = workdir / "pom.xml"
-    pom.write_text(_render_pom(kafka_version))
+    pom.write_text(_render_pom(kafka_version, artifacts))
     command = [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies", f"-DoutputDirectory={output}", "-DincludeScope=runtime"]
+    if not transitive:
+        command.append("-DexcludeTransitive=true")
     try:
         done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=_MAVEN_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
@@ -277,8 +308,8 @@ def _maven_problem(output: str) -> str:
     return _last_lines("\n".join(lines))
 
 
-def _render_pom(kafka_version: str) -> str:
-    dependencies = (("org.apache.kafka", "kafka_2.13", kafka_version), *_EXTRA_DEPENDENCIES)
+def _render_pom(kafka_version: str, artifacts=None) -> str:
+    dependencies = artifacts or (("org.apache.kafka", "kafka_2.13", kafka_version), *_EXTRA_DEPENDENCIES)
     rendered = "\n".join(
         f"    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}</version></dependency>"
         for group, artifact, version in dependencies
@@ -299,18 +330,26 @@ def _render_pom(kafka_version: str) -> str:
 # ---------------------------------------------------------------------------- storage
 
 
-def render_server_properties(config: BrokerConfig) -> str:
-    """One combined broker+controller KRaft node on 127.0.0.1, with single-node replication settings."""
+def render_server_properties(config: BrokerConfig, passwords: dict[str, str] | None = None) -> str:
+    """One combined broker+controller KRaft node on 127.0.0.1, with single-node replication
+    settings; with ``passwords`` (``--secure``), SASL_SSL listeners and ACLs instead of plaintext."""
+    if passwords is not None:
+        from trialog import broker_secure
+
+        listeners = broker_secure.server_properties(config, passwords)
+    else:
+        listeners = f"""\
+listeners=PLAINTEXT://{HOST}:{config.port},CONTROLLER://{HOST}:{config.controller_port}
+advertised.listeners=PLAINTEXT://{HOST}:{config.port}
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+"""
     return f"""\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@{HOST}:{config.controller_port}
-listeners=PLAINTEXT://{HOST}:{config.port},CONTROLLER://{HOST}:{config.controller_port}
-advertised.listeners=PLAINTEXT://{HOST}:{config.port}
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
-inter.broker.listener.name=PLAINTEXT
-log.dirs={config.log_dirs}
+{listeners}log.dirs={config.log_dirs}
 offsets.topic.replication.factor=1
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
@@ -329,34 +368,44 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def _write_configs(config: BrokerConfig) -> None:
+def _write_configs(config: BrokerConfig, passwords: dict[str, str] | None = None) -> None:
     # Rendered at every start, so a changed --port applies to the existing storage.
     config.data_dir.mkdir(parents=True, exist_ok=True)
-    config.server_properties.write_text(render_server_properties(config))
+    fd = os.open(config.server_properties, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # may hold the admin password
+    with os.fdopen(fd, "w") as f:
+        f.write(render_server_properties(config, passwords))
     (config.data_dir / "log4j2.properties").write_text(_LOG4J2_PROPERTIES)
 
 
-def _format_storage(config: BrokerConfig, java: str) -> None:
+def _format_storage(config: BrokerConfig, java: str, extra: list[str] = ()) -> None:
     """Format the KRaft log dirs once; later starts reuse them, which is what keeps the datalog."""
     if (config.log_dirs / "meta.properties").is_file():
+        if config.secure and not (config.data_dir / "secure" / "formatted").is_file():
+            raise BrokerError(
+                f"the storage in {config.log_dirs} was formatted without --secure, so it has no users: "
+                "give --secure a data dir of its own (--data-dir), or start over with --fresh"
+            )
         return
     id_file = config.data_dir / "cluster.id"
     if not id_file.is_file():
         id_file.write_text(new_cluster_id() + "\n")
     cluster_id = id_file.read_text().strip()
-    command = [*_java_command(config, java), "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config.server_properties)]
+    command = [*_java_command(config, java), "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config.server_properties), *extra]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise BrokerError(
             f"formatting the Kafka storage in {config.log_dirs} failed (exit {done.returncode}); "
             f"`trialog broker start --fresh` starts over with empty storage. Kafka said:\n{_last_lines(done.stdout + done.stderr)}"
         )
+    if config.secure:
+        (config.data_dir / "secure" / "formatted").write_text("with SCRAM users\n")
     log.info("kafka storage formatted", log_dirs=str(config.log_dirs), cluster_id=cluster_id)
 
 
 def _java_command(config: BrokerConfig, java: str) -> list[str]:
     log4j2 = config.data_dir / "log4j2.properties"
-    return [java, f"-Xmx{config.heap}", f"-Dlog4j2.configurationFile={log4j2}", "-cp", f"{config.libs_dir}/*"]
+    classpath = f"{config.libs_dir}/*" + (f":{config.tools_dir}/*" if config.tools_dir.is_dir() else "")
+    return [java, f"-Xmx{config.heap}", f"-Dlog4j2.configurationFile={log4j2}", "-cp", classpath]
 
 
 def _wipe(config: BrokerConfig) -> None:
@@ -458,7 +507,7 @@ def _launch(config: BrokerConfig, java: str) -> int:
             setsid=True,
         )
     config.pid_file.write_text(f"{pid}\n")
-    state = {"pid": pid, "bootstrap": config.bootstrap, "controller_port": config.controller_port, "kafka_version": config.kafka_version}
+    state = {"pid": pid, "bootstrap": config.bootstrap, "controller_port": config.controller_port, "kafka_version": config.kafka_version, "secure": config.secure}
     config.state_file.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2))
     log.info("kafka broker launched", pid=pid, bootstrap=config.bootstrap, data_dir=str(config.data_dir))
     return pid
@@ -497,12 +546,12 @@ def _accepts(bootstrap: str) -> bool:
         return False
 
 
-async def _answers_metadata(bootstrap: str) -> bool:
+async def _answers_metadata(bootstrap: str, options: dict[str, Any] | None = None) -> bool:
     # Imported here: the rest of this module (and `trialog broker status`) runs without aiokafka loaded.
     from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import KafkaError
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+    admin = AIOKafkaAdminClient(**(options or {"bootstrap_servers": bootstrap}), request_timeout_ms=5000)
     try:
         await admin.start()
         cluster = await admin.describe_cluster()
@@ -513,22 +562,32 @@ async def _answers_metadata(bootstrap: str) -> bool:
         await admin.close()
 
 
-def _answers(bootstrap: str) -> bool:
-    """True once the broker accepts connections and answers a Kafka metadata request."""
+def _answers(bootstrap: str, options: dict[str, Any] | None = None) -> bool:
+    """True once the broker accepts connections and answers a Kafka metadata request
+    (``options``: client options, e.g. the admin's credentials of a secured broker)."""
     if not _accepts(bootstrap):
         return False
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(_answers_metadata(bootstrap))
+        return asyncio.run(_answers_metadata(bootstrap, options))
     # Called from inside an event loop (an async caller that did not use to_thread): probe on a thread of its own.
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, _answers_metadata(bootstrap)).result()
+        return pool.submit(asyncio.run, _answers_metadata(bootstrap, options)).result()
+
+
+def _probe_options(config: BrokerConfig) -> dict[str, Any] | None:
+    if not config.secure:
+        return None
+    from trialog import broker_secure
+
+    return broker_secure.admin_settings(config).kafka_client_options()
 
 
 def _wait_until_answering(config: BrokerConfig, pid: int, bootstrap: str, timeout: float, log_offset: int) -> None:
     deadline = time.monotonic() + timeout
-    while not _answers(bootstrap):
+    options = _probe_options(config)
+    while not _answers(bootstrap, options):
         if not _alive(pid):
             config.pid_file.unlink(missing_ok=True)
             raise BrokerError(
@@ -570,12 +629,22 @@ def start(config: BrokerConfig | None = None, *, fresh: bool = False, timeout: f
     check_ports_free(config)
     java = find_java()
     ensure_kafka(config)
-    _write_configs(config)
-    _format_storage(config, java)
+    passwords = None
+    if config.secure:
+        from trialog import broker_secure
+
+        ensure_tools(config)
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        passwords = broker_secure.prepare(config, config.topic_prefix)
+    _write_configs(config, passwords)
+    _format_storage(config, java, broker_secure.format_arguments(passwords) if passwords else [])
     log_offset = _log_size(config)
     pid = _launch(config, java)
     _wait_until_answering(config, pid, config.bootstrap, timeout, log_offset)
-    log.info("kafka broker ready", pid=pid, bootstrap=config.bootstrap, version=config.kafka_version)
+    if config.secure:
+        broker_secure.apply_acls(config, _java_command(config, java), config.topic_prefix)
+        print(broker_secure.describe(config), file=sys.stderr)
+    log.info("kafka broker ready", pid=pid, bootstrap=config.bootstrap, version=config.kafka_version, secure=config.secure)
     return config.bootstrap
 
 
@@ -652,6 +721,13 @@ def add_cli(subparsers: argparse._SubParsersAction) -> None:
     start_parser.add_argument("--heap", help=f"JVM maximum heap, as for -Xmx (env TRIALOG_BROKER_HEAP, default {DEFAULT_HEAP})")
     start_parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the broker to answer (default 60)")
     start_parser.add_argument("--fresh", action="store_true", help="stop the broker and delete its data before starting")
+    start_parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="SASL_SSL (SCRAM-SHA-512) with certificates made on the fly, StandardAuthorizer and one principal per role with "
+        "least-privilege ACLs; writes each role's client settings to DATA_DIR/secure/ (docs/security.md). Give it a data dir of its own",
+    )
+    start_parser.add_argument("--topic-prefix", help="the deployment's topic prefix the roles' ACLs cover (--secure; default trialog.)")
     start_parser.set_defaults(func=_cli_start)
 
     stop_parser = commands.add_parser("stop", help="stop the broker (its data stays)")
@@ -670,7 +746,7 @@ def _add_location_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _config_from_args(args: argparse.Namespace) -> BrokerConfig:
-    names = ("data_dir", "port", "controller_port", "kafka_version", "heap")
+    names = ("data_dir", "port", "controller_port", "kafka_version", "heap", "secure", "topic_prefix")
     return BrokerConfig.from_env(**{name: getattr(args, name, None) for name in names})
 
 

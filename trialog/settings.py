@@ -48,7 +48,10 @@ class Settings:
     security_protocol: str = _setting("PLAINTEXT", "How to talk to Kafka.", choices=SECURITY_PROTOCOLS)
     sasl_mechanism: str = _setting("PLAIN", "SASL mechanism when the protocol is SASL_*.", choices=SASL_MECHANISMS)
     sasl_username: str = _setting("", "SASL user name.")
-    sasl_password: str = _setting("", "SASL password.", secret=True)
+    sasl_password: str = _setting(
+        "", "SASL password: prefer TRIALOG_SASL_PASSWORD or sasl_password_file (a flag shows in the process list).", secret=True
+    )
+    sasl_password_file: str = _setting("", "File holding the SASL password (e.g. a mounted Secret), read at start.")
     ssl_cafile: str = _setting("", "CA bundle (PEM) to verify the brokers, for SSL/SASL_SSL.")
     ssl_certfile: str = _setting("", "Client certificate (PEM) for mutual TLS.")
     ssl_keyfile: str = _setting("", "Client private key (PEM) for mutual TLS.")
@@ -116,6 +119,19 @@ class Settings:
         for name, raw in flags.items():
             if name in _FIELDS:
                 values[name] = _coerce(name, raw, f"--{name.replace('_', '-')}")
+        if "sasl_password" in flags:
+            import warnings
+
+            warnings.warn(
+                "--sasl-password shows the password to anyone who can list processes; "
+                "use TRIALOG_SASL_PASSWORD or --sasl-password-file instead",
+                stacklevel=2,
+            )
+        if values.get("sasl_password_file") and not values.get("sasl_password"):
+            try:
+                values["sasl_password"] = Path(values["sasl_password_file"]).read_text().strip()
+            except OSError as exc:
+                raise SettingsError(f"cannot read sasl_password_file {values['sasl_password_file']}: {exc.strerror}") from exc
         settings = cls(**values)
         settings._validate()
         return settings
@@ -149,9 +165,40 @@ class Settings:
 _FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
+# Kafka's usual client property names (librdkafka's and the Java client's), accepted in
+# settings files beside Trialog's own.
+KAFKA_NAMES = {
+    "bootstrap.servers": "bootstrap_servers",
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_username",
+    "sasl.password": "sasl_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "client.id": "client_id",
+}
+
+
 def _read_file(path: str | os.PathLike[str] | None) -> dict[str, Any]:
+    """A YAML mapping of settings, or a Java-style ``.properties`` file (``name=value`` lines)."""
     if not path:
         return {}
+    if str(path).endswith(".properties"):
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError as exc:
+            raise SettingsError(f"cannot read settings file {path}: {exc.strerror}") from exc
+        data = {}
+        for line in lines:
+            line = line.strip()
+            if line and not line.startswith(("#", "!")):
+                name, sep, value = line.partition("=")
+                if not sep:
+                    raise SettingsError(f"settings file {path}: {line!r} is not name=value")
+                data[name.strip()] = value.strip()
+        return _known(data, path)
     try:
         data = yaml.safe_load(Path(path).read_text()) or {}
     except OSError as exc:
@@ -160,9 +207,17 @@ def _read_file(path: str | os.PathLike[str] | None) -> dict[str, Any]:
         raise SettingsError(f"settings file {path} is not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
         raise SettingsError(f"settings file {path} must be a mapping of setting names to values")
+    return _known(data, path)
+
+
+def _known(data: dict[str, Any], path: str | os.PathLike[str]) -> dict[str, Any]:
+    data = {KAFKA_NAMES.get(str(k), k): v for k, v in data.items()}
     unknown = sorted(set(data) - set(_FIELDS))
     if unknown:
-        raise SettingsError(f"settings file {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(_FIELDS)}")
+        raise SettingsError(
+            f"settings file {path}: unknown setting(s) {', '.join(unknown)}; known: {', '.join(_FIELDS)} "
+            f"(or Kafka's {', '.join(KAFKA_NAMES)})"
+        )
     return data
 
 

@@ -688,6 +688,10 @@ def add_cli(sub) -> None:
     export.add_argument("file", metavar="FILE", help="the deployment's keyring")
     export.add_argument("--implementation", required=True, metavar="NAME")
     export.add_argument("--out", required=True, metavar="FILE")
+    files = ksub.add_parser("files", help="Write one file per key id (what a Kubernetes Secret holds), actor keys derived for each --implementation.")
+    files.add_argument("file", metavar="FILE", help="the deployment's keyring")
+    files.add_argument("folder", metavar="DIR")
+    files.add_argument("--implementation", action="append", default=[], metavar="NAME", help="an actor implementation to derive actors.NAME for (repeatable)")
     token = ksub.add_parser("token", help="Print a join token for one seat of one trial (needs the seats key).")
     token.add_argument("file", metavar="FILE", help="a keyring holding the seats key")
     token.add_argument("--trial", required=True, metavar="TRIAL_ID")
@@ -710,10 +714,25 @@ def add_cli(sub) -> None:
         print(load(args.file).restricted_to(args.implementation).save(args.out))
         return 0
 
+    def do_files(args) -> int:
+        ring = load(args.file)
+        keys = dict(ring.keys)
+        for name in args.implementation:
+            keys[actor_key_id(name)] = ring.restricted_to(name).keys[actor_key_id(name)]
+        folder = Path(args.folder)
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for key_id, secret in sorted(keys.items()):
+            fd = os.open(folder / key_id, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(_b64(secret))
+        print(folder)
+        return 0
+
     def do_token(args) -> int:
         print(mint_join_token(load(args.file), args.trial, args.actor, ttl_s=args.ttl))
         return 0
 
     generate.set_defaults(func=do_generate)
     export.set_defaults(func=do_export)
+    files.set_defaults(func=do_files)
     token.set_defaults(func=do_token)

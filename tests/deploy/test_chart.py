@@ -30,6 +30,8 @@ from deploykit import (
     need,
 )
 
+from trialog.broker_secure import ROLE_ACLS
+
 VALUE_SETS = sorted(path.stem for path in VALUES_DIR.glob("*.yaml"))
 # The value sets the issue asks for; the test below fails if one goes missing.
 REQUIRED_VALUE_SETS = {"minimal", "sasl-tls", "strimzi", "several-hosts", "hpa", "metrics"}
@@ -295,8 +297,12 @@ def test_strimzi_mode_declares_topics_and_a_user_per_service(render: Callable) -
         assert user["spec"]["authentication"] == {"type": "scram-sha-512"}
         acls = user["spec"]["authorization"]["acls"]
         by_type = {acl["resource"]["type"]: acl for acl in acls}
-        assert by_type["topic"]["resource"] == {"type": "topic", "name": "trialog.", "patternType": "prefix"}
-        assert set(by_type["topic"]["operations"]) == {"Describe", "Read", "Write"}
+        # Least privilege per role: the same table as the local secured broker's.
+        role = container(deployments[name])["name"]
+        reads, writes = ROLE_ACLS[role]
+        granted = {(acl["resource"]["name"], op) for acl in acls if acl["resource"]["type"] == "topic" for op in acl["operations"]}
+        assert all(acl["resource"]["patternType"] == "literal" for acl in acls if acl["resource"]["type"] == "topic")
+        assert {(n, op) for n, op in granted if op != "Describe"} == {(f"trialog.{t}", "Read") for t in reads} | {(f"trialog.{t}", "Write") for t in writes}
         assert by_type["group"]["resource"] == {"type": "group", "name": "trialog.", "patternType": "prefix"}
         assert by_type["transactionalId"]["operations"] == ["Describe", "Write"]
         # The service's pods log in as that user, with the Secret the User Operator writes.
@@ -310,6 +316,21 @@ def test_strimzi_mode_declares_topics_and_a_user_per_service(render: Callable) -
     args = container(deployments["rel-trialog-actors-bots"])["args"]
     assert args[4:8] == ["--implementation", "random", "--implementation", "scripted"]
     assert "kubectl -n trialog get kafkatopics,kafkausers" in rendered.notes
+
+
+def test_the_keyring_secret_gives_actor_hosts_their_own_keys_only(render: Callable) -> None:
+    values = load_values("strimzi")
+    values["trust"] = {"keyringSecret": "trialog-keyring"}
+    rendered = render(values)
+    for deployment in rendered.of_kind("Deployment"):
+        pod = deployment["spec"]["template"]["spec"]
+        volume = next(v for v in pod["volumes"] if v["name"] == "keyring")
+        assert volume["secret"]["secretName"] == "trialog-keyring"
+        assert env_of(deployment)["TRIALOG_KEYRING"]["value"] == "/etc/trialog/keyring"
+        if container(deployment)["name"] == "actors":
+            assert [i["key"] for i in volume["secret"]["items"]] == ["actors.random", "actors.scripted"]
+        else:
+            assert "items" not in volume["secret"]  # core services: the whole keyring
 
 
 def test_strimzi_tls_users_mount_their_own_certificates(render: Callable) -> None:

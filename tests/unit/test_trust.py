@@ -213,5 +213,9 @@ def test_keyring_commands_and_the_cost_tool(tmp_path, capsys):
     assert verify_join_token(full, token, trial_id="t1", actor="bob").actor == "bob"
     assert json.loads(restricted.read_text())["keys"].keys() == {"actors.random"}
     assert Keyring.from_json(restricted.read_bytes(), "r").key("actors.random") == full.key("actors.random")
+    keys = tmp_path / "keys"
+    assert cli.main(["keyring", "files", str(ring), str(keys), "--implementation", "random"]) == 0
+    mounted = Keyring.from_directory(keys)  # what a pod sees of a mounted Secret
+    assert mounted.key("orchestrator") == full.key("orchestrator") and mounted.keys["actors.random"] == full.key("actors.random")
     assert trust_cost.main(["--records", "50", "--repeat", "1"]) == 0
     assert "| action |" in capsys.readouterr().out

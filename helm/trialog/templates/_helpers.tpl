@@ -340,3 +340,35 @@ ctx = dict "root" $ "user" <KafkaUser name or "">.
 - key: deadLetters
   suffix: dead-letters
 {{- end }}
+
+{{/*
+Least-privilege ACLs per role: which topics (by role, under the prefix) each service
+reads and writes. The same table as ROLE_ACLS in trialog/broker_secure.py (the local
+secured broker); tests/deploy checks that the two agree.
+*/}}
+{{- define "trialog.roleAcls" -}}
+orchestrator: {read: [control, events], write: [events, trials, dead-letters]}
+environment: {read: [events], write: [events, dead-letters]}
+actors: {read: [events, trials, models], write: [events, dead-letters]}
+logger: {read: [events, trials], write: [dead-letters]}
+gateway: {read: [events, trials], write: [control, events, dead-letters]}
+learner: {read: [events, trials, models], write: [models, dead-letters]}
+controller: {read: [events, trials, dead-letters], write: [control, events]}
+{{- end }}
+
+{{/*
+The keyring volume of a workload (trust.keyringSecret): core services mount every key;
+an actor host only the keys of the implementations it serves (actors.<impl>), so it can
+tag as its own actors and nobody else (docs/security.md).
+*/}}
+{{- define "trialog.keyringItems" -}}
+{{- if eq .w.component "actors" }}
+{{- $names := .w.values.implementations | default list }}
+{{- if not $names }}{{ fail (printf "actors host %s: list its implementations so that it gets their keys only (trust.keyringSecret)" .w.key) }}{{ end }}
+items:
+{{- range $names }}
+  - key: {{ printf "actors.%s" . | quote }}
+    path: {{ printf "actors.%s" . | quote }}
+{{- end }}
+{{- end }}
+{{- end }}

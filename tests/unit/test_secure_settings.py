@@ -1,0 +1,76 @@
+"""Client settings for secured clusters, and the secured local broker's configuration (no broker)."""
+
+from __future__ import annotations
+
+import ssl
+import warnings
+
+import pytest
+from cryptography import x509
+
+from trialog import broker_secure
+from trialog.broker import BrokerConfig, render_server_properties
+from trialog.errors import SettingsError
+from trialog.settings import Settings
+
+
+def test_kafka_property_names_and_a_password_file(tmp_path):
+    (tmp_path / "pw").write_text("s3cret\n")
+    (tmp_path / "ca.pem").write_text("")
+    (tmp_path / "client.yaml").write_text(
+        f"bootstrap.servers: kafka.example:9093\nsecurity.protocol: sasl_ssl\nsasl.mechanism: SCRAM-SHA-512\n"
+        f"sasl.username: actors\nsasl_password_file: {tmp_path / 'pw'}\nssl.ca.location: {tmp_path / 'ca.pem'}\n"
+    )
+    s = Settings.load({"settings": str(tmp_path / "client.yaml")}, environ={})
+    assert (s.bootstrap_servers, s.security_protocol, s.sasl_mechanism, s.sasl_username, s.sasl_password) == (
+        "kafka.example:9093", "SASL_SSL", "SCRAM-SHA-512", "actors", "s3cret")  # fmt: skip
+    assert s.ssl_cafile == str(tmp_path / "ca.pem")
+    assert {name: shown for name, shown, _ in s.describe()}["sasl_password"] == "****"  # `trialog settings` masks it
+    # The Java client's .properties form, and Kafka names next to Trialog's own.
+    (tmp_path / "client.properties").write_text("# a comment\nbootstrap.servers=b:1\nsecurity.protocol=SASL_PLAINTEXT\nsasl.username=u\nsasl.password=p\ntopic_prefix=x.\n")
+    s = Settings.load({"settings": str(tmp_path / "client.properties")}, environ={})
+    assert (s.bootstrap_servers, s.sasl_password, s.topic_prefix) == ("b:1", "p", "x.")
+    (tmp_path / "bad.yaml").write_text("sasl.kerberos.service.name: kafka\n")
+    with pytest.raises(SettingsError, match="or Kafka's bootstrap.servers"):
+        Settings.load({"settings": str(tmp_path / "bad.yaml")}, environ={})
+    with pytest.raises(SettingsError, match="cannot read sasl_password_file"):
+        Settings.load({"sasl_password_file": str(tmp_path / "missing")}, environ={})
+    # A password on the command line still works, with a warning: `ps` shows it.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Settings.load({"sasl_password": "p"}, environ={})
+    assert any("process" in str(w.message) for w in caught)
+    # The environment variable does not warn.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Settings.load({}, environ={"TRIALOG_SASL_PASSWORD": "p"}).sasl_password == "p"
+
+
+def test_secure_broker_files_listeners_and_acls(tmp_path):
+    config = BrokerConfig(data_dir=tmp_path, port=9392, controller_port=9393, secure=True, topic_prefix="dep.")
+    passwords = broker_secure.prepare(config, "dep.")
+    folder = broker_secure.secure_dir(config)
+    assert set(passwords) == {"admin", *broker_secure.ROLE_ACLS}
+    for path in folder.iterdir():
+        assert path.stat().st_mode & 0o077 == 0, path  # owner only
+    cert = x509.load_pem_x509_certificates((folder / "broker.pem").read_bytes())[0]
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "127.0.0.1" in [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
+    ssl.create_default_context(cafile=str(folder / "ca.pem"))  # a CA Python's TLS accepts
+    properties = render_server_properties(config, passwords)
+    assert "PLAINTEXT://" not in properties and "listeners=SASL_SSL://127.0.0.1:9392," in properties
+    assert "StandardAuthorizer" in properties and "allow.everyone.if.no.acl.found=false" in properties
+    # Each role's settings: its own user, the password in a file (not in the settings).
+    actors = Settings.load({"settings": str(folder / "actors.yaml")}, environ={})
+    assert (actors.sasl_username, actors.security_protocol, actors.topic_prefix) == ("actors", "SASL_SSL", "dep.")
+    assert passwords["actors"] not in (folder / "actors.yaml").read_text()
+    # The ACL commands grant exactly the table, nothing to the actors on control or trials.
+    granted: set[tuple[str, str, str]] = set()
+    for args in broker_secure.acl_commands("dep."):
+        op = args[args.index("--operation") + 1]
+        principals = [args[i + 1][5:] for i, a in enumerate(args) if a == "--allow-principal"]
+        topics = [args[i + 1] for i, a in enumerate(args) if a == "--topic"]
+        granted |= {(p, op, t) for p in principals for t in topics}
+    wanted = {(r, op, f"dep.{t}") for r, (reads, writes) in broker_secure.ROLE_ACLS.items() for op, ts in (("Read", reads), ("Write", writes)) for t in ts}
+    assert granted == wanted
+    assert not {(p, o, t) for p, o, t in granted if p == "actors" and t in ("dep.control", "dep.trials") and o == "Write"}
