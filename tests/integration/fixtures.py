@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import dataclasses
 import time
 
 from services.environment.games.rps import RockPaperScissors
@@ -90,3 +91,16 @@ class SlowPolicy(Policy):
         SlowPolicy.BATCHES.append(len(requests))
         time.sleep(float(self.config.get("delay_s", 0.2)))
         return ["ROCK"] * len(requests)
+
+
+class ScaledRps(SlowRps):
+    """RPS whose rewards follow a parameter changed mid-trial (``parameters.changed``)."""
+
+    scale = 1.0
+
+    def set_parameters(self, parameters):
+        self.scale = float(parameters.get("scale", self.scale))
+
+    def update(self, actions):
+        step = super().update(actions)
+        return dataclasses.replace(step, rewards={name: value * self.scale for name, value in step.rewards.items()})

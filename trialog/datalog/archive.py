@@ -143,6 +143,7 @@ class Archive:
             "started_ms": started_ms,
             "ended_ms": ended_ms,
             "problems": fold.check(),
+            "parameter_changes": [[tick, parameters] for tick, parameters in fold.parameter_changes],  # for replay --verify
         }
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / CATALOG, "a") as f:

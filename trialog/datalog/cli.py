@@ -76,7 +76,7 @@ def _replay(args) -> int:
         trial = archive.read(args.trial_id)
         _warn(trial.entry["problems"])
         if args.verify:
-            return _verdict(verify(trial.started, trial.samples, archive.store, spec))
+            return _verdict(verify(trial.started, trial.samples, archive.store, spec, trial.entry.get("parameter_changes", ())))
         for sample in trial.samples:
             print(_line(sample, args.json))
         return 0
@@ -91,7 +91,7 @@ def _replay(args) -> int:
                     raise TrialogError(f"trial {args.trial_id} has no trial.started in {bus.settings.topic('events')}")
                 _warn(fold.check())
                 if args.verify:
-                    return _verdict(verify(fold.started, fold.samples(), bus.store, spec))
+                    return _verdict(verify(fold.started, fold.samples(), bus.store, spec, fold.parameter_changes))
                 for sample in fold.samples():
                     print(_line(sample, args.json))
                 return 0

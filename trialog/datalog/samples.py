@@ -48,6 +48,7 @@ from trialog.events import (
     Event,
     Message,
     Observation,
+    ParametersChanged,
     Reward,
     TrialEnded,
     TrialStarted,
@@ -186,6 +187,8 @@ class TrialFold:
         self._rewards: dict[tuple[int, str, str], Reward] = {}  # (tick, sender, receiver)
         self._messages: dict[tuple, Message] = {}
         self.tick = -1  # the latest observed tick: rewards and messages may address it, not later ones
+        self.stepped = -1  # the latest tick whose every active actor has its action or timeout (the environment stepped it)
+        self.parameter_changes: list[tuple[int, dict]] = []  # (tick before whose update it applies, parameters)
         self.events = 0  # records of this trial read, duplicates included
 
     # --- input -------------------------------------------------------------------------
@@ -208,6 +211,9 @@ class TrialFold:
             case Action() | ActorTimeout():
                 if self._known(event.actor, event) and (event.tick, event.actor) in self._observations:
                     self._actions.setdefault((event.tick, event.actor), event)
+                    self._maybe_stepped(event.tick)
+            case ParametersChanged():
+                self._parameters(event)
             case Reward():
                 problem = reward_problem(event, self.tick, self._classes if self.started is not None else None)
                 if problem is None:
@@ -215,6 +221,25 @@ class TrialFold:
             case Message():
                 if message_problem(event, self.tick) is None:
                     self._messages.setdefault(event.identity, event)
+
+    def _maybe_stepped(self, tick: int) -> None:
+        """Follow the environment's barrier: tick t is stepped once every actor observed at t
+        (and not told it was its last observation) has an action or a timeout for it."""
+        if tick != self.stepped + 1:
+            return
+        waiting = [a for (t, a), obs in self._observations.items() if t == tick and not obs.final and (t, a) not in self._actions]
+        if not waiting:
+            self.stepped = tick
+
+    def _parameters(self, change: ParametersChanged) -> None:
+        """As the environment runtime applies it: before the update of its tick, or of the
+        tick under way when it is read, if that is later; invalid ones not at all."""
+        try:
+            parameters = orjson.loads(change.parameters)
+        except ValueError:
+            return
+        if isinstance(parameters, dict) and change.tick >= 0:
+            self.parameter_changes.append((max(change.tick, self.stepped + 1), parameters))
 
     def bad_record(self, offset: int, reason: str) -> None:
         """A record of this trial that could not be decoded."""

@@ -10,8 +10,9 @@ was logged — observations byte for byte in their Avro encoding, and the
 environment's own rewards (senders ``env`` and ``env/<source>``). Rewards from
 other senders are not the environment's business and are not compared.
 
-Logged parameter changes (``parameters.changed``) are not replayed yet: a trial
-whose environment reacted to one shows up as a difference at that tick.
+Logged parameter changes (``parameters.changed``) are replayed as the runtime
+applied them: before the update of the tick the fold worked out for each
+(:attr:`trialog.datalog.samples.TrialFold.parameter_changes`).
 """
 
 from __future__ import annotations
@@ -52,9 +53,12 @@ def _step_rewards(rewards: Mapping[str, float] | Sequence[RewardOut]) -> set[tup
     return {(f"env/{r.source}" if r.source else "env", r.receiver, float(r.value), float(r.confidence)) for r in items}
 
 
-def verify(started: TrialStarted, samples: Sequence[Sample], store: SchemaStore, spec: Spec) -> Verdict:
+def verify(
+    started: TrialStarted, samples: Sequence[Sample], store: SchemaStore, spec: Spec, parameter_changes: Sequence[tuple[int, Mapping]] = ()
+) -> Verdict:
     """Re-simulate a trial from its ``trial.started`` and samples, with the environment
-    implementation of that name in ``spec`` (never the entry point the record carries)."""
+    implementation of that name in ``spec`` (never the entry point the record carries),
+    applying ``parameter_changes`` ((tick before whose update, parameters), as folded)."""
     if started.spec != spec.name:
         raise TrialogError(f"the trial ran spec {started.spec!r}, not {spec.name!r} ({spec.file}): pass the spec it ran")
     impl = spec.environments.get(started.environment)
@@ -84,6 +88,9 @@ def verify(started: TrialStarted, samples: Sequence[Sample], store: SchemaStore,
             actions = {a: s.action for a, s in logged.items() if s.action_avro is not None}
             if not actions:
                 break  # the final tick (or everyone left): nothing more was computed
+            for at, parameters in parameter_changes:
+                if at == tick:
+                    env.set_parameters(parameters)
             step = env.update(actions)
             if not isinstance(step, Step):
                 return Verdict(False, compared, tick, f"update returned {type(step).__name__}, not Step")

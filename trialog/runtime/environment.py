@@ -24,6 +24,7 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,8 +34,9 @@ from trialog import metrics
 from trialog.bus.base import Record
 from trialog.deadletters import ENVIRONMENT, message_problem
 from trialog.environment import RewardOut, Step
-from trialog.errors import BadRecord, CodecError
+from trialog.errors import BadRecord, CodecError, TrialogError
 from trialog.events import (
+    HEADER_KIND,
     Action,
     ActorJoined,
     ActorLeft,
@@ -61,6 +63,18 @@ from trialog.trust import SeatBook, seat_headers
 log = get_logger(__name__)
 
 EnvFactory = Callable[[Any], Any]  # TrialInfo -> environment instance
+UPDATE_THREADS = 8  # updates of different trials that may run at once (each trial runs one at a time)
+
+
+def _update(env: Any, actions: dict[str, Any]) -> tuple[Step | None, str]:
+    """The user's update (in a worker thread when live): its Step, or None and what went wrong."""
+    try:
+        step = env.update(actions)
+        if not isinstance(step, Step):
+            raise TypeError(f"update must return trialog.environment.Step, got {type(step).__name__}")
+        return step, ""
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 @dataclass
@@ -83,6 +97,8 @@ class _Trial:
     terminating: bool = False
     done: bool = False
     pending_parameters: list[tuple[int, dict]] = field(default_factory=list)  # (effective tick, parameters)
+    stepping: bool = False  # update() is running in a worker thread
+    backlog: list[tuple[Record, Event]] = field(default_factory=list)  # records that arrived meanwhile, in log order
 
 
 class EnvironmentHandler(Handler):
@@ -106,6 +122,7 @@ class EnvironmentHandler(Handler):
         self.trials: dict[str, _Trial] = {}
         self.seats = SeatBook()  # who holds each client seat (joins come before the trial starts)
         self.ended: OrderedDict[str, None] = OrderedDict()  # recently ended: a repeated trial.started changes nothing
+        self._workers = ThreadPoolExecutor(max_workers=UPDATE_THREADS, thread_name_prefix="env-update")
 
     # --- log events ------------------------------------------------------------------------
     def wants(self, record: Record, kind: str | None) -> bool:
@@ -124,6 +141,13 @@ class EnvironmentHandler(Handler):
             return
         trial = self.trials.get(event.trial_id)
         if trial is None:
+            return
+        if trial.stepping:  # per-trial order: after the update under way
+            if isinstance(event, TrialEnded):
+                self.seats.forget(trial.started.trial_id)
+                self._close(trial)  # the update's result is dropped when it returns
+            else:
+                trial.backlog.append((record, event))
             return
         match event:
             case Observation():
@@ -220,7 +244,7 @@ class EnvironmentHandler(Handler):
 
     # --- the tick ------------------------------------------------------------------------------
     def _maybe_step(self, trial: _Trial) -> None:
-        if trial.done or any(a not in trial.actions for a in trial.active):
+        if trial.done or trial.stepping or any(a not in trial.actions for a in trial.active):
             return
         if self._before_deadline(trial):
             return  # real time: the deadline timer steps it
@@ -235,12 +259,36 @@ class EnvironmentHandler(Handler):
         for params in due:
             trial.env.set_parameters(params)
         actions, trial.actions = trial.actions, {}
-        try:
-            step = trial.env.update(actions)
-            if not isinstance(step, Step):
-                raise TypeError(f"update must return trialog.environment.Step, got {type(step).__name__}")
-        except Exception as exc:
-            self._fail(trial, f"environment update failed at tick {tick}: {type(exc).__name__}: {exc}")
+        if not self.loop.is_live(EVENTS, trial.partition):
+            self._stepped(trial, tick, *_update(trial.env, actions))  # catch-up: in log order, compared with the log
+            return
+        # Live: the user's update runs in a worker thread, so a slow environment slows only its
+        # own trials. Records of this trial that arrive meanwhile wait their turn (trial.backlog).
+        trial.stepping = True
+        future = asyncio.get_running_loop().run_in_executor(self._workers, _update, trial.env, actions)
+        future.add_done_callback(lambda f: None if f.cancelled() else self._stepped(trial, tick, *f.result()))
+
+    def _stepped(self, trial: _Trial, tick: int, step: Step | None, error: str) -> None:
+        """The update of ``tick`` returned (or failed): write what it produced, then handle
+        the trial's records that waited for it."""
+        trial.stepping = False
+        if self.trials.get(trial.started.trial_id) is not trial:
+            self._end_env(trial)  # ended or moved meanwhile: nothing to write
+            return
+        self._write_step(trial, tick, step, error)
+        while trial.backlog and not trial.stepping:
+            record, event = trial.backlog.pop(0)
+            try:
+                self.handle(record, event)
+            except TrialogError as exc:  # as the service loop would have done with it
+                if self.owns(record, record.header(HEADER_KIND)):
+                    self.loop.dead_letter(record, str(exc))
+            except Exception:
+                log.exception("handler failed", service=self.service_name, trial=record.trial_id)
+
+    def _write_step(self, trial: _Trial, tick: int, step: Step | None, error: str) -> None:
+        if step is None:
+            self._fail(trial, f"environment update failed at tick {tick}: {error}")
             return
         if self.loop.is_live(EVENTS, trial.partition):  # not while replaying a trial taken over (counted by its first host)
             metrics.TICKS.labels(trial.started.environment).inc()
@@ -355,7 +403,7 @@ class EnvironmentHandler(Handler):
         self._finish(trial, trial.tick, "error", details)
 
     def _end_env(self, trial: _Trial) -> None:
-        if trial.env is not None:
+        if trial.env is not None and not trial.stepping:
             try:
                 trial.env.end()
             except Exception:
@@ -364,7 +412,8 @@ class EnvironmentHandler(Handler):
 
     def _close(self, trial: _Trial) -> None:
         self._end_env(trial)
-        self.trials.pop(trial.started.trial_id, None)
+        if self.trials.get(trial.started.trial_id) is trial:
+            del self.trials[trial.started.trial_id]
         self.ended[trial.started.trial_id] = None
         while len(self.ended) > 10_000:
             self.ended.popitem(last=False)
@@ -375,12 +424,12 @@ class EnvironmentHandler(Handler):
         for trial in list(self.trials.values()):
             if trial.done or trial.timed_out or not self.loop.is_live(EVENTS, trial.partition):
                 continue
-            if trial.started.tick_interval_ms or mono - trial.waiting_since < trial.started.response_timeout_ms / 1000:
+            if trial.stepping or trial.started.tick_interval_ms or mono - trial.waiting_since < trial.started.response_timeout_ms / 1000:
                 continue  # real-time trials time out at their tick deadline instead
             self._time_out(trial)
 
     def _time_out(self, trial: _Trial) -> None:
-        """Write the timeouts of the actors whose action for this tick is missing."""
+        """Write the timeouts of the actors whose action for this tick is missing (applied when read back)."""
         trial.timed_out = True
         policy = trial.started.timeout_policy
         for actor in sorted(trial.active - set(trial.actions)):
@@ -402,8 +451,12 @@ class EnvironmentHandler(Handler):
 
     def revoked(self, role: str, partition: int) -> None:
         for trial in [t for t in self.trials.values() if t.partition == partition]:
-            self._end_env(trial)
             del self.trials[trial.started.trial_id]
+            if not trial.stepping:  # else when its update returns (end() must not race update())
+                self._end_env(trial)
+
+    async def close(self) -> None:
+        self._workers.shutdown(wait=False, cancel_futures=True)
 
     def hosts(self, record: Record) -> bool:
         return record.trial_id in self.trials
