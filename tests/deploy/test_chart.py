@@ -34,7 +34,7 @@ from trialog.broker_secure import ROLE_ACLS
 
 VALUE_SETS = sorted(path.stem for path in VALUES_DIR.glob("*.yaml"))
 # The value sets the issue asks for; the test below fails if one goes missing.
-REQUIRED_VALUE_SETS = {"minimal", "sasl-tls", "strimzi", "several-hosts", "hpa", "metrics"}
+REQUIRED_VALUE_SETS = {"minimal", "sasl-tls", "strimzi", "several-hosts", "hpa", "metrics", "gateway"}
 # Chart.yaml's kubeVersion floor, and the newest schemas kubernetes-validate ships.
 OLDEST_KUBERNETES = "1.25.0"
 SCHEMAS_DIR = Path(__file__).parent / "schemas"
@@ -160,6 +160,25 @@ def test_defaults_deploy_the_four_services_hardened_and_probed(render: Callable)
     assert all(p["spec"]["maxUnavailable"] == 1 for p in rendered.of_kind("PodDisruptionBudget"))
     assert not rendered.of_kind("HorizontalPodAutoscaler")
     assert not rendered.of_kind("KafkaTopic") and not rendered.of_kind("KafkaUser")
+
+
+def test_the_gateway_serves_people_behind_a_service_and_an_ingress(render: Callable) -> None:
+    assert not render(load_values("minimal")).of_kind("Ingress")
+    rendered = render(load_values("gateway"))
+    gateway = rendered.get("Deployment", "rel-trialog-gateway")
+    main = container(gateway)
+    assert gateway["spec"]["replicas"] == 2
+    assert main["args"][:2] == ["serve", "gateway"] and main["args"][-2:] == ["--health-port", "8080"]
+    assert main["args"][main["args"].index("--port") + 1] == "8000" and main["args"][main["args"].index("--host") + 1] == "0.0.0.0"
+    assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in main["ports"]
+    assert env_of(gateway)["TRIALOG_GATEWAY_URL"]["value"] == "https://play.example.org"  # join links point at the Ingress
+    service = rendered.get("Service", "rel-trialog-gateway")
+    assert service["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
+    assert service["spec"]["selector"]["app.kubernetes.io/component"] == "gateway"
+    ingress = rendered.get("Ingress", "rel-trialog-gateway")
+    assert ingress["spec"]["rules"][0]["host"] == "play.example.org"
+    assert ingress["spec"]["tls"] == [{"hosts": ["play.example.org"], "secretName": "play-example-org-tls"}]
+    assert "rel-trialog-gateway" in {p["metadata"]["name"] for p in rendered.of_kind("PodDisruptionBudget")}
 
 
 def test_metrics_are_scraped_by_a_service_monitor_and_drawn_by_the_dashboard(render: Callable) -> None:

@@ -172,3 +172,47 @@ def test_trialog_demo_humans_prints_a_link_a_person_can_play(kafka_settings):
     finally:
         if demo.poll() is None:
             demo.kill()
+
+
+def play_rps(url: str) -> dict:
+    """A person clicking rock, paper, scissors in turn until the game is over."""
+    with chromium() as driver:
+        driver.get(url)
+        until(lambda: page_state(driver).get("tick") is not None, what="the first round")
+        moves = ["ROCK", "PAPER", "SCISSORS"]
+        clicks = 0
+        while not page_state(driver).get("ended"):
+            buttons = [b for b in driver.find_elements(By.CSS_SELECTOR, "button[data-move]") if b.is_enabled()]
+            if buttons:
+                driver.find_element(By.CSS_SELECTOR, f"button[data-move={moves[clicks % 3]}]").click()
+                clicks += 1
+                if clicks == 4:
+                    shot(driver, "play-rps")
+            time.sleep(0.05)
+        return {**page_state(driver), "clicks": clicks}
+
+
+async def test_a_person_plays_rock_paper_scissors_and_exports_the_demonstration(kafka_settings, tmp_path):
+    bus = KafkaBus(kafka_settings)
+    spec = load_spec(EXAMPLES / "rps.yaml", bus.store)
+    async with deployment(bus, spec) as (d, ctl), gateway(KafkaBus(kafka_settings, bus.store), [spec]) as base:
+        tid = await ctl.start_trial("rps", implementations={"bob": "human"}, max_ticks=12)
+        (url,) = ctl.join_links(tid, ["bob"]).values()
+        page = await asyncio.to_thread(play_rps, url.replace("http://127.0.0.1:8000", base))
+        await ctl.wait_ended(tid, timeout=30)
+        events = await read_trial(bus, tid)
+    bob = [e for e in events if isinstance(e, Action) and e.actor == "bob"]
+    assert page["ended"] and len(bob) == page["clicks"] == page["actions"] > 0
+
+    # The person's moves are demonstrations: `trialog export --implementation human` (docs/humans.md).
+    out = tmp_path / "people.parquet"
+    env = {**os.environ, "TRIALOG_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers, "TRIALOG_TOPIC_PREFIX": kafka_settings.topic_prefix}
+    done = subprocess.run([sys.executable, "-m", "trialog.cli", "export", "--implementation", "human", "--out", str(out)],
+                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(out).to_pylist()
+    assert {r["actor"] for r in rows} == {"bob"} and {r["implementation"] for r in rows} == {"human"}
+    played = sorted((r["tick"], r["action"]) for r in rows if r["action"] is not None and not r["timed_out"])
+    assert [t for t, _ in played] == [a.tick for a in bob]

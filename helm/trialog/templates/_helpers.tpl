@@ -113,6 +113,7 @@ Every service Deployment as a YAML list; templates range over
   args       the container's arguments
   archive    true for the logger (mounts the archive volume)
   models     true for actor hosts and learners (mount the model store, when one is set)
+  web        true for the gateway (serves people on gateway.port)
   values     the service's values; host entries merged over hostDefaults
 */}}
 {{- define "trialog.workloads" -}}
@@ -145,6 +146,10 @@ Every service Deployment as a YAML list; templates range over
 {{- end }}
 {{- $args = concat $args $health $v.extraArgs }}
 {{- $items = append $items (dict "key" (printf "learner-%s" $v.name) "component" "learner" "host" $v.name "args" $args "archive" false "models" true "values" $v) }}
+{{- end }}
+{{- if .Values.gateway.enabled }}
+{{- $args := concat (list "serve" "gateway") $spec (list "--host" "0.0.0.0" "--port" (toString (int .Values.gateway.port))) $health .Values.gateway.extraArgs }}
+{{- $items = append $items (dict "key" "gateway" "component" "gateway" "host" "" "args" $args "archive" false "web" true "values" .Values.gateway) }}
 {{- end }}
 {{- if .Values.logger.enabled }}
 {{- $args := concat (list "serve" "logger") $spec (list "--archive-dir" .Values.logger.archive.mountPath) $health .Values.logger.extraArgs }}
@@ -371,4 +376,19 @@ items:
     path: {{ printf "actors.%s" . | quote }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+Where people reach the gateway (join links start with it): gateway.publicUrl, else
+https://<ingress host> when the Ingress is on, else the Service's in-cluster address.
+*/}}
+{{- define "trialog.gatewayUrl" -}}
+{{- $ctx := dict "root" . "w" (dict "key" "gateway" "component" "gateway" "host" "") -}}
+{{- if .Values.gateway.publicUrl -}}
+{{- .Values.gateway.publicUrl -}}
+{{- else if .Values.gateway.ingress.enabled -}}
+{{- printf "%s://%s" (ternary "https" "http" (ne .Values.gateway.ingress.tlsSecret "")) .Values.gateway.ingress.host -}}
+{{- else -}}
+{{- printf "http://%s.%s.svc:%d" (include "trialog.workloadName" $ctx) .Release.Namespace (int .Values.gateway.port) -}}
+{{- end -}}
 {{- end }}

@@ -82,7 +82,7 @@ const handlers = {
   },
   rewarded(msg) {
     stats.rewarded.push(msg);
-    $("#judge-result").textContent = `sent: ${msg.value > 0 ? "👍" : "👎"} to ${msg.receiver} for tick ${msg.tick}`;
+    $("#judge-result").textContent = `sent: ${msg.value > 0 ? "good" : "bad"} to ${msg.receiver} for tick ${msg.tick}`;
   },
   error(msg) {
     stats.errors.push(msg.reason);
