@@ -62,23 +62,30 @@ def fold_trial(event: Event, key: str, timestamp: int, headers: Any, state) -> d
 
 
 def _reward(reward: Reward, state) -> dict | None:
+    """Fold a reward into the (actor, tick) cells it reaches and the running returns.
+
+    State keys are small and per item (one per reward identity, one per cell), so a
+    reward costs a few lookups however long the trial: a cell's aggregate changes from
+    Σcv/Σc before to after, and the actor's running return by the difference."""
     trial = state.get("trial")
     if trial is None or reward.tick < 0:
         return None
-    identity = f"{reward.tick}|{reward.sender}|{reward.receiver}"
-    seen = state.get("seen", {})
-    if identity in seen:
+    identity = f"seen|{reward.tick}|{reward.sender}|{reward.receiver}"
+    if state.get(identity) is not None:
         return None  # a duplicate (I-8): the first in the log counts
-    seen[identity] = 1
-    state.set("seen", seen)
-    sums = state.get("sums", {})
+    state.set(identity, 1)
     confidence = reward.confidence if reward.confidence > 0 else 0.0
+    returns = state.get("returns") or {name: 0.0 for name, *_ in trial["actors"]}
     for name, actor_class, _, _ in trial["actors"]:
-        if matches(reward.receiver, name, actor_class):
-            cell = sums.setdefault(f"{name}|{reward.tick}", [0.0, 0.0])
-            cell[0] += confidence * reward.value
-            cell[1] += confidence
-    state.set("sums", sums)
+        if matches(reward.receiver, name, actor_class) and confidence > 0:
+            key = f"cell|{name}|{reward.tick}"
+            weighted, total = state.get(key, [0.0, 0.0])
+            before = weighted / total if total > 0 else 0.0
+            weighted, total = weighted + confidence * reward.value, total + confidence
+            state.set(key, [weighted, total])
+            returns[name] += weighted / total - before
+    state.set("returns", returns)
+    state.set("last_reward_tick", max(reward.tick, state.get("last_reward_tick", 0)))
     sources = state.get("sources", {})
     total, count = sources.get(reward.sender, [0.0, 0])
     sources[reward.sender] = [total + reward.value, count + 1]
@@ -89,11 +96,13 @@ def _reward(reward: Reward, state) -> dict | None:
 
 def trial_result(trial_id: str, state) -> dict:
     trial, ended = state.get("trial"), state.get("ended")
-    returns = {name: 0.0 for name, *_ in trial["actors"]}
-    for cell, (weighted, confidence) in state.get("sums", {}).items():
-        name, tick = cell.rsplit("|", 1)
-        if int(tick) <= ended["tick"] and confidence > 0:
-            returns[name] += weighted / confidence
+    returns = dict(state.get("returns") or {name: 0.0 for name, *_ in trial["actors"]})
+    # Rewards for ticks after the final one reach no sample in the datalog: leave them out.
+    for tick in range(ended["tick"] + 1, state.get("last_reward_tick", 0) + 1):
+        for name in returns:
+            weighted, total = state.get(f"cell|{name}|{tick}", [0.0, 0.0])
+            if total > 0:
+                returns[name] -= weighted / total
     first, last, last_tick, gap_max = state.get("obs", [0, 0, 0, 0])
     return {
         "trial_id": trial_id,

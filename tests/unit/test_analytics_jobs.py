@@ -83,3 +83,14 @@ def test_summaries_count_each_trial_once_in_any_order_and_keep_its_latest_result
     assert shuffled["reward-sources|env"]["count"] == 6 and shuffled["reward-sources|env"]["trials"] == 3
     assert shuffled["human-vs-agent|rps"] == {"job": "human-vs-agent", "key": "rps", "trials": 1, "human_mean": 5.0, "agent_mean": 2.0,
                                               "human_wins": 1, "agent_wins": 0, "ties": 0}  # fmt: skip
+
+
+def test_the_benchmark_datalog_folds_into_the_expected_results():
+    from bench.analytics import trial_events
+
+    state = State()
+    [out] = run(state, "bench-1", trial_events("bench-1", ticks=6, seed=1))
+    # seed 1: ticks 0..5 won by bob, draw, alice, bob, draw, alice
+    assert out["returns"] == {"alice": 0.0, "bob": 0.0} and out["ticks"] == 5 and out["reason"] == "max_ticks"
+    [out] = run(State(), "bench-0", trial_events("bench-0", ticks=4, seed=0))
+    assert out["returns"] == {"alice": 1.0, "bob": -1.0}  # alice, bob, draw, alice
