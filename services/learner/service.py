@@ -11,8 +11,10 @@ Rewards that arrive after a trial's end correct the transitions already in memor
 
 **Off-policy** learners (DQN) train in a worker thread as samples come, as many
 rounds as the env steps owe them, and never make actors wait. **On-policy**
-learners (PPO) keep only transitions of the version they are at, say how many they
-discard, and publish the next version once they have a full batch.
+learners (PPO) publish their initial weights as version 1, keep only transitions
+acted by the version they are at (from the moment training of the next one starts,
+only that one's), say how many they discard and of which versions, and publish the
+next version once they have a full batch.
 
 **Recovery (I-7).** A version on ``models`` carries, besides the weights, what
 resuming needs: counters, the target network and the optimizer, and how far in
@@ -92,6 +94,8 @@ class LearnerHandler(Handler):
             self.version = latest.version
             self.counted_through = {int(p): int(o) for p, o in meta.get("counted_through", {}).items()}
             log.info("learner resumed from the last version", model=self.model, version=self.version, env_steps=self.learner.env_steps)
+        elif getattr(self.learner, "publish_initial", False):
+            await self._publish(loss=0.0, rounds=0)  # on-policy: actors act with version 1 before anything is learned
         self.restored.set()
         waiting, self._waiting = self._waiting, []
         for record, event in waiting:
@@ -177,11 +181,16 @@ class LearnerHandler(Handler):
             self._training = asyncio.get_running_loop().create_task(self._train())
 
     async def _train(self) -> None:
+        # From now on an on-policy learner keeps only what the version being made will act.
+        self.version += 1
         rounds, loss = 0, 0.0
         while self.learner.rounds_due():
             loss = await asyncio.to_thread(self.learner.train_round)
             rounds += 1
-        self.version += 1
+        await self._publish(loss, rounds, number=self.version)
+
+    async def _publish(self, loss: float, rounds: int, number: int | None = None) -> None:
+        self.version = number or self.version + 1
         meta = {**self.learner.metadata(), "counted_through": {str(p): o for p, o in self.counted_through.items()}, "discarded": self.discarded, "loss": loss}
         version = await asyncio.to_thread(
             models.make_version, self.model, self.version, self.learner.algorithm, self.learner.tensors(), meta, store=self.model_store

@@ -81,7 +81,7 @@ async def test_phases_versions_and_a_learner_killed_mid_training_resumes(kafka_s
     learner_args = ["learner", "--implementation", "dqn", "--experiment", preset.name]
     with local_services(settings, str(spec_file), log_dir=str(logs), learners=[learner_args[1:]]) as procs:
         async with bus:
-            first = asyncio.create_task(run_phases(settings, preset, spec.name, quiet=True))
+            first = asyncio.create_task(run_phases(settings, preset, spec, quiet=True))
             # Mid-training: once two versions are out, SIGKILL the learner and start another.
             deadline = time.monotonic() + 240
             while (v := await _latest(bus, preset.name)) is None or v.version < 2:
@@ -95,7 +95,7 @@ async def test_phases_versions_and_a_learner_killed_mid_training_resumes(kafka_s
             result = await first
             # More training after the restart: the resumed learner publishes on from the last version.
             more = dataclasses.replace(preset, seed=10_000, schedule=dataclasses.replace(preset.schedule, heatup_steps=0, total_steps=600))
-            await run_phases(settings, more, spec.name, quiet=True)
+            await run_phases(settings, more, spec, quiet=True)
             after = await _latest(bus, preset.name)
             folds = [f async for f in read_trials(bus, lambda r: r.experiment == preset.name)]
 

@@ -170,3 +170,23 @@ def test_on_policy_learner_keeps_the_current_version_and_counts_what_it_discards
     kept = handler._current_version_only(folding, [("agent", t)])
     assert [len(k) for _, k in kept] == [2] and kept[0][1].versions.tolist() == [4, 4]
     assert handler.discarded == 2  # version 3 and the unversioned one (the last sample has no next)
+
+
+def test_ppo_in_process_runs_and_its_learner_round_trips():
+    from trialog.learn.ppo import PPOConfig, PPOLearner, train_in_process as ppo_in_process
+
+    curve = ppo_in_process(PPOConfig(rollout_steps=128, hidden=(16,)), total_steps=600, eval_every=300, eval_episodes=2)
+    assert [s >= 300 for s, _ in curve] == [True, True] and all(8 <= r <= 500 for _, r in curve)
+    cfg = PPOConfig(observation_size=2, actions=2, hidden=(8,), rollout_steps=8, minibatches=2, update_epochs=2)
+    learner = PPOLearner(cfg)
+    learner.add(transitions([sample(i, [i, -i], i % 2, 1.0) for i in range(6)]))
+    assert learner.rounds_due() == 0
+    learner.add(transitions([sample(i, [i, i], i % 2, 1.0, terminated=i == 5) for i in range(6)]))
+    assert learner.rounds_due() == 1
+    learner.train_round()
+    assert learner.rounds_due() == 0 and learner.rounds == 1
+    version = make_version("m", 2, "ppo", learner.tensors(), learner.metadata())
+    resumed = PPOLearner(cfg)
+    resumed.restore(from_safetensors(version.weights), version.meta)
+    for k, v in learner.policy_weights().items():
+        assert np.array_equal(resumed.policy_weights()[k], v)

@@ -72,6 +72,7 @@ class Preset:
     spec: str
     implementation: str
     agent: Mapping[str, Any] = field(default_factory=dict)
+    actors: tuple[str, ...] = ()  # the trial's actors the implementation plays (default: all of them)
     schedule: Schedule = Schedule()
     validation: Validation | None = None
     seed: int = 0  # trial i gets seed + i
@@ -161,13 +162,15 @@ class _Progress:
             print(text, file=sys.stderr, flush=True)
 
 
-async def run_phases(settings: Settings, preset: Preset, spec_name: str, *, quiet: bool = False, version_timeout: float = 120) -> TrainResult:
-    """Heatup, then train ↔ evaluate until the budget, against services already running."""
+async def run_phases(settings: Settings, preset: Preset, spec, *, quiet: bool = False, version_timeout: float = 120) -> TrainResult:
+    """Heatup, then train ↔ evaluate until the budget, against services already running
+    (``spec``: the loaded spec the orchestrator serves)."""
     from trialog import models
     from trialog.bus import connect
     from trialog.controller import Controller
 
     s, result, progress = preset.schedule, TrainResult(), _Progress(quiet)
+    played = {a.name: preset.implementation for a in spec.trial.actors if not preset.actors or a.name in preset.actors}
     recent: list[float] = []
     next_seed = preset.seed
     started = time.monotonic()
@@ -186,7 +189,7 @@ async def run_phases(settings: Settings, preset: Preset, spec_name: str, *, quie
         async def one(phase: str) -> tuple[int, float]:
             nonlocal next_seed
             seed, next_seed = next_seed, next_seed + 1
-            tid = await ctl.start_trial(spec_name, seed=seed, experiment=preset.name, phase=phase)
+            tid = await ctl.start_trial(spec.name, seed=seed, implementations=played, experiment=preset.name, phase=phase)
             started = await ctl.wait_started(tid)
             learning = next((a.name for a in started.actors if a.implementation == preset.implementation), "")
             ended = await ctl.wait_ended(tid, timeout=600)
@@ -215,10 +218,14 @@ async def run_phases(settings: Settings, preset: Preset, spec_name: str, *, quie
             next_eval = result.env_steps + s.steps_between_evaluations
             # Evaluate the version that has seen every step so far (the learner may lag a little).
             deadline = time.monotonic() + version_timeout
+            # (or, for learners that do not say, until no newer version has come for a while).
             version, current = await latest_version()
-            while not current and time.monotonic() < deadline:
+            quiet_since = time.monotonic()
+            while not current and time.monotonic() < deadline and (version == 0 or time.monotonic() - quiet_since < 10):
                 await asyncio.sleep(0.5)
-                version, current = await latest_version()
+                newer, current = await latest_version()
+                if newer != version:
+                    version, quiet_since = newer, time.monotonic()
             await asyncio.sleep(1.0)  # actor services pick the version up from `models`
             rets = [r for _, r in await asyncio.gather(*(one("evaluate") for _ in range(s.evaluation_trials)))]
             e = Evaluation(result.env_steps, result.episodes, sum(rets) / len(rets), rets, version)
@@ -281,7 +288,7 @@ def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = Fa
         settings, str(spec_file), environment_processes=preset.environment_processes, actor_processes=preset.actor_processes,
         log_dir=str(out_dir / "logs"), learners=[["--implementation", preset.implementation, "--experiment", preset.name]],
     ):  # fmt: skip
-        return asyncio.run(run_phases(settings, preset, spec.name, quiet=quiet))
+        return asyncio.run(run_phases(settings, preset, spec, quiet=quiet))
 
 
 def add_cli(sub) -> None:
