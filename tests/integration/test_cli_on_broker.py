@@ -41,3 +41,21 @@ def test_topics_are_created_with_the_record_limit_the_producers_check(kafka_sett
     lines = {line.split()[0]: line for line in described.stdout.splitlines()}
     assert "max.message.bytes=1048576" in lines[kafka_settings.topic("events")]
     assert "max.message.bytes=8388608" in lines[kafka_settings.topic("models")]
+
+
+def test_a_deployments_topics_can_be_deleted_as_the_test_fixture_does(kafka_settings):
+    """Integration tests delete their topics afterwards (tests/conftest.py), through this."""
+
+    async def go():
+        bus = KafkaBus(kafka_settings)
+        await bus.create_topics()
+        deleted = await bus.delete_topics()
+        for _ in range(20):  # deletion is asynchronous in the broker
+            if not await bus.describe_topics():
+                break
+            await asyncio.sleep(0.25)
+        return deleted, await bus.describe_topics()
+
+    deleted, left = asyncio.run(go())
+    assert sorted(deleted) == sorted(kafka_settings.topic(r) for r in ("control", "events", "trials", "models", "dead-letters"))
+    assert left == {}

@@ -238,11 +238,9 @@ class KafkaBus(Bus):
     async def delete_topics(self) -> list[str]:
         admin = await self._admin()
         try:
-            existing = set(await admin.list_topics())
-            names = [t.name for t in plan(self.settings) if t.name in existing]
-            if names:
-                await admin.delete_topics(names)
-            return names
+            # Ask for every topic of the plan: a listing can lag a creation just made.
+            response = await admin.delete_topics([t.name for t in plan(self.settings)])
+            return [name for name, error_code, *_ in response.topic_error_codes if error_code == 0]
         finally:
             await admin.close()
 
