@@ -12,4 +12,4 @@ def _main():
 
 
 def add_cli(serve) -> None:
-    add_implementation_host(serve, "actors", "Play actor implementations (one consumer group each).", "all non-client", _main)
+    add_implementation_host(serve, "actors", "Play actor implementations (one consumer group each).", "all but client and external ones", _main)

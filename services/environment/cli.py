@@ -12,4 +12,4 @@ def _main():
 
 
 def add_cli(serve) -> None:
-    add_implementation_host(serve, "environment", "Host environment implementations (one consumer group each).", "all", _main)
+    add_implementation_host(serve, "environment", "Host environment implementations (one consumer group each).", "all but external ones", _main)
