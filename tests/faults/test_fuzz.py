@@ -4,17 +4,14 @@ processes on the real broker, beside honest trials."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
+from tests.faults.suite import run_suite
+
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 RECORDS = 120
 COMMAND = ["tools/fuzz.py", "--records", str(RECORDS), "--honest", "2", "--seed", "12"]  # as in docs/reliability.md
 
@@ -24,13 +21,7 @@ def report(tmp_path_factory) -> dict:
     if not os.environ.get("TRIALOG_BOOTSTRAP_SERVERS"):
         pytest.fail("integration tests need a broker: run `export TRIALOG_BOOTSTRAP_SERVERS=$(trialog broker start)` first")
     out = tmp_path_factory.mktemp("fuzz") / "fuzz.json"
-    prefix = f"test-fuzz-{uuid.uuid4().hex[:8]}."
-    run = subprocess.run([sys.executable, *COMMAND, "--json", str(out), "--topic-prefix", prefix], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    print(run.stdout, run.stderr[-3000:])
-    assert out.exists(), f"the fuzz run ended without figures (exit {run.returncode}):\n{run.stderr[-3000:]}"
-    result = json.loads(out.read_text())
-    assert run.returncode == (0 if result["ok"] else 1), "the exit code must say whether every target is met"
-    return result
+    return run_suite([*COMMAND, "--topic-prefix", f"test-fuzz-{uuid.uuid4().hex[:8]}."], out, timeout=600)
 
 
 def test_every_record_was_fired_and_judged(report):
