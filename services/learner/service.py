@@ -40,7 +40,6 @@ from trialog.events import Action, ActorTimeout, Event, Observation, Reward, Tri
 from trialog.learn.memory import Transitions, transitions
 from trialog.logs import get_logger
 from trialog.runtime.service import Handler
-from trialog.topics import EVENTS
 
 log = get_logger(__name__)
 

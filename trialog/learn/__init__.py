@@ -13,7 +13,13 @@ safetensors). Why JAX: see docs/learning.md.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
 from trialog.errors import TrialogError
+
+C = TypeVar("C")
 
 
 def require_jax():
@@ -24,3 +30,13 @@ def require_jax():
     except ImportError:
         raise TrialogError("training needs JAX and optax: pip install 'trialog[learn]'") from None
     return jax
+
+
+def config_of(cls: type[C], config: Mapping[str, Any]) -> C:
+    """An algorithm's config dataclass from a spec's actor config; unknown keys are an
+    error (a typo must not pass silently), lists become the tuples the dataclass holds."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(config) - names)
+    if unknown:
+        raise TrialogError(f"{cls.__name__}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+    return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})

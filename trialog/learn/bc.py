@@ -29,6 +29,7 @@ import numpy as np
 
 from trialog.actor import DecideRequest, Policy
 from trialog.errors import TrialogError
+from trialog.learn import config_of
 from trialog.learn.memory import flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
 
@@ -47,14 +48,7 @@ class BCConfig:
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> BCConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(config) - names)
-        if unknown:
-            raise TrialogError(f"BC config: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-        values = dict(config)
-        if "hidden" in values:
-            values["hidden"] = tuple(values["hidden"])
-        return cls(**values)
+        return config_of(cls, config)
 
 
 # --- acting -------------------------------------------------------------------------------------------------

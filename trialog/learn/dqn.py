@@ -26,7 +26,7 @@ import numpy as np
 
 from trialog.actor import DecideRequest, Policy
 from trialog.environment import ActorInfo, TrialInfo
-from trialog.errors import TrialogError
+from trialog.learn import config_of
 from trialog.learn.memory import ReplayMemory, Transitions, flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
 
@@ -51,15 +51,7 @@ class DQNConfig:
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> DQNConfig:
-        """From a spec's actor config (unknown keys are an error: a typo must not pass silently)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(config) - names)
-        if unknown:
-            raise TrialogError(f"DQN config: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-        values = dict(config)
-        if "hidden" in values:
-            values["hidden"] = tuple(values["hidden"])
-        return cls(**values)
+        return config_of(cls, config)
 
     def epsilon(self, env_steps: int) -> float:
         fraction = min(1.0, env_steps / max(1, self.exploration_steps))

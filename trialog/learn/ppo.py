@@ -26,7 +26,7 @@ import numpy as np
 
 from trialog.actor import DecideRequest, Policy
 from trialog.environment import ActorInfo, TrialInfo
-from trialog.errors import TrialogError
+from trialog.learn import config_of
 from trialog.learn.bc import softmax
 from trialog.learn.memory import Transitions, flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
@@ -52,14 +52,7 @@ class PPOConfig:
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> PPOConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(config) - names)
-        if unknown:
-            raise TrialogError(f"PPO config: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-        values = dict(config)
-        if "hidden" in values:
-            values["hidden"] = tuple(values["hidden"])
-        return cls(**values)
+        return config_of(cls, config)
 
 
 # --- acting -------------------------------------------------------------------------------------------------
