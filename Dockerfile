@@ -4,7 +4,7 @@
 #   docker run --rm trialog:0.1.0 serve orchestrator --help
 #
 # The builder stage installs Trialog with the extras a cluster needs (hosted
-# environments, the Parquet datalog) into a virtualenv; the final stage copies
+# environments, the Parquet datalog, learners) into a virtualenv; the final stage copies
 # only that virtualenv onto the same slim Python, so no compiler, pip cache or
 # source tree ships.
 
@@ -24,7 +24,7 @@ COPY pyproject.toml README.md ./
 COPY schemas ./schemas
 COPY services ./services
 COPY trialog ./trialog
-RUN /opt/trialog/bin/pip install --no-cache-dir ".[envs,datalog]"
+RUN /opt/trialog/bin/pip install --no-cache-dir ".[envs,datalog,learn]"
 
 
 FROM ${PYTHON_IMAGE}

@@ -129,7 +129,7 @@ def test_the_builder_stage_makes_a_complete_wheel_from_that_context(tmp_path: Pa
         target = context / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / relative, target)
-    # What `pip install ".[envs,datalog]"` does first, without the dependencies
+    # What `pip install ".[envs,datalog,learn]"` does first, without the dependencies
     # (they come from PyPI as wheels) and without fetching the build backend.
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(context)],

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from trialog import metrics
 from trialog.actor import (
     ActorEvent,
     DecideRequest,
@@ -365,6 +366,7 @@ class ActorHandler(Handler):
         try:
             self.policy.load(version)
             self.policy.policy_version = version.version
+            metrics.MODEL_VERSION.labels(self.implementation).set(version.version)
             log.info("model version loaded", implementation=self.implementation, model=version.model, version=version.version)
         except Exception as exc:
             log.error("model version not loaded; keeping the previous one", model=version.model, version=version.version, error=f"{type(exc).__name__}: {exc}")
