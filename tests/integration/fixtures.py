@@ -104,3 +104,33 @@ class ScaledRps(SlowRps):
     def update(self, actions):
         step = super().update(actions)
         return dataclasses.replace(step, rewards={name: value * self.scale for name, value in step.rewards.items()})
+
+
+def rps_with_a_seat(name: str, *, max_ticks: int) -> str:
+    """A spec (YAML text) of rock-paper-scissors between a random player (alice) and a
+    client seat (bob), with timeouts long enough for a person or a slow machine."""
+    from pathlib import Path
+
+    observation = Path(__file__).resolve().parents[2] / "examples" / "rps_observation.avsc"
+    return f"""
+name: {name}
+actor_classes:
+  player:
+    observation: {observation}
+    action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
+    default_action: ROCK
+environments:
+  rps: {{entry: "services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
+actors:
+  random: {{entry: "services.actors.agents.rps_random:RandomPlayer"}}
+  human: {{client: true}}
+trial:
+  environment: rps
+  actors:
+    - {{name: alice, class: player, implementation: random}}
+    - {{name: bob, class: player, implementation: human}}
+  max_ticks: {max_ticks}
+  response_timeout_ms: 20000
+  inactivity_timeout_ms: 60000
+  join_timeout_ms: 60000
+"""

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -15,6 +14,7 @@ from services.actors.host import loops_for as actor_loops
 from services.environment.host import loops_for as env_loops
 from tests.conftest import wait_for
 from tests.harness import deployment
+from tests.integration.fixtures import rps_with_a_seat
 from trialog import cli
 from trialog.actor import EndEvent, ObservationEvent
 from trialog.bus.base import Delivered
@@ -27,30 +27,8 @@ from trialog.spec import load_spec
 from trialog.trust import MAC_PREFIX, Authenticator, Keyring, Seat, compute_tag, mac_input, mint_join_token, read_join_token
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 
-GAME = f"""
-name: attacks
-actor_classes:
-  player:
-    observation: {ROOT / "examples" / "rps_observation.avsc"}
-    action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
-    default_action: ROCK
-environments:
-  rps: {{entry: "services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
-actors:
-  random: {{entry: "services.actors.agents.rps_random:RandomPlayer"}}
-  human: {{client: true}}
-trial:
-  environment: rps
-  actors:
-    - {{name: alice, class: player, implementation: random}}
-    - {{name: bob, class: player, implementation: human}}
-  max_ticks: 8
-  response_timeout_ms: 20000
-  inactivity_timeout_ms: 30000
-  join_timeout_ms: 30000
-"""
+GAME = rps_with_a_seat("attacks", max_ticks=8)
 
 # PettingZoo hosted through the adapter; `open` is an operator who lets requests set anything.
 HOSTED = """

@@ -15,6 +15,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from tests.conftest import free_ports, wait_for
+from tests.integration.fixtures import rps_with_a_seat
 from trialog import cli
 from trialog.actor import EndEvent, ObservationEvent
 from trialog.broker_secure import ROLE_ACLS
@@ -28,30 +29,8 @@ from trialog.settings import Settings
 from trialog.trust import Authenticator, Keyring, mint_join_token
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
 
-SPEC = f"""
-name: secured
-actor_classes:
-  player:
-    observation: {ROOT / "examples" / "rps_observation.avsc"}
-    action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
-    default_action: ROCK
-environments:
-  rps: {{entry: "services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
-actors:
-  random: {{entry: "services.actors.agents.rps_random:RandomPlayer"}}
-  human: {{client: true}}
-trial:
-  environment: rps
-  actors:
-    - {{name: alice, class: player, implementation: random}}
-    - {{name: bob, class: player, implementation: human}}
-  max_ticks: 6
-  response_timeout_ms: 20000
-  inactivity_timeout_ms: 60000
-  join_timeout_ms: 60000
-"""
+SPEC = rps_with_a_seat("secured", max_ticks=6)
 
 
 @pytest.fixture(scope="module")
