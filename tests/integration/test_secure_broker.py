@@ -6,6 +6,7 @@ principal may not do (docs/security.md)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import uuid
@@ -56,8 +57,12 @@ def role_settings(folder: Path, role: str, **extra) -> Settings:
     return Settings.load({"settings": str(folder / f"{role}.yaml"), **extra}, environ={})
 
 
-async def test_a_trial_on_the_secured_broker_each_role_with_its_own_principal(secure_broker, tmp_path):
+async def test_a_trial_on_the_secured_broker_each_role_with_its_own_principal(secure_broker, tmp_path, monkeypatch):
     bootstrap, folder, prefix = secure_broker
+    # The commands run as in a fresh shell: TRIALOG_* variables (the plaintext test broker's
+    # address, say) would beat the settings file, as they do for any command.
+    for name in [n for n in os.environ if n.startswith("TRIALOG_")]:
+        monkeypatch.delenv(name)
     assert role_settings(folder, "admin").bootstrap_servers == bootstrap
     assert await asyncio.to_thread(cli.main, ["topics", "create", "--settings", str(folder / "admin.yaml")]) == 0
     spec_file = tmp_path / "secured.yaml"
