@@ -102,6 +102,8 @@ PEOPLE_SPEC = "overcooked_people.yaml"
 
 
 async def _one_trial_with_people(settings: Settings, spec, max_ticks: int | None) -> int:
+    import asyncio
+
     from trialog.bus import connect
     from trialog.controller import Controller
 
@@ -111,6 +113,7 @@ async def _one_trial_with_people(settings: Settings, spec, max_ticks: int | None
             print(f"Play Overcooked beside the planner as {actor}: open {url}", flush=True)
         print(f"(lobby: {settings.gateway_url}/ — watch and judge: {settings.gateway_url}/watch/{trial_id})", flush=True)
         ended = await ctl.wait_ended(trial_id)
+        await asyncio.sleep(3)  # the gateway stops with the demo: let the page show the end first
     print(f"trial {trial_id} ended: {ended.reason} at tick {ended.tick}", flush=True)
     print("your moves are in the log: trialog export --implementation human --out demonstrations.parquet", flush=True)
     return 0 if ended.reason in ("max_ticks", "environment") else 1

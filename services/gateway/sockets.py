@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from services.gateway.feed import CAUGHT_UP, Feed
+from services.gateway.feed import CAUGHT_UP
 from services.gateway.messages import TrialView, decode
 from services.gateway.seats import verify
 from trialog.errors import CodecError, TrialogError
@@ -223,18 +223,26 @@ def _check_seat(state: _SeatState) -> None:
         raise SeatRefused(f"trial {state.seat.trial_id} has no seat for a person named {state.seat.actor!r}")
 
 
-async def _from_person(ws: WebSocket, gw: Gateway, state: _SeatState) -> None:
-    """What the person sends: actions, rewards and messages as their own actor, pings."""
-    me, tid = state.seat.actor, state.seat.trial_id
+async def _received(ws: WebSocket):
+    """The JSON objects a page sends, until it goes away; anything else is answered with an error."""
     while True:
         try:
             msg = await ws.receive_json()
         except (WebSocketDisconnect, RuntimeError):
             return
         except ValueError:
-            await ws.send_json({"type": "error", "reason": "not JSON"})
-            continue
-        kind = msg.get("type") if isinstance(msg, dict) else None
+            msg = None
+        if isinstance(msg, dict):
+            yield msg
+        else:
+            await ws.send_json({"type": "error", "reason": "send JSON objects"})
+
+
+async def _from_person(ws: WebSocket, gw: Gateway, state: _SeatState) -> None:
+    """What the person sends: actions, rewards and messages as their own actor, pings."""
+    me, tid = state.seat.actor, state.seat.trial_id
+    async for msg in _received(ws):
+        kind = msg.get("type")
         if kind == "ping":
             await ws.send_json({"type": "pong", "t": msg.get("t")})
         elif kind == "action":
@@ -324,14 +332,8 @@ async def _watch_from_log(ws: WebSocket, gw: Gateway, state: _Watched, records) 
 
 
 async def _judge(ws: WebSocket, gw: Gateway, state: _Watched) -> None:
-    while True:
-        try:
-            msg = await ws.receive_json()
-        except (WebSocketDisconnect, RuntimeError):
-            return
-        except ValueError:
-            continue
-        if not isinstance(msg, dict) or msg.get("type") != "reward":
+    async for msg in _received(ws):
+        if msg.get("type") != "reward":
             await ws.send_json({"type": "error", "reason": "a watcher sends only rewards: {type: reward, judge, receiver, tick, value, confidence}"})
             continue
         name = str(msg.get("judge", ""))

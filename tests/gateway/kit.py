@@ -13,8 +13,11 @@ import websockets
 
 from services.gateway.app import build_app
 from tests.conftest import free_ports
+from tests.harness import deployment
 from trialog.bus.base import Bus
-from trialog.spec import Spec
+from trialog.bus.kafka import KafkaBus
+from trialog.settings import Settings
+from trialog.spec import Spec, load_spec
 
 
 @contextlib.asynccontextmanager
@@ -35,6 +38,15 @@ async def gateway(bus: Bus, specs: list[Spec]) -> AsyncIterator[str]:
     finally:
         server.should_exit = True
         await asyncio.wait_for(task, 30)
+
+
+@contextlib.asynccontextmanager
+async def people_deployment(settings: Settings, spec_file) -> AsyncIterator[tuple]:
+    """Services for a spec and a gateway beside them, on the real broker: (bus, controller, gateway URL)."""
+    bus = KafkaBus(settings)
+    spec = load_spec(spec_file, bus.store)
+    async with deployment(bus, spec) as (_, ctl), gateway(KafkaBus(settings, bus.store), [spec]) as base:
+        yield bus, ctl, base
 
 
 class Socket:

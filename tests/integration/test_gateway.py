@@ -12,12 +12,9 @@ import httpx
 import pytest
 
 from trialog.controller import join_link as link
-from tests.gateway.kit import gateway, seat_url, socket
-from tests.harness import deployment
+from tests.gateway.kit import people_deployment, seat_url, socket
 from tests.integration.test_trials import read_trial
-from trialog.bus.kafka import KafkaBus
 from trialog.events import Action, ActorJoined, Reward
-from trialog.spec import load_spec
 from trialog.trust import Keyring
 
 pytestmark = pytest.mark.integration
@@ -26,10 +23,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 @pytest.fixture
 async def running(kafka_settings):
-    bus = KafkaBus(kafka_settings)
-    spec = load_spec(EXAMPLES / "rps.yaml", bus.store)
-    async with deployment(bus, spec) as (d, ctl), gateway(KafkaBus(kafka_settings, bus.store), [spec]) as base:
-        yield bus, ctl, base
+    async with people_deployment(kafka_settings, EXAMPLES / "rps.yaml") as running:
+        yield running
 
 
 async def play(seat, move: str, *, until_tick: int | None = None) -> list[int]:

@@ -22,14 +22,11 @@ from selenium.webdriver.common.keys import Keys
 
 from tests.conftest import free_ports
 from tests.gateway.browser import chromium, page_state, until
-from tests.gateway.kit import gateway
-from tests.harness import deployment
+from tests.gateway.kit import people_deployment
 from tests.integration.test_trials import read_trial
-from trialog.bus.kafka import KafkaBus
 from trialog.datalog.replay import read_trial as read_fold
 from trialog.datalog.replay import trial_records
 from trialog.events import Action, ActorTimeout, View
-from trialog.spec import load_spec
 
 pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -55,7 +52,8 @@ def take_seat_and_play(base: str, trial_id: str) -> dict:
         until(lambda: driver.find_element(By.CSS_SELECTOR, button).click() or True, what="clicking the seat")
         until(lambda: page_state(driver).get("tick") is not None, what="the first observation")
         reloaded_at = None
-        while not page_state(driver).get("ended"):
+        give_up = time.monotonic() + 300
+        while not page_state(driver).get("ended") and time.monotonic() < give_up:
             tick = page_state(driver).get("tick") or 0
             if reloaded_at is None and tick >= TICKS // 3:
                 shot(driver, "play-overcooked")
@@ -96,10 +94,8 @@ def refused_page(url: str) -> str:
 
 @pytest.fixture
 async def overcooked(kafka_settings):
-    bus = KafkaBus(kafka_settings)
-    spec = load_spec(EXAMPLES / "overcooked_people.yaml", bus.store)
-    async with deployment(bus, spec) as (d, ctl), gateway(KafkaBus(kafka_settings, bus.store), [spec]) as base:
-        yield bus, ctl, base
+    async with people_deployment(kafka_settings, EXAMPLES / "overcooked_people.yaml") as running:
+        yield running
 
 
 async def test_a_person_plays_overcooked_with_the_planner_in_chromium(overcooked):
@@ -163,9 +159,11 @@ def test_trialog_demo_humans_prints_a_link_a_person_can_play(kafka_settings):
         with chromium() as driver:
             driver.get(url)
             until(lambda: page_state(driver).get("tick") is not None, what="the first observation")
-            while not page_state(driver).get("ended"):
+            give_up = time.monotonic() + 300
+            while not page_state(driver).get("ended") and time.monotonic() < give_up:
                 driver.find_element(By.TAG_NAME, "body").send_keys(Keys.ARROW_LEFT)
                 time.sleep(0.2)
+            assert page_state(driver).get("ended") == "max_ticks", "the page never showed the end"
             assert page_state(driver)["actions"] > 0
         out, _ = demo.communicate(timeout=60)
         assert demo.returncode == 0 and "ended: max_ticks at tick 30" in out
@@ -181,7 +179,8 @@ def play_rps(url: str) -> dict:
         until(lambda: page_state(driver).get("tick") is not None, what="the first round")
         moves = ["ROCK", "PAPER", "SCISSORS"]
         clicks = 0
-        while not page_state(driver).get("ended"):
+        give_up = time.monotonic() + 300
+        while not page_state(driver).get("ended") and time.monotonic() < give_up:
             buttons = [b for b in driver.find_elements(By.CSS_SELECTOR, "button[data-move]") if b.is_enabled()]
             if buttons:
                 driver.find_element(By.CSS_SELECTOR, f"button[data-move={moves[clicks % 3]}]").click()
@@ -193,9 +192,7 @@ def play_rps(url: str) -> dict:
 
 
 async def test_a_person_plays_rock_paper_scissors_and_exports_the_demonstration(kafka_settings, tmp_path):
-    bus = KafkaBus(kafka_settings)
-    spec = load_spec(EXAMPLES / "rps.yaml", bus.store)
-    async with deployment(bus, spec) as (d, ctl), gateway(KafkaBus(kafka_settings, bus.store), [spec]) as base:
+    async with people_deployment(kafka_settings, EXAMPLES / "rps.yaml") as (bus, ctl, base):
         tid = await ctl.start_trial("rps", implementations={"bob": "human"}, max_ticks=12)
         (url,) = ctl.join_links(tid, ["bob"]).values()
         page = await asyncio.to_thread(play_rps, url.replace("http://127.0.0.1:8000", base))
