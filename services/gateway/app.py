@@ -20,9 +20,9 @@ from starlette.applications import Starlette
 from services.gateway.dashboard import Dashboard
 from services.gateway.feed import Feed
 from services.gateway.routes import ROUTES
-from trialog.controller import join_link as link
 from trialog.bus.base import Bus
 from trialog.controller import Controller
+from trialog.controller import join_link as link
 from trialog.errors import TrialError
 from trialog.health import Health, serve_health
 from trialog.logs import get_logger

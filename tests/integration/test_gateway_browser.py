@@ -199,7 +199,9 @@ async def test_a_person_plays_rock_paper_scissors_and_exports_the_demonstration(
         await ctl.wait_ended(tid, timeout=30)
         events = await read_trial(bus, tid)
     bob = [e for e in events if isinstance(e, Action) and e.actor == "bob"]
-    assert page["ended"] and len(bob) == page["clicks"] == page["actions"] > 0
+    assert page["ended"] and len(bob) == page["actions"] > 0  # every move the page sent is in the log
+    # On a loaded machine a click can come after the 5 s response timeout: the default was played.
+    late = {e.tick for e in events if isinstance(e, ActorTimeout) and e.actor == "bob"}
 
     # The person's moves are demonstrations: `trialog export --implementation human` (docs/humans.md).
     out = tmp_path / "people.parquet"
@@ -212,4 +214,4 @@ async def test_a_person_plays_rock_paper_scissors_and_exports_the_demonstration(
     rows = pq.read_table(out).to_pylist()
     assert {r["actor"] for r in rows} == {"bob"} and {r["implementation"] for r in rows} == {"human"}
     played = sorted((r["tick"], r["action"]) for r in rows if r["action"] is not None and not r["timed_out"])
-    assert [t for t, _ in played] == [a.tick for a in bob]
+    assert [t for t, _ in played] == [a.tick for a in bob if a.tick not in late]
