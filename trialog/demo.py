@@ -63,17 +63,26 @@ def run(args) -> int:
     if args.humans:
         return play_with_people(dataclasses.replace(settings, gateway_url=f"http://127.0.0.1:{args.gateway_port}"), args.gateway_port, args.max_ticks)
     spec_file, pairings = DEMOS[args.game]
-    campaign_args = argparse.Namespace(
-        spec_file=str(EXAMPLES / spec_file), trials=args.trials, concurrency=args.concurrency, serve=True,
-        environment_processes=1, actor_processes=1, seed=None, implementation=[], param=[], max_ticks=None,
-        plot=args.plot,
-    )  # fmt: skip
     archive = args.archive_dir if _logger_available() else None
-    code = run_from_cli(campaign_args, settings, pairings=pairings, archive_dir=archive)
+    code = run_from_cli(campaign_args(args, spec_file), settings, pairings=pairings, archive_dir=archive)
     if archive:
         print(f"archive: {Path(archive).resolve()}")
     print("the broker keeps running (the log is the datalog); stop it with `trialog broker stop`", file=sys.stderr)
     return code
+
+
+def campaign_args(args: argparse.Namespace, spec_file: str) -> argparse.Namespace:
+    """The arguments of `trialog run` that the demo's campaign amounts to."""
+    from trialog.commands import add_trial_overrides
+
+    # The override flags' defaults come from the flags themselves, so that a flag added to
+    # `trialog run` can never be missing from the demo's arguments.
+    overrides = argparse.ArgumentParser(add_help=False)
+    add_trial_overrides(overrides, seed_help="")
+    return overrides.parse_args([], argparse.Namespace(
+        spec_file=str(EXAMPLES / spec_file), trials=args.trials, concurrency=args.concurrency, serve=True,
+        environment_processes=1, actor_processes=1, plot=args.plot,
+    ))  # fmt: skip
 
 
 def _logger_available() -> bool:

@@ -16,7 +16,8 @@ from trialog import cli, logs
 from trialog.bus.memory import MemoryBus
 from trialog.campaign import campaign_overrides
 from trialog.controller import Controller, TrialOutcome
-from trialog.demo import demo_settings
+from trialog.commands import trial_overrides
+from trialog.demo import DEMOS, campaign_args, demo_settings
 from trialog.errors import TrialError, TrialTimeout
 from trialog.events import StartRequest
 from trialog.spec import load_spec
@@ -51,6 +52,15 @@ def test_a_trial_ended_by_an_error_fails_the_campaign():
     assert TrialOutcome("t", {}, reason="error").failed
     assert TrialOutcome("t", {}, error="rejected: no such spec").failed
     assert not TrialOutcome("t", {}, reason="max_ticks").failed
+
+
+def test_the_demo_campaign_has_every_argument_of_trialog_run():
+    # The demo builds `trialog run`'s arguments itself; a flag added to `run` must not break it.
+    demo_args = cli.build_parser().parse_args(["demo"])
+    for game, (spec_file, _pairings) in DEMOS.items():
+        args = campaign_args(demo_args, spec_file)
+        assert trial_overrides(args) == {}, game
+        assert args.spec_file.endswith(spec_file) and args.serve
 
 
 def test_the_demo_honours_the_topic_prefix_of_the_environment():
