@@ -80,54 +80,65 @@ def kind_of(headers) -> str | None:
     return None
 
 
-try:
-    from quixstreams.models.serializers import Deserializer as _QuixDeserializer
-    from quixstreams.models.serializers.exceptions import IgnoreMessage
-except ImportError:  # the analytics extra is not installed: EventDeserializer() says so
-    _QuixDeserializer, IgnoreMessage = object, None
+def __getattr__(name: str) -> Any:
+    # Quix Streams takes most of a second to import and every `trialog` command imports this
+    # module (for `trialog analytics`): only code that asks for the deserializer pays for it.
+    if name == "EventDeserializer":
+        globals()[name] = cls = _event_deserializer_class()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-class EventDeserializer(_QuixDeserializer):
-    """A Quix Streams value deserializer: ``events`` records into Trialog's typed events.
+def _event_deserializer_class() -> type:
+    try:
+        from quixstreams.models.serializers import Deserializer as _QuixDeserializer
+        from quixstreams.models.serializers.exceptions import IgnoreMessage
+    except ImportError:  # the analytics extra is not installed: EventDeserializer() says so
+        _QuixDeserializer, IgnoreMessage = object, None
 
-    ``kinds`` limits decoding to those event kinds, read from the headers first (the
-    others are skipped without decoding, which is most of the stream for most jobs).
-    With ``trust`` (a :class:`trialog.trust.Authenticator`, e.g. ``connect(settings).trust``)
-    only records tagged by a key allowed to write them count, as in every Trialog
-    service (docs/security.md). Records that do not decode or are refused are skipped
-    and counted in ``skipped``: the service that owns them dead-letters them; an
-    analytics job only reads.
-    """
+    class EventDeserializer(_QuixDeserializer):
+        """A Quix Streams value deserializer: ``events`` records into Trialog's typed events.
 
-    def __init__(self, kinds: set[str] | frozenset[str] | None = None, store: SchemaStore | None = None, trust=None):
-        if IgnoreMessage is None:
-            raise TrialogError("stream analytics need Quix Streams: pip install 'trialog[analytics]'")
-        unknown = set(kinds or ()) - set(BY_KIND)
-        if unknown:
-            raise TrialogError(f"unknown event kind(s) {sorted(unknown)}; known: {sorted(BY_KIND)}")
-        self.kinds = frozenset(kinds) if kinds else None
-        self.codec = EventCodec(store)
-        self.trust = trust
-        self.skipped = 0
+        ``kinds`` limits decoding to those event kinds, read from the headers first (the
+        others are skipped without decoding, which is most of the stream for most jobs).
+        With ``trust`` (a :class:`trialog.trust.Authenticator`, e.g. ``connect(settings).trust``)
+        only records tagged by a key allowed to write them count, as in every Trialog
+        service (docs/security.md). Records that do not decode or are refused are skipped
+        and counted in ``skipped``: the service that owns them dead-letters them; an
+        analytics job only reads.
+        """
 
-    def __call__(self, value: bytes, ctx) -> Event:
-        kind = kind_of(ctx.headers)
-        if self.kinds is not None and kind not in self.kinds:
-            raise IgnoreMessage()
-        try:
-            event = self.codec.decode(value, kind)
-        except CodecError:
-            self.skipped += 1
-            raise IgnoreMessage() from None
-        if self.trust is not None:
-            # The record key is the trial ID (I-1) and Quix hands a deserializer the value only:
-            # the body's trial ID stands in; a record keyed otherwise fails its tag, as it should.
-            if self.trust.check(event.trial_id.encode(), ctx.headers or [], value) is not None:
-                self.skipped += 1
+        def __init__(self, kinds: set[str] | frozenset[str] | None = None, store: SchemaStore | None = None, trust=None):
+            if IgnoreMessage is None:
+                raise TrialogError("stream analytics need Quix Streams: pip install 'trialog[analytics]'")
+            unknown = set(kinds or ()) - set(BY_KIND)
+            if unknown:
+                raise TrialogError(f"unknown event kind(s) {sorted(unknown)}; known: {sorted(BY_KIND)}")
+            self.kinds = frozenset(kinds) if kinds else None
+            self.codec = EventCodec(store)
+            self.trust = trust
+            self.skipped = 0
+
+        def __call__(self, value: bytes, ctx) -> Event:
+            kind = kind_of(ctx.headers)
+            if self.kinds is not None and kind not in self.kinds:
                 raise IgnoreMessage()
-            if isinstance(event, ResolvedTrial):
-                self.trust.learn(event)  # who plays whom: the keys of the trial's records
-        return event
+            try:
+                event = self.codec.decode(value, kind)
+            except CodecError:
+                self.skipped += 1
+                raise IgnoreMessage() from None
+            if self.trust is not None:
+                # The record key is the trial ID (I-1) and Quix hands a deserializer the value only:
+                # the body's trial ID stands in; a record keyed otherwise fails its tag, as it should.
+                if self.trust.check(event.trial_id.encode(), ctx.headers or [], value) is not None:
+                    self.skipped += 1
+                    raise IgnoreMessage()
+                if isinstance(event, ResolvedTrial):
+                    self.trust.learn(event)  # who plays whom: the keys of the trial's records
+            return event
+
+    return EventDeserializer
 
 
 async def read_results(bus, job: str) -> dict[str, Any]:
