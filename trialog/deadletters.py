@@ -57,7 +57,7 @@ import orjson
 from collections.abc import Mapping, Sequence
 
 from trialog.errors import CodecError
-from trialog.events import HEADER_KIND, DeadLetter, Event, Message, Reward, identity_from_headers
+from trialog.events import HEADER_ID, HEADER_KIND, HEADER_RECEIVER, HEADER_SENDER, HEADER_TICK, DeadLetter, Event, Message, Reward, identity_from_headers
 from trialog.metrics import reason_category
 from trialog.runtime.trial import matches
 from trialog.topics import DEAD_LETTERS
@@ -82,6 +82,19 @@ def owner_of(kind: str | None) -> str:
 
 def check_headers(key: bytes | None, headers: Sequence[tuple[str, bytes]], event: Event) -> None:
     """Raise :class:`CodecError` unless the record's key and headers say what its body says."""
+    # The common case first, compared as bytes (every record a service acts on passes here);
+    # equal bytes mean equal decoded headers, so anything else takes the exact path below.
+    h = dict(headers)
+    kind, tick, sender, receiver, id_ = event.identity
+    if (
+        key == event.trial_id.encode()
+        and h.get(HEADER_KIND) == kind.encode()
+        and h.get(HEADER_TICK) == str(tick).encode()
+        and h.get(HEADER_SENDER) == sender.encode()
+        and h.get(HEADER_RECEIVER) == receiver.encode()
+        and h.get(HEADER_ID, b"") == id_.encode()
+    ):
+        return
     trial = key.decode(errors="replace") if key else ""
     if trial != event.trial_id:
         raise CodecError(f"record key {trial!r} is not the trial of its body ({event.trial_id!r})")

@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 import ipaddress
 import os
@@ -390,18 +391,45 @@ def dev_keyring(environ: Mapping[str, str] | None = None) -> Keyring:
 
 
 _LABEL_LP = _lp(MAC_LABEL)
+_LENGTHS = [n.to_bytes(4, "big") for n in range(4096)]  # the length prefixes of most fields, made once
 
 
 def mac_input(key: bytes, headers: Mapping[str, bytes], value: bytes) -> bytes:
     """The bytes a tag is computed over (see the module docstring). Runs for every record
     written and read, hence written out rather than looped over ``MAC_HEADERS``."""
     g = headers.get
-    fields = (key, g("kind", b""), g("tick", b""), g("sender", b""), g("receiver", b""), g("id", b""), g(HEADER_HOLDER, b""), g(HEADER_TAKEOVER, b""), value)
-    return _LABEL_LP + b"".join([len(f).to_bytes(4, "big") + f for f in fields])
+    parts = [_LABEL_LP]
+    for f in (key, g("kind", b""), g("tick", b""), g("sender", b""), g("receiver", b""), g("id", b""), g(HEADER_HOLDER, b""), g(HEADER_TAKEOVER, b""), value):
+        n = len(f)
+        parts.append(_LENGTHS[n] if n < len(_LENGTHS) else n.to_bytes(4, "big"))
+        parts.append(f)
+    return b"".join(parts)
 
 
 def compute_tag(secret: bytes, message: bytes) -> bytes:
     return hmac.digest(secret, message, "sha256")
+
+
+class MacKey:
+    """HMAC-SHA256 (RFC 2104) under one key with its two padded key blocks hashed once:
+    per record that saves more than half of what :func:`compute_tag` costs (measured
+    0.7 against 1.6 µs for a tick's record), and every record is tagged or checked."""
+
+    __slots__ = ("_inner", "_outer")
+
+    def __init__(self, secret: bytes):
+        if len(secret) > 64:  # SHA-256's block size; longer keys are hashed first (RFC 2104)
+            secret = hashlib.sha256(secret).digest()
+        block = secret.ljust(64, b"\0")
+        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
+        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
+
+    def tag(self, message: bytes) -> bytes:
+        inner = self._inner.copy()
+        inner.update(message)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,6 +461,21 @@ class Authenticator:
         # trial -> {actor: (key id, actor class)}
         self._rosters: OrderedDict[str, dict[str, tuple[str, str]]] = OrderedDict()
         self._seats: dict[tuple[str, str], Seat] = {}
+        # trial -> {(op, kind, sender[, receiver]): how to tag or check such a record}: the
+        # policy below, resolved once per trial and kind instead of once per record (it is
+        # on every record's path). Dropped when what it depends on changes (roster, seats).
+        self._plans: dict[str, dict[tuple, object]] = {}
+
+    def _forget_plans(self, trial_id: str) -> None:
+        self._plans.pop(trial_id, None)
+
+    def _plans_of(self, trial_id: str) -> dict[tuple, object]:
+        plans = self._plans.get(trial_id)
+        if plans is None:
+            if len(self._plans) >= self.ROSTERS_KEPT:  # bounded: record keys are untrusted input
+                self._plans.clear()
+            plans = self._plans[trial_id] = {}
+        return plans
 
     # --- what the process knows ----------------------------------------------------------------
     def learn(self, trial: ResolvedTrial) -> None:
@@ -443,8 +486,9 @@ class Authenticator:
         self._rosters[trial.trial_id] = {
             a.name: (seat_key_id(a.name) if a.client else actor_key_id(a.implementation), a.actor_class) for a in trial.actors
         }
+        self._forget_plans(trial.trial_id)
         while len(self._rosters) > self.ROSTERS_KEPT:
-            self._rosters.popitem(last=False)
+            self._forget_plans(self._rosters.popitem(last=False)[0])
 
     def hold(self, seat: Seat, seat_key: bytes | None = None) -> None:
         """This process plays a client seat: its records get the seat's key and the ``holder`` header."""
@@ -453,12 +497,14 @@ class Authenticator:
         elif self.keyring.key(seat_key_id(seat.actor), seat.trial_id) is None:
             raise TrustError(f"no key for seat {seat.actor} of trial {seat.trial_id}: join with the seat's join token")
         self._seats[(seat.trial_id, seat.actor)] = seat
+        self._forget_plans(seat.trial_id)
 
     def release(self, trial_id: str, actor: str, holder: str | None = None) -> None:
         """Stop playing a seat (only if ``holder``, when given, still holds it here)."""
         seat = self._seats.get((trial_id, actor))
         if seat is not None and (holder is None or seat.holder == holder):
             del self._seats[(trial_id, actor)]
+            self._forget_plans(trial_id)
 
     def actor_key(self, trial_id: str, actor: str) -> str | None:
         """The key id an actor of a trial writes with, if the trial is known."""
@@ -508,39 +554,79 @@ class Authenticator:
     def tag(self, trial_id: str, headers: list[tuple[str, bytes]], value: bytes) -> list[tuple[str, bytes]]:
         """The headers to add to a record about to be written: seat headers and the tags."""
         h = dict(headers)
-        kind, sender = h.get("kind", b"").decode(), h.get("sender", b"").decode()
-        extra: list[tuple[str, bytes]] = []
+        kind, sender, receiver = h.get("kind", b""), h.get("sender", b""), h.get("receiver", b"")
+        plans = self._plans_of(trial_id)
+        plan = plans.get(("tag", kind, sender, receiver))
+        if plan is None:
+            plan = plans[("tag", kind, sender, receiver)] = self._tag_plan(trial_id, kind.decode(), sender.decode(), receiver.decode())
+        if isinstance(plan, str):
+            raise TrustError(plan)
+        seat_headers, macs_by_header = plan
+        if seat_headers:
+            h.update(seat_headers)
+        message = mac_input(trial_id.encode(), h, value)
+        return [*seat_headers, *((name, mac.tag(message)) for name, mac in macs_by_header)]
+
+    def _tag_plan(self, trial_id: str, kind: str, sender: str, receiver: str) -> tuple[list, list] | str:
+        """(seat headers to add, [(tag header, MacKey)]) for records of this kind, sender and
+        receiver in this trial, or why this process cannot write them."""
+        seat_headers: list[tuple[str, bytes]] = []
         seat = self._seats.get((trial_id, sender))
         if seat is not None:
-            extra.append((HEADER_HOLDER, seat.holder.encode()))
-            h[HEADER_HOLDER] = seat.holder.encode()
+            seat_headers.append((HEADER_HOLDER, seat.holder.encode()))
             if seat.takeover and kind == "actor.joined":
-                extra.append((HEADER_TAKEOVER, b"1"))
-                h[HEADER_TAKEOVER] = b"1"
+                seat_headers.append((HEADER_TAKEOVER, b"1"))
         allowed = self.sender_keys(trial_id, kind, sender)
         if isinstance(allowed, str):
-            raise TrustError(f"cannot tag a record of trial {trial_id!r}: {allowed}")
+            return f"cannot tag a record of trial {trial_id!r}: {allowed}"
         key_ids = [k for k in allowed if k == self.role] or list(allowed)
         own = next((k for k in key_ids if self.keyring.key(k, trial_id) is not None), None)
         if own is None:
-            raise TrustError(
+            return (
                 f"cannot write {kind} as {sender or self.role!r} in trial {trial_id!r}: this process holds none of the keys "
                 f"{', '.join(allowed)} ({self.keyring.source})"
             )
-        message = mac_input(trial_id.encode(), h, value)
-        for key_id in [own, *(k for k in self.audience_keys(trial_id, kind, h.get("receiver", b"").decode()) if k != own)]:
+        out = []
+        for key_id in [own, *(k for k in self.audience_keys(trial_id, kind, receiver) if k != own)]:
             secret = self.keyring.key(key_id, trial_id)
             if secret is not None:
-                extra.append((MAC_PREFIX + key_id, compute_tag(secret, message)))
-        return extra
+                out.append((MAC_PREFIX + key_id, MacKey(secret)))
+        return seat_headers, out
 
     # --- checking ---------------------------------------------------------------------------------------
     def check(self, key: bytes | None, headers: Sequence[tuple[str, bytes]], value: bytes | None) -> str | None:
         """None if the record was written by a key allowed to write it, else the reason."""
-        h = {k: (v or b"") for k, v in headers}
+        h = dict(headers)
+        if None in h.values():  # a header without a value counts as empty
+            h = {k: (v or b"") for k, v in headers}
         trial_id = (key or b"").decode(errors="replace")
+        kind, sender = h.get("kind", b""), h.get("sender", b"")
+        plans = self._plans_of(trial_id)
+        plan = plans.get(("check", kind, sender))
+        if plan is None:
+            plan = plans[("check", kind, sender)] = self._check_plan(trial_id, kind, sender)
+        if isinstance(plan, str):
+            return plan
+        verifiers, untagged, mismatch = plan
+        message = None
+        for header, _, mac in verifiers:
+            tag = h.get(header)
+            if tag is None:
+                continue
+            if message is None:
+                message = mac_input(key or b"", h, value or b"")
+            if hmac.compare_digest(mac.tag(message), tag):
+                return None
+        if message is None:
+            return untagged
+        return mismatch[0] + " or ".join(key_id for header, key_id, _ in verifiers if header in h) + mismatch[1]
+
+    def _check_plan(self, trial_id: str, kind_bytes: bytes, sender_bytes: bytes) -> tuple[list, str, tuple[str, str]] | str:
+        """([(tag header, key id, MacKey)] this process verifies such records with, the reason if
+        none of those tags is there, the reason if none matches), or why such a record is
+        refused whatever its tags."""
         try:
-            kind, sender = h.get("kind", b"").decode(), h.get("sender", b"").decode()
+            kind, sender = kind_bytes.decode(), sender_bytes.decode()
         except UnicodeDecodeError:
             return "kind or sender header is not UTF-8"
         allowed = self.sender_keys(trial_id, kind, sender)
@@ -552,15 +638,10 @@ class Authenticator:
             held = [*self.keyring.own_actor_keys(), *(seat_key_id(a) for (t, a) in self._seats if t == trial_id)]
         if not held:
             return f"{kind} needs a tag by {' or '.join(allowed)}; this service holds none of those keys"
-        tags = {name[len(MAC_PREFIX) :]: v for name, v in h.items() if name.startswith(MAC_PREFIX)}
-        present = [k for k in held if k in tags]
-        if not present:
-            return f"{kind} from {sender!r} is not tagged by {' or '.join(allowed)} (forged, or written without the key)"
-        message = mac_input(key or b"", h, value or b"")
-        for key_id in present:
-            if hmac.compare_digest(compute_tag(self.keyring.key(key_id, trial_id), message), tags[key_id]):
-                return None
-        return f"{kind} from {sender!r}: the tag of {' or '.join(present)} does not match the record (forged or altered)"
+        verifiers = [(MAC_PREFIX + k, k, MacKey(secret)) for k in held if (secret := self.keyring.key(k, trial_id)) is not None]
+        untagged = f"{kind} from {sender!r} is not tagged by {' or '.join(allowed)} (forged, or written without the key)"
+        mismatch = (f"{kind} from {sender!r}: the tag of ", " does not match the record (forged or altered)")
+        return verifiers, untagged, mismatch
 
 
 # --- seats ------------------------------------------------------------------------------------------------

@@ -26,7 +26,10 @@ from trialog.bus.base import Record
 from trialog.deadletters import ORCHESTRATOR, message_problem, owner_of, reward_problem
 from trialog.errors import BadRecord, CodecError, TrialError
 from trialog.events import (
+    BY_KIND,
     HEADER_RECEIVER,
+    HEADER_TICK,
+    Action,
     ActorJoined,
     EnvironmentDone,
     Event,
@@ -85,6 +88,11 @@ class OrchestratorHandler(Handler):
     role = ORCHESTRATOR
     batched = True  # not on the tick path: lifecycle answers may wait a fetch batch
     service_name = "orchestrator"
+    # Observations and actions of running trials are the environment's and the actor
+    # services' to judge (trialog.deadletters): of those the orchestrator needs only that
+    # they happened and their tick, read from the headers once a tag proves who wrote them
+    # (a tag covers headers and body; the owner decodes the body and checks they agree).
+    kinds = frozenset(BY_KIND) - {Observation.KIND, Action.KIND}
 
     def __init__(self, specs: Mapping[str, Spec], *, environment_timeout_s: float = ENVIRONMENT_TIMEOUT_S):
         self.specs = dict(specs)
@@ -102,6 +110,19 @@ class OrchestratorHandler(Handler):
         if trial is None or trial.status == "pending":
             return True  # not running: nobody else hosts it
         return kind == Observation.KIND and record.header(HEADER_RECEIVER) not in trial.served
+
+    def glance(self, record: Record, kind: str) -> None:
+        trial = self.live_trials.get(record.trial_id)
+        if trial is None or self.loop.bus.refusal(record) is not None:
+            return  # forged or altered: the kind's owner reports it
+        if kind != Observation.KIND:
+            trial.last_activity = time.monotonic()
+            return
+        try:
+            tick = int(record.header(HEADER_TICK) or "")
+        except ValueError:
+            return  # not what an environment writes; its owner finds the body disagrees
+        self._activity(record.trial_id, trial, tick)
 
     # --- dispatch ------------------------------------------------------------------------------
     def handle(self, record: Record, event: Event) -> None:

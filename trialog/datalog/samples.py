@@ -184,6 +184,7 @@ class TrialFold:
         self._impls: dict[str, str] = {}
         self._observations: dict[tuple[int, str], Observation] = {}
         self._actions: dict[tuple[int, str], Action | ActorTimeout] = {}
+        self._expected_at: dict[int, list[str]] = {}  # tick -> actors observed then (not finally): the barrier
         self._rewards: dict[tuple[int, str, str], Reward] = {}  # (tick, sender, receiver)
         self._messages: dict[tuple, Message] = {}
         self.tick = -1  # the latest observed tick: rewards and messages may address it, not later ones
@@ -206,7 +207,8 @@ class TrialFold:
                     self.tick = max(self.tick, event.tick)
             case Observation():
                 if self._known(event.actor, event):
-                    self._observations.setdefault((event.tick, event.actor), event)
+                    if self._observations.setdefault((event.tick, event.actor), event) is event and not event.final:
+                        self._expected_at.setdefault(event.tick, []).append(event.actor)
                     self.tick = max(self.tick, event.tick)
             case Action() | ActorTimeout():
                 if self._known(event.actor, event) and (event.tick, event.actor) in self._observations:
@@ -227,7 +229,7 @@ class TrialFold:
         (and not told it was its last observation) has an action or a timeout for it."""
         if tick != self.stepped + 1:
             return
-        waiting = [a for (t, a), obs in self._observations.items() if t == tick and not obs.final and (t, a) not in self._actions]
+        waiting = [a for a in self._expected_at.get(tick, ()) if (tick, a) not in self._actions]
         if not waiting:
             self.stepped = tick
 
@@ -354,8 +356,11 @@ class TrialFold:
                 if (tick, actor) not in self._actions:
                     found.append(f"{actor}: no action for tick {tick}, yet later ticks exist")
         last = self.ended.tick if self.ended is not None else max((t for t, _ in self._observations), default=0)
+        observed_at: dict[int, list[str]] = {}
+        for tick, actor in self._observations:
+            observed_at.setdefault(tick, []).append(actor)
         for (tick, sender, receiver) in self._rewards:
-            if tick > last or not any(t == tick and matches(receiver, a, self._classes[a]) for t, a in self._observations):
+            if tick > last or not any(matches(receiver, a, self._classes[a]) for a in observed_at.get(tick, ())):
                 found.append(f"reward from {sender} for {receiver} at tick {tick} reaches no sample")
         return found
 

@@ -6,11 +6,11 @@ coroutine ``async def run(session)``. Each implementation is one consumer group
 (``actors.<implementation>``), so it scales on its own; one host process may serve
 several.
 
-The observations of a bite (all trials) are decided in one call. Once such a call
-of an implementation has taken longer than ``SLOW_DECIDE_S``, its later calls run
-off the event loop, in one worker thread per implementation, while the loop goes on
-reading: a slow implementation slows only its own trials, and a fast one does not pay
-a thread hop (about 0.1 ms) on every tick. A policy's calls always run in the worker,
+The observations of a bite (all trials) are decided in one call. While such calls
+of an implementation take longer than ``SLOW_DECIDE_S`` (the median of its latest
+ones, :mod:`trialog.runtime.pace`), they run off the event loop, in one worker thread
+per implementation, while the loop goes on reading: a slow implementation slows only
+its own trials, and a fast one does not pay a thread hop (about 0.1 ms) on every tick. A policy's calls always run in the worker,
 in order with its model loads. During catch-up
 (I-7) they run inline instead, so that replayed actions are compared with the log.
 A policy that follows a model gets each newer version from ``models`` (loaded in
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -58,6 +57,7 @@ from trialog.events import (
 from trialog.logs import get_logger
 from trialog.models import ModelFollower, ModelVersion
 from trialog.received import Received
+from trialog.runtime.pace import Pace
 from trialog.runtime.service import Handler
 from trialog.runtime.trial import (
     ClassSchemas,
@@ -70,7 +70,7 @@ from trialog.runtime.trial import (
 from trialog.spec import load_entry
 from trialog.topics import EVENTS
 
-SLOW_DECIDE_S = 0.002  # a decide call slower than this moves the implementation's calls off the event loop
+SLOW_DECIDE_S = 0.002  # decide calls slower than this (median of the latest) run off the event loop
 
 log = get_logger(__name__)
 
@@ -203,7 +203,7 @@ class ActorHandler(Handler):
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"decide-{implementation}")
         self._pending: list[_Pending] = []
         self._deciding: asyncio.Task | None = None
-        self.slow = False  # a decide call took longer than SLOW_DECIDE_S: the next ones run in the worker
+        self.pace = Pace(SLOW_DECIDE_S)  # inline, or in the worker while its calls are slow
         self._follower: ModelFollower | None = None
         self.batches = 0  # decide calls made (one per batch), for tests and metrics
         self.ended: OrderedDict[str, None] = OrderedDict()  # recently ended: a repeated trial.started changes nothing
@@ -316,14 +316,12 @@ class ActorHandler(Handler):
         loop = asyncio.get_running_loop()
         while self._pending:
             batch, self._pending = self._pending, []
-            if self.slow or self.policy is not None:
+            if self.pace.off_loop or self.policy is not None:
                 # A policy's model loads and trial ends run in the worker too: its calls stay
                 # there, in order with them.
-                payloads, versions = await loop.run_in_executor(self._worker, self._decide, batch)
+                payloads, versions = await loop.run_in_executor(self._worker, self.pace.timed, self._decide, batch)
             else:
-                began = time.perf_counter()
-                payloads, versions = self._decide(batch)
-                self.slow = time.perf_counter() - began > SLOW_DECIDE_S
+                payloads, versions = self.pace.timed(self._decide, batch)
             self._emit_decisions(batch, payloads, versions)
 
     def _decide(self, batch: list[_Pending]) -> tuple[list[bytes | None], list[int | None]]:

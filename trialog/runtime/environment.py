@@ -10,10 +10,11 @@ whose action is not in by then gets the timeout policy (``actor.timeout``, then
 the default action). A person who waits does not stall the trial, and an agent
 that answers at once does not speed it up.
 
-**Slow environments.** Once an update of a trial has taken longer than
-``SLOW_UPDATE_S``, that trial's later updates run in a worker thread, one at a time,
-its records arriving meanwhile handled after each in log order: a slow environment
-slows only its own trials. Fast updates stay inline (a thread hop costs ~0.1 ms).
+**Slow environments.** While the updates of a trial take longer than
+``SLOW_UPDATE_S`` (the median of its latest ones, :mod:`trialog.runtime.pace`), they
+run in a worker thread, one at a time, its records arriving meanwhile handled after
+each in log order: a slow environment slows only its own trials. Fast updates stay
+inline (a thread hop costs ~0.1 ms).
 
 Every decision that changes a trial is taken *from the log*: a timeout is
 written as ``actor.timeout`` and applied when read back, a parameter change is
@@ -59,6 +60,7 @@ from trialog.events import (
     View,
 )
 from trialog.logs import get_logger
+from trialog.runtime.pace import Pace
 from trialog.runtime.service import Handler
 from trialog.runtime.trial import ClassSchemas, class_schemas, dumps, loads, operator_code, trial_info
 from trialog.spec import load_entry
@@ -69,7 +71,7 @@ log = get_logger(__name__)
 
 EnvFactory = Callable[[Any], Any]  # TrialInfo -> environment instance
 UPDATE_THREADS = 8  # updates of different trials that may run at once (each trial runs one at a time)
-SLOW_UPDATE_S = 0.002  # an update slower than this moves its trial's updates off the event loop
+SLOW_UPDATE_S = 0.002  # updates slower than this (median of the latest) run off the event loop
 
 
 def _update(env: Any, actions: dict[str, Any]) -> tuple[Step | None, str]:
@@ -104,7 +106,7 @@ class _Trial:
     done: bool = False
     pending_parameters: list[tuple[int, dict]] = field(default_factory=list)  # (effective tick, parameters)
     stepping: bool = False  # update() is running in a worker thread
-    slow: bool = False  # an update took longer than SLOW_UPDATE_S: the next ones run in a worker thread
+    pace: Pace = field(default_factory=lambda: Pace(SLOW_UPDATE_S))  # inline, or in a worker thread while slow
     backlog: list[tuple[Record, Event]] = field(default_factory=list)  # records that arrived meanwhile, in log order
 
 
@@ -266,19 +268,16 @@ class EnvironmentHandler(Handler):
         for params in due:
             trial.env.set_parameters(params)
         actions, trial.actions = trial.actions, {}
-        live = self.loop.is_live(EVENTS, trial.partition)
-        if not live or not trial.slow:
-            # Catch-up: in log order, compared with the log. A fast update runs inline too: a
-            # hop to a worker thread costs about 0.1 ms, a good part of a fast tick.
-            began = time.perf_counter()
-            result = _update(trial.env, actions)
-            trial.slow = live and time.perf_counter() - began > SLOW_UPDATE_S
-            self._stepped(trial, tick, *result)
+        if not self.loop.is_live(EVENTS, trial.partition):  # catch-up: in log order, compared with the log
+            self._stepped(trial, tick, *_update(trial.env, actions))
+            return
+        if not trial.pace.off_loop:
+            self._stepped(trial, tick, *trial.pace.timed(_update, trial.env, actions))
             return
         # A slow update runs in a worker thread, so that it slows only its own trial. Records
         # of this trial that arrive meanwhile wait their turn (trial.backlog).
         trial.stepping = True
-        future = asyncio.get_running_loop().run_in_executor(self._workers, _update, trial.env, actions)
+        future = asyncio.get_running_loop().run_in_executor(self._workers, trial.pace.timed, _update, trial.env, actions)
         future.add_done_callback(lambda f: None if f.cancelled() else self._stepped(trial, tick, *f.result()))
 
     def _stepped(self, trial: _Trial, tick: int, step: Step | None, error: str) -> None:

@@ -1,0 +1,87 @@
+"""What keeps a tick cheap: tags by precomputed HMAC keys, records read back as written
+without a second decoding, and user code moved off the event loop only while it is slow."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+
+import pytest
+
+from trialog.bus.memory import MemoryBus
+from trialog.events import Message, Observation, TrialStarted
+from trialog.runtime.pace import Pace
+from trialog.runtime.service import Handler, ServiceLoop
+from trialog.topics import EVENTS
+from trialog.trust import MacKey, Keyring
+from tests.unit.test_trust import STARTED
+
+
+@pytest.mark.parametrize("size", [0, 1, 32, 64, 65, 200])
+def test_mac_key_is_hmac_sha256(size):
+    secret = bytes(range(size % 256))[:size] or b""
+    for message in (b"", b"x", bytes(1000)):
+        assert MacKey(secret).tag(message) == hmac.digest(secret, message, "sha256")
+
+
+def test_pace_moves_off_the_loop_on_the_median_not_on_one_call():
+    pace = Pace(0.002)
+    for seconds in (0.0001, 0.0001, 0.050, 0.0001, 0.0001):  # one call stretched by preemption
+        pace.record(seconds)
+        assert not pace.off_loop
+    for seconds in (0.010, 0.010, 0.010):  # slow calls: off the loop
+        pace.record(seconds)
+    assert pace.off_loop
+    pace.record(0.001)  # faster, but not clearly fast: stays off (hysteresis)
+    pace.record(0.001)
+    assert pace.off_loop
+    for _ in range(3):
+        pace.record(0.0001)
+    assert not pace.off_loop
+
+
+def test_pace_times_a_call():
+    pace = Pace(0.001)
+    assert pace.timed(lambda a, b: a + b, 1, 2) == 3
+    pace.timed(lambda: __import__("time").sleep(0.01))
+    assert pace.off_loop  # a first slow call decides until quicker ones follow
+
+
+class Recorder(Handler):
+    roles = (EVENTS,)
+    service_name = "recorder"
+
+    def __init__(self):
+        self.handled: list = []
+
+    def handle(self, record, event):
+        self.handled.append((record.offset, event))
+
+
+async def test_a_record_read_back_as_written_is_not_decoded_again_and_a_copy_is(memory_settings):
+    bus = MemoryBus(memory_settings)
+    bus.trust.keyring = Keyring.generate()
+    bus.trust.learn(STARTED)
+    handler = Recorder()
+    loop = ServiceLoop(bus, handler, group="recorder")
+    decoded = []
+    decode = bus.codec.decode
+    bus.codec.decode = lambda value, kind: decoded.append(kind) or decode(value, kind)
+    task = asyncio.create_task(loop.run())
+    await loop.ready.wait()
+    sent = Observation(STARTED.trial_id, tick=0, actor="alice", payload=b"\x00")
+    loop.emit(sent)
+    while len(handler.handled) < 1:
+        await asyncio.sleep(0.01)
+    assert handler.handled[0][1] is sent and decoded == []
+    # The same body with other headers (here: no tags) is not the record this loop wrote.
+    original = bus.records(EVENTS)[-1]
+    await bus.send_many([(EVENTS, original.key, original.value, [h for h in original.headers if not h[0].startswith("mac.")])])
+    other = Message(STARTED.trial_id, tick=0, sender="alice", receivers=("bob",), payload="{}", message_id="m1")
+    loop.emit(other)
+    while len(handler.handled) < 2:
+        await asyncio.sleep(0.01)
+    loop.stop()
+    await task
+    assert [e for _, e in handler.handled] == [sent, other]  # the untagged copy was refused
+    assert decoded == []  # and refused before decoding
