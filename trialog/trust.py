@@ -464,17 +464,19 @@ class Authenticator:
         # trial -> {(op, kind, sender[, receiver]): how to tag or check such a record}: the
         # policy below, resolved once per trial and kind instead of once per record (it is
         # on every record's path). Dropped when what it depends on changes (roster, seats).
-        self._plans: dict[str, dict[tuple, object]] = {}
+        # Keyed by the record key (the trial ID's bytes); tag plans by (kind, sender, receiver),
+        # check plans by (kind, sender).
+        self._plans: dict[bytes, dict[tuple, object]] = {}
 
     def _forget_plans(self, trial_id: str) -> None:
-        self._plans.pop(trial_id, None)
+        self._plans.pop(trial_id.encode(), None)
 
-    def _plans_of(self, trial_id: str) -> dict[tuple, object]:
-        plans = self._plans.get(trial_id)
+    def _plans_of(self, key: bytes) -> dict[tuple, object]:
+        plans = self._plans.get(key)
         if plans is None:
             if len(self._plans) >= self.ROSTERS_KEPT:  # bounded: record keys are untrusted input
                 self._plans.clear()
-            plans = self._plans[trial_id] = {}
+            plans = self._plans[key] = {}
         return plans
 
     # --- what the process knows ----------------------------------------------------------------
@@ -555,16 +557,17 @@ class Authenticator:
         """The headers to add to a record about to be written: seat headers and the tags."""
         h = dict(headers)
         kind, sender, receiver = h.get("kind", b""), h.get("sender", b""), h.get("receiver", b"")
-        plans = self._plans_of(trial_id)
-        plan = plans.get(("tag", kind, sender, receiver))
+        key = trial_id.encode()
+        plans = self._plans.get(key) or self._plans_of(key)
+        plan = plans.get((kind, sender, receiver))
         if plan is None:
-            plan = plans[("tag", kind, sender, receiver)] = self._tag_plan(trial_id, kind.decode(), sender.decode(), receiver.decode())
+            plan = plans[(kind, sender, receiver)] = self._tag_plan(trial_id, kind.decode(), sender.decode(), receiver.decode())
         if isinstance(plan, str):
             raise TrustError(plan)
         seat_headers, macs_by_header = plan
         if seat_headers:
             h.update(seat_headers)
-        message = mac_input(trial_id.encode(), h, value)
+        message = mac_input(key, h, value)
         return [*seat_headers, *((name, mac.tag(message)) for name, mac in macs_by_header)]
 
     def _tag_plan(self, trial_id: str, kind: str, sender: str, receiver: str) -> tuple[list, list] | str:
@@ -597,14 +600,11 @@ class Authenticator:
     def check(self, key: bytes | None, headers: Sequence[tuple[str, bytes]], value: bytes | None) -> str | None:
         """None if the record was written by a key allowed to write it, else the reason."""
         h = dict(headers)
-        if None in h.values():  # a header without a value counts as empty
-            h = {k: (v or b"") for k, v in headers}
-        trial_id = (key or b"").decode(errors="replace")
-        kind, sender = h.get("kind", b""), h.get("sender", b"")
-        plans = self._plans_of(trial_id)
-        plan = plans.get(("check", kind, sender))
+        kind, sender, key = h.get("kind") or b"", h.get("sender") or b"", key or b""
+        plans = self._plans.get(key) or self._plans_of(key)
+        plan = plans.get((kind, sender))
         if plan is None:
-            plan = plans[("check", kind, sender)] = self._check_plan(trial_id, kind, sender)
+            plan = plans[(kind, sender)] = self._check_plan(key.decode(errors="replace"), kind, sender)
         if isinstance(plan, str):
             return plan
         verifiers, untagged, mismatch = plan
@@ -614,7 +614,10 @@ class Authenticator:
             if tag is None:
                 continue
             if message is None:
-                message = mac_input(key or b"", h, value or b"")
+                try:
+                    message = mac_input(key, h, value or b"")
+                except TypeError:  # a header without a value (None) counts as empty
+                    message = mac_input(key, {k: v or b"" for k, v in h.items()}, value or b"")
             if hmac.compare_digest(mac.tag(message), tag):
                 return None
         if message is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import time
 
 import pytest
 
@@ -24,27 +25,38 @@ def test_mac_key_is_hmac_sha256(size):
         assert MacKey(secret).tag(message) == hmac.digest(secret, message, "sha256")
 
 
-def test_pace_moves_off_the_loop_on_the_median_not_on_one_call():
+def test_pace_moves_calls_that_wait_off_the_loop_on_most_calls_not_one():
     pace = Pace(0.002)
-    for seconds in (0.0001, 0.0001, 0.050, 0.0001, 0.0001):  # one call stretched by preemption
-        pace.record(seconds)
+    for seconds in (0.050, 0.0001, 0.0001, 0.0001, 0.0001, 0.050, 0.0001):  # a slow first call; one stretched by preemption
+        pace.record(seconds, 0.00005)
         assert not pace.off_loop
-    for seconds in (0.010, 0.010, 0.010):  # slow calls: off the loop
-        pace.record(seconds)
+    for _ in range(3):  # slow calls that wait (sleep, I/O, native code): off the loop
+        pace.record(0.010, 0.0001)
     assert pace.off_loop
-    pace.record(0.001)  # faster, but not clearly fast: stays off (hysteresis)
-    pace.record(0.001)
+    pace.record(0.001, 0.0001)  # quicker, but still waiting past a quarter of the threshold: stays off
+    pace.record(0.001, 0.0001)
     assert pace.off_loop
     for _ in range(3):
-        pace.record(0.0001)
+        pace.record(0.0001, 0.00005)
     assert not pace.off_loop
 
 
-def test_pace_times_a_call():
+def test_pace_keeps_calls_that_compute_inline_however_long():
+    pace = Pace(0.002)
+    for _ in range(10):  # Python computing, stretched by a busy machine: a thread would only take turns
+        pace.record(0.025, 0.004)
+    assert not pace.off_loop
+
+
+def test_pace_times_calls_and_waits_for_a_few_before_moving():
     pace = Pace(0.001)
     assert pace.timed(lambda a, b: a + b, 1, 2) == 3
-    pace.timed(lambda: __import__("time").sleep(0.01))
-    assert pace.off_loop  # a first slow call decides until quicker ones follow
+    pace.timed(time.sleep, 0.01)
+    assert not pace.off_loop  # one quick call and one slow one: too few to judge
+    pace.timed(time.sleep, 0.01)
+    assert pace.off_loop  # two of three slow, waiting
+    while pace.off_loop:  # computing calls bring it back
+        pace.timed(sum, range(200_000))
 
 
 class Recorder(Handler):

@@ -59,7 +59,7 @@ from trialog.bus.base import (
 )
 from trialog.logs import get_logger
 from trialog.errors import RecordsTooLarge, TopicMissingError, TransportError
-from trialog.topics import CONTROL, EVENTS, TRIALS, plan
+from trialog.topics import CONTROL, EVENTS, TRIALS, TRANSACTIONAL_PREFIX, plan
 
 KEYED = frozenset({CONTROL, EVENTS, TRIALS})  # partitioned by trial ID, same count (I-2)
 
@@ -305,9 +305,9 @@ class KafkaConsumer(Consumer):
             session_timeout_ms=10_000,
             heartbeat_interval_ms=1_000,
             metadata_max_age_ms=5_000,
-            # Records of aborted transactions (e.g. of a killed analytics job) are never read;
-            # Trialog's own producers are not transactional, so this costs them nothing.
-            isolation_level="read_committed",
+            # Records of aborted transactions (e.g. of a killed analytics job) are never read
+            # from the topics written in transactions; on the others it would only cost.
+            isolation_level="read_committed" if any(r.startswith(TRANSACTIONAL_PREFIX) for r in self.roles) else "read_uncommitted",
         )
         try:
             await self._consumer.start()

@@ -7,10 +7,10 @@ coroutine ``async def run(session)``. Each implementation is one consumer group
 several.
 
 The observations of a bite (all trials) are decided in one call. While such calls
-of an implementation take longer than ``SLOW_DECIDE_S`` (the median of its latest
-ones, :mod:`trialog.runtime.pace`), they run off the event loop, in one worker thread
-per implementation, while the loop goes on reading: a slow implementation slows only
-its own trials, and a fast one does not pay a thread hop (about 0.1 ms) on every tick. A policy's calls always run in the worker,
+of an implementation are slow and mostly wait (:mod:`trialog.runtime.pace`), they run
+off the event loop, in one worker thread per implementation, while the loop goes on
+reading: a slow implementation slows only its own trials, and a fast one does not pay
+a thread hop (about 0.1 ms) on every tick. A policy's calls always run in the worker,
 in order with its model loads. During catch-up
 (I-7) they run inline instead, so that replayed actions are compared with the log.
 A policy that follows a model gets each newer version from ``models`` (loaded in
@@ -70,7 +70,6 @@ from trialog.runtime.trial import (
 from trialog.spec import load_entry
 from trialog.topics import EVENTS
 
-SLOW_DECIDE_S = 0.002  # decide calls slower than this (median of the latest) run off the event loop
 
 log = get_logger(__name__)
 
@@ -203,7 +202,7 @@ class ActorHandler(Handler):
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"decide-{implementation}")
         self._pending: list[_Pending] = []
         self._deciding: asyncio.Task | None = None
-        self.pace = Pace(SLOW_DECIDE_S)  # inline, or in the worker while its calls are slow
+        self.pace = Pace()  # inline, or in the worker while its calls are slow and wait
         self._follower: ModelFollower | None = None
         self.batches = 0  # decide calls made (one per batch), for tests and metrics
         self.ended: OrderedDict[str, None] = OrderedDict()  # recently ended: a repeated trial.started changes nothing

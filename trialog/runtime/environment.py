@@ -10,11 +10,11 @@ whose action is not in by then gets the timeout policy (``actor.timeout``, then
 the default action). A person who waits does not stall the trial, and an agent
 that answers at once does not speed it up.
 
-**Slow environments.** While the updates of a trial take longer than
-``SLOW_UPDATE_S`` (the median of its latest ones, :mod:`trialog.runtime.pace`), they
-run in a worker thread, one at a time, its records arriving meanwhile handled after
-each in log order: a slow environment slows only its own trials. Fast updates stay
-inline (a thread hop costs ~0.1 ms).
+**Slow environments.** While the updates of a trial are slow and mostly wait (sleep,
+I/O, native code; :mod:`trialog.runtime.pace` says how that is judged), they run in a
+worker thread, one at a time, its records arriving meanwhile handled after each in
+log order: such an environment slows only its own trials. Other updates stay inline:
+a thread hop costs ~0.1 ms, and Python computing in threads only takes turns.
 
 Every decision that changes a trial is taken *from the log*: a timeout is
 written as ``actor.timeout`` and applied when read back, a parameter change is
@@ -71,7 +71,6 @@ log = get_logger(__name__)
 
 EnvFactory = Callable[[Any], Any]  # TrialInfo -> environment instance
 UPDATE_THREADS = 8  # updates of different trials that may run at once (each trial runs one at a time)
-SLOW_UPDATE_S = 0.002  # updates slower than this (median of the latest) run off the event loop
 
 
 def _update(env: Any, actions: dict[str, Any]) -> tuple[Step | None, str]:
@@ -106,7 +105,7 @@ class _Trial:
     done: bool = False
     pending_parameters: list[tuple[int, dict]] = field(default_factory=list)  # (effective tick, parameters)
     stepping: bool = False  # update() is running in a worker thread
-    pace: Pace = field(default_factory=lambda: Pace(SLOW_UPDATE_S))  # inline, or in a worker thread while slow
+    pace: Pace = field(default_factory=Pace)  # inline, or in a worker thread while slow and waiting
     backlog: list[tuple[Record, Event]] = field(default_factory=list)  # records that arrived meanwhile, in log order
 
 
@@ -132,6 +131,7 @@ class EnvironmentHandler(Handler):
         self.seats = SeatBook()  # who holds each client seat (joins come before the trial starts)
         self.ended: OrderedDict[str, None] = OrderedDict()  # recently ended: a repeated trial.started changes nothing
         self._workers = ThreadPoolExecutor(max_workers=UPDATE_THREADS, thread_name_prefix="env-update")
+        self._metric_children: dict[str, tuple] = {}  # environment name -> its tick metrics
 
     # --- log events ------------------------------------------------------------------------
     def wants(self, record: Record, kind: str | None) -> bool:
@@ -298,13 +298,21 @@ class EnvironmentHandler(Handler):
             except Exception:
                 log.exception("handler failed", service=self.service_name, trial=record.trial_id)
 
+    def _tick_metrics(self, environment: str) -> tuple:
+        """The tick metrics of one environment (a labelled child costs a lookup per tick otherwise)."""
+        children = self._metric_children.get(environment)
+        if children is None:
+            children = self._metric_children[environment] = (metrics.TICKS.labels(environment), metrics.TICK_SECONDS.labels(environment))
+        return children
+
     def _write_step(self, trial: _Trial, tick: int, step: Step | None, error: str) -> None:
         if step is None:
             self._fail(trial, f"environment update failed at tick {tick}: {error}")
             return
         if self.loop.is_live(EVENTS, trial.partition):  # not while replaying a trial taken over (counted by its first host)
-            metrics.TICKS.labels(trial.started.environment).inc()
-            metrics.TICK_SECONDS.labels(trial.started.environment).observe(time.monotonic() - trial.waiting_since)
+            ticks, tick_seconds = self._tick_metrics(trial.started.environment)
+            ticks.inc()
+            tick_seconds.observe(time.monotonic() - trial.waiting_since)
         self._emit_rewards(trial, tick, step.rewards)
         for i, m in enumerate(step.messages):
             self.loop.emit(

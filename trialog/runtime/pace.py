@@ -1,15 +1,19 @@
-"""Where a user's code runs: inline on the event loop while its calls are quick, in a
-worker thread while they are slow.
+"""Where a user's code runs: inline on the event loop, or in a worker thread while its
+calls are slow *and mostly wait*.
 
-Inline, a call costs nothing extra but holds up every other trial of the process;
-in a worker thread it costs a hop (about 0.1 ms, a good part of a fast tick) and
-holds up only its own trials. :class:`Pace` decides from the wall time of the
-latest calls — their median, not one call: on a busy machine a trivial call is now
-and then stretched past any threshold by preemption or a garbage collection, and
-a fast trial sent off the loop for good by one such call would pay the hop on
-every tick thereafter. A pace that went off the loop comes back once its calls
-are clearly quick again (a quarter of the threshold), so a slow first call (a
-model's compilation, a reset) does not decide either.
+Inline, a call costs nothing extra but holds up every other trial of the process.
+In a worker thread it holds up only its own trials — if it lets go of the
+interpreter: threads do not run Python side by side. A call that waits (sleeps, I/O,
+native code that releases the interpreter lock: a simulator's C core, XLA) lets the
+loop go on meanwhile; a call that computes in Python only takes turns with it, and
+several such calls in threads cost far more than the same calls inline (measured
+with CoGrid's Overcooked: 16 trials ran at 60 % of their inline speed). So
+:class:`Pace` moves calls off the loop when they take long on the clock while using
+little CPU time of their own thread, judged on the latest calls, not on one: on a busy
+machine any call is now and then stretched by preemption or a garbage collection.
+Nothing moves before a few calls were seen (a first call is often slow: imports, a
+model's compilation, a reset), and calls come back inline once they no longer both
+take a quarter of the threshold and wait.
 """
 
 from __future__ import annotations
@@ -21,27 +25,44 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+SLOW_S = 0.005  # calls longer than this on the clock, using a quarter of it or less in CPU, move off the loop
+
 
 class Pace:
-    """The recent wall times of one user's calls, and whether they now run off the loop."""
+    """Whether one user's calls now run off the loop, from their recent wall and CPU times."""
 
-    WINDOW = 5  # calls the median is taken over
+    WINDOW = 5  # calls judged together
+    FIRST = 3  # calls seen before any move
 
-    def __init__(self, slow_s: float):
+    def __init__(self, slow_s: float = SLOW_S):
         self.slow_s = slow_s
         self.off_loop = False
-        self._recent: deque[float] = deque(maxlen=self.WINDOW)
+        self._recent: deque[tuple[bool, bool]] = deque()
+        # Of the recent calls, how many waited past slow_s, and past slow_s / 4: moving off
+        # the loop takes half of them waiting past slow_s, coming back fewer than half
+        # waiting past slow_s / 4 (kept in O(1) per call: one per update of every trial).
+        self._waited = [0, 0]
 
-    def record(self, seconds: float) -> None:
-        self._recent.append(seconds)
-        ordered = sorted(self._recent)
-        median = ordered[len(ordered) // 2]
-        self.off_loop = median > (self.slow_s / 4 if self.off_loop else self.slow_s)
+    def record(self, seconds: float, cpu_seconds: float) -> None:
+        """One call took ``seconds`` on the clock, ``cpu_seconds`` of its thread's CPU time."""
+        waited = self._waited
+        if len(self._recent) == self.WINDOW:
+            gone = self._recent.popleft()
+            waited[0] -= gone[0]
+            waited[1] -= gone[1]
+        computing = cpu_seconds >= self.slow_s / 4
+        call = (seconds > self.slow_s and not computing, seconds > self.slow_s / 4 and not computing)
+        self._recent.append(call)
+        waited[0] += call[0]
+        waited[1] += call[1]
+        n = len(self._recent)
+        if n >= self.FIRST:
+            self.off_loop = waited[1 if self.off_loop else 0] >= n - n // 2
 
     def timed(self, call: Callable[..., T], *args) -> T:
-        """``call(*args)``, its wall time recorded (from the thread that makes the call)."""
-        began = time.perf_counter()
+        """``call(*args)``, its times recorded (from the thread that makes the call)."""
+        began, began_cpu = time.perf_counter(), time.thread_time()
         try:
             return call(*args)
         finally:
-            self.record(time.perf_counter() - began)
+            self.record(time.perf_counter() - began, time.thread_time() - began_cpu)
