@@ -315,8 +315,7 @@ class KafkaConsumer(Consumer):
                 self._consumer.subscribe(list(self._topic_roles), listener=_Listener(self))
             else:
                 tps = []
-                # A fresh metadata snapshot: an assign()-only consumer has none for unsubscribed topics.
-                cluster = await self._consumer._client.fetch_all_metadata()  # noqa: SLF001
+                cluster = await self._fresh_metadata()
                 for role in self.roles:
                     parts = self.partitions
                     if parts is None:
@@ -341,6 +340,17 @@ class KafkaConsumer(Consumer):
             if isinstance(exc, TransportError):
                 raise
             raise TransportError(f"cannot consume from Kafka at {settings.bootstrap_servers}: {exc}") from exc
+
+    async def _fresh_metadata(self):
+        """A fresh metadata snapshot (an assign()-only consumer has none for topics it does not
+        subscribe to). A topic created a moment ago may not be in every broker's metadata yet:
+        asked again, briefly, before it counts as missing."""
+        topics = [self.bus.settings.topic(role) for role in self.roles]
+        for wait in (0.1, 0.2, 0.4, 0.8, None):
+            cluster = await self._consumer._client.fetch_all_metadata()  # noqa: SLF001
+            if self.partitions is not None or all(cluster.partitions_for_topic(t) for t in topics) or wait is None:
+                return cluster
+            await asyncio.sleep(wait)
 
     async def stop(self) -> None:
         if self._consumer is not None:
