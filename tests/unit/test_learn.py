@@ -99,6 +99,23 @@ def test_dqn_in_process_runs_and_evaluates():
     curve = train_in_process(cfg, total_steps=600, eval_every=300, eval_episodes=2)
     assert [s for s, _ in curve] == [300, 600]
     assert all(8 <= r <= 500 for _, r in curve)
+    # At given steps (those of another run's evaluations), training until the last one.
+    assert [s for s, _ in train_in_process(cfg, eval_at=[517, 251], eval_episodes=1)] == [251, 517]
+
+
+def test_dqn_learning_rate_falls_linearly_to_zero_over_its_decay_steps():
+    import optax
+
+    cfg = DQNConfig(observation_size=2, actions=2, hidden=(4,), learning_starts=0, train_frequency=10, gradient_steps=5, learning_rate_decay_steps=100)
+    assert cfg.updates_by(100) == 50 and cfg.updates_by(5) == 0
+    learner = DQNLearner(cfg)
+    ones = {k: np.ones_like(v) for k, v in learner.params.items()}
+    state, rates = learner.optimizer.init(learner.params), []
+    for _ in range(80):  # Adam's step for a constant gradient is the learning rate itself
+        updates, state = learner.optimizer.update(ones, state, learner.params)
+        rates.append(float(np.abs(np.asarray(updates["b0"])).max()))
+    assert rates[0] == pytest.approx(cfg.learning_rate, rel=1e-3) and rates[25] == pytest.approx(cfg.learning_rate / 2, rel=1e-2)
+    assert rates[50] == rates[79] == 0.0
 
 
 def test_preset_loads_and_its_agent_parameters_reach_a_derived_spec(tmp_path):

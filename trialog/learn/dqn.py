@@ -38,12 +38,18 @@ class DQNConfig:
     actions: int = 2
     hidden: tuple[int, ...] = (128, 128)
     learning_rate: float = 2.3e-3
+    learning_rate_decay_steps: int = 50_000  # falls linearly to 0 by this many env steps (0: constant), as after solving
+    # the task a constant rate keeps shaking the Q-values and the policy collapses
+    max_grad_norm: float = 10.0  # gradients clipped to this global norm
     buffer_size: int = 100_000
     gamma: float = 0.99
     batch_size: int = 64
     learning_starts: int = 1_000  # env steps before the first update (the heatup phase)
     train_frequency: int = 256  # env steps between two training rounds
-    gradient_steps: int = 128  # updates per round; the target network is refreshed before each round
+    gradient_steps: int = 512  # updates per round: two per env step, so that learning is done before the rate has decayed
+    tau: float = 1.0  # before each round the target network moves this fraction towards the Q-network (1: a copy)
+    double: bool = True  # Double DQN targets: the Q-network picks the next action, the target network values it
+    huber: bool = False  # Huber loss rather than the squared error (on CartPole it learns slower here)
     start_e: float = 1.0
     end_e: float = 0.04
     exploration_steps: int = 8_000  # ε decays linearly from start_e to end_e over these env steps
@@ -52,6 +58,11 @@ class DQNConfig:
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> DQNConfig:
         return config_of(cls, config)
+
+    def updates_by(self, env_steps: int) -> int:
+        """Gradient steps done once the learner has seen this many env steps."""
+        rounds = env_steps // self.train_frequency - self.learning_starts // self.train_frequency
+        return max(0, rounds) * self.gradient_steps
 
     def epsilon(self, env_steps: int) -> float:
         fraction = min(1.0, env_steps / max(1, self.exploration_steps))
@@ -121,7 +132,10 @@ class DQNLearner:
         self.rng = np.random.default_rng(cfg.seed)
         self.params = {k: jnp.asarray(v) for k, v in init_mlp(self.rng, [cfg.observation_size, *cfg.hidden, cfg.actions]).items()}
         self.target = self.params
-        self.optimizer = optax.adam(cfg.learning_rate)
+        rate = cfg.learning_rate
+        if cfg.learning_rate_decay_steps:  # the schedule counts gradient steps
+            rate = optax.linear_schedule(cfg.learning_rate, 0.0, max(1, cfg.updates_by(cfg.learning_rate_decay_steps)))
+        self.optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(rate))
         self.opt_state = self.optimizer.init(self.params)
         self.memory = ReplayMemory(cfg.buffer_size, cfg.observation_size)
         self.lock = threading.Lock()  # the learner service adds from its loop while a round trains in a thread
@@ -130,10 +144,12 @@ class DQNLearner:
         self.updates = 0  # gradient steps done
 
         def loss(params, target, b):
-            next_q = mlp(target, b["next_obs"], jnp).max(axis=1)
-            y = b["rewards"] + cfg.gamma * next_q * (1.0 - b["dones"])
+            target_q = mlp(target, b["next_obs"], jnp)
+            next_action = (mlp(params, b["next_obs"], jnp) if cfg.double else target_q).argmax(axis=1)
+            next_q = jnp.take_along_axis(target_q, next_action[:, None], axis=1)[:, 0]
+            y = jax.lax.stop_gradient(b["rewards"] + cfg.gamma * next_q * (1.0 - b["dones"]))
             q = jnp.take_along_axis(mlp(params, b["obs"], jnp), b["actions"][:, None], axis=1)[:, 0]
-            return jnp.mean((q - jax.lax.stop_gradient(y)) ** 2)
+            return jnp.mean(optax.huber_loss(q, y) if cfg.huber else (q - y) ** 2)
 
         def step(carry, batch):
             params, opt_state, target = carry
@@ -162,8 +178,10 @@ class DQNLearner:
         return max(0, owed - self.rounds)
 
     def train_round(self) -> float:
-        """Refresh the target network, then `gradient_steps` updates; returns the mean loss."""
-        self.target = self.params
+        """Move the target network towards the Q-network, then `gradient_steps` updates; returns the mean loss."""
+        import optax
+
+        self.target = optax.incremental_update(self.params, self.target, self.cfg.tau)
         with self.lock:
             batches = self.memory.sample(self.rng, self.cfg.batch_size, self.cfg.gradient_steps)
         (self.params, self.opt_state, _), losses = self._round(self.params, self.opt_state, self.target, batches)
@@ -205,17 +223,20 @@ class DQNLearner:
 
 def train_in_process(
     cfg: DQNConfig, *, env_id: str = "CartPole-v1", total_steps: int = 50_000, eval_every: int = 5_000, eval_episodes: int = 10,
-    episode_seed: int = 0, on_eval: Callable[[int, float], None] | None = None,
+    episode_seed: int = 0, on_eval: Callable[[int, float], None] | None = None, eval_at: Sequence[int] = (),
 ) -> list[tuple[int, float]]:  # fmt: skip
-    """Train for ``total_steps`` env steps; every ``eval_every`` steps, the mean return of
-    ``eval_episodes`` greedy episodes. Returns [(env steps, mean eval return)]."""
+    """Train for ``total_steps`` env steps; every ``eval_every`` steps (or at each step of
+    ``eval_at``, training until the last), the mean return of ``eval_episodes`` greedy
+    episodes. Returns [(env steps, mean eval return)]."""
     import gymnasium
 
     env = gymnasium.make(env_id)
     policy, learner = DQNPolicy(dataclasses.asdict(cfg)), DQNLearner(cfg)
     me = ActorInfo("agent", "agent", "dqn")
     curve: list[tuple[int, float]] = []
-    episode, steps, next_eval = 0, 0, eval_every
+    evals = sorted(eval_at) or list(range(eval_every, total_steps + 1, eval_every))
+    total_steps = evals[-1] if eval_at else total_steps
+    episode, steps = 0, 0
 
     def act(observation: Any, seed: int, tick: int, phase: str) -> int:
         trial = TrialInfo(trial_id="", seed=seed, config={}, actors=(me,), phase=phase)
@@ -237,8 +258,8 @@ def train_in_process(
             if learner.rounds_due():
                 learner.train_round()
                 policy.set_weights(learner.policy_weights(), learner.env_steps)
-            if steps >= next_eval:
-                next_eval += eval_every
+            while evals and steps >= evals[0]:
+                evals.pop(0)
                 mean = evaluate(env_id, act, eval_episodes, seed_base=10_000_000 + steps)
                 curve.append((steps, mean))
                 if on_eval:
@@ -266,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="DQN in-process over a Gymnasium env (the baseline of bench/learning.py).")
     for f in dataclasses.fields(DQNConfig):
         if f.name != "hidden":
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
+            kind = (lambda v: v.lower() in ("1", "true", "yes")) if isinstance(f.default, bool) else type(f.default)
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=f.default)
     parser.add_argument("--total-steps", type=int, default=50_000)
     parser.add_argument("--eval-every", type=int, default=5_000)
     parser.add_argument("--env-id", default="CartPole-v1")
