@@ -81,6 +81,9 @@ class _Live:
     waiting_for: set[str] = field(default_factory=set)
     pending: TrialPending | None = None  # kept only while client actors join
     end_sent: bool = False
+    # The latest observation or action glanced at and not verified, with when it was read:
+    # activity, its tag checked only should the trial look inactive (see glance).
+    unverified: tuple[Record, float] | None = None
 
 
 class OrchestratorHandler(Handler):
@@ -89,9 +92,12 @@ class OrchestratorHandler(Handler):
     batched = True  # not on the tick path: lifecycle answers may wait a fetch batch
     service_name = "orchestrator"
     # Observations and actions of running trials are the environment's and the actor
-    # services' to judge (trialog.deadletters): of those the orchestrator needs only that
-    # they happened and their tick, read from the headers once a tag proves who wrote them
+    # services' to judge (trialog.deadletters): of those the orchestrator needs only their
+    # tick and that they happened, read from the headers once a tag proves who wrote them
     # (a tag covers headers and body; the owner decodes the body and checks they agree).
+    # Only the record that moves a trial to a later tick (or its first) is checked at once;
+    # the others count as activity should the trial otherwise be ended for inactivity, and
+    # are checked then (the latest one): four checks per tick become one.
     kinds = frozenset(BY_KIND) - {Observation.KIND, Action.KIND}
 
     def __init__(self, specs: Mapping[str, Spec], *, environment_timeout_s: float = ENVIRONMENT_TIMEOUT_S):
@@ -113,16 +119,29 @@ class OrchestratorHandler(Handler):
 
     def glance(self, record: Record, kind: str) -> None:
         trial = self.live_trials.get(record.trial_id)
-        if trial is None or self.loop.bus.refusal(record) is not None:
-            return  # forged or altered: the kind's owner reports it
-        if kind != Observation.KIND:
-            trial.last_activity = time.monotonic()
+        if trial is None:
             return
-        try:
-            tick = int(record.header(HEADER_TICK) or "")
-        except ValueError:
-            return  # not what an environment writes; its owner finds the body disagrees
-        self._activity(record.trial_id, trial, tick)
+        if kind == Observation.KIND:
+            try:
+                tick = int(record.header(HEADER_TICK) or "")
+            except ValueError:
+                return  # not what an environment writes; its owner finds the body disagrees
+            if tick > trial.tick or trial.environment_deadline is not None:  # a later tick, or the first
+                if self.loop.bus.refusal(record) is None:  # forged or altered: its owner reports it
+                    self._activity(record.trial_id, trial, tick)
+                return
+        trial.unverified = (record, time.monotonic())
+
+    def _inactive(self, trial: _Live, mono: float) -> bool:
+        """Past its inactivity limit, counting the latest glanced record if its tag holds."""
+        if (mono - trial.last_activity) * 1000 <= trial.inactivity_ms:
+            return False
+        if trial.unverified is not None:
+            record, seen = trial.unverified
+            trial.unverified = None
+            if self.loop.bus.refusal(record) is None:
+                trial.last_activity = max(trial.last_activity, seen)
+        return (mono - trial.last_activity) * 1000 > trial.inactivity_ms
 
     # --- dispatch ------------------------------------------------------------------------------
     def handle(self, record: Record, event: Event) -> None:
@@ -344,7 +363,7 @@ class OrchestratorHandler(Handler):
                 self._end(tid, trial, "error", 0, f"no environment service started the trial within {self.environment_timeout_s:g} s: is one serving its environment implementation?")
             elif trial.wall_clock_ms is not None and now_ms - trial.created_ms > trial.wall_clock_ms:
                 self._end(tid, trial, "wall_clock", trial.tick, f"ran longer than {trial.wall_clock_ms} ms")
-            elif trial.inactivity_ms is not None and (mono - trial.last_activity) * 1000 > trial.inactivity_ms:
+            elif trial.inactivity_ms is not None and self._inactive(trial, mono):
                 self._end(tid, trial, "inactivity", trial.tick, f"no event for {trial.inactivity_ms} ms")
 
     def live(self, role: str, partition: int) -> None:

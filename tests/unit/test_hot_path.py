@@ -99,3 +99,72 @@ async def test_a_record_read_back_as_written_is_not_decoded_again_and_a_copy_is(
     await task
     assert [e for _, e in handler.handled] == [sent, other]  # the untagged copy was refused
     assert decoded == []  # and refused before decoding
+
+
+class OrchestratorLoop:
+    """Stands in for the ServiceLoop around an orchestrator handler: emitted events are
+    written to the in-memory bus (tagged, as the loop would) and fed back by the test."""
+
+    def __init__(self, bus):
+        self.bus = bus
+        self.emitted: list = []
+
+    def emit(self, event, role=EVENTS):
+        self.emitted.append((role, event))
+
+    def is_live(self, role, partition):
+        return True
+
+    def dead_letter(self, record, reason):
+        raise AssertionError(reason)
+
+
+def _written(bus, role, event, offset=0):
+    from trialog.bus.base import Record
+
+    _, key, value, headers = bus.to_record(role, event)
+    return Record(role, 0, offset, key, value, tuple(headers), 0)
+
+
+def test_the_orchestrator_checks_the_record_that_moves_a_trial_and_the_rest_only_when_it_looks_inactive(memory_settings):
+    from pathlib import Path
+
+    from services.orchestrator.service import OrchestratorHandler
+    from trialog.events import Action, StartRequest
+    from trialog.spec import load_spec
+    from trialog.topics import CONTROL
+
+    bus = MemoryBus(memory_settings)
+    spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "rps.yaml", bus.store)
+    handler = OrchestratorHandler({spec.name: spec})
+    handler.loop = loop = OrchestratorLoop(bus)
+    request = StartRequest("t-pace", spec="rps", requested_by="test", parameters="{}")
+    handler.handle(_written(bus, CONTROL, request), request)
+    for role, event in list(loop.emitted):
+        if role == EVENTS:
+            handler.handle(_written(bus, EVENTS, event), event)
+    trial = handler.live_trials["t-pace"]
+    assert trial.status == "running" and trial.environment_deadline is not None
+
+    def glance(event, forged=False):
+        record = _written(bus, EVENTS, event)
+        if forged:  # the same record with its tags stripped
+            record = type(record)(record.role, 0, 0, record.key, record.value, tuple(h for h in record.headers if not h[0].startswith("mac.")), 0)
+        handler.glance(record, event.KIND)
+
+    glance(Observation("t-pace", tick=0, actor="alice", payload=b""))
+    assert trial.environment_deadline is None  # the first observation counts at once
+    glance(Observation("t-pace", tick=1000, actor="alice", payload=b""), forged=True)
+    assert trial.tick == 0  # a forged tick moves nothing (it would end the trial past max_ticks)
+    glance(Observation("t-pace", tick=1, actor="alice", payload=b""))
+    assert trial.tick == 1
+    # Actions count as activity, their tags checked only when the trial looks inactive.
+    trial.last_activity -= 3600
+    glance(Action("t-pace", tick=1, actor="alice", payload=b""), forged=True)
+    handler.periodic(time.time())
+    assert trial.end_sent  # a forged action does not keep it alive
+    trial.end_sent = False
+    trial.last_activity -= 3600
+    glance(Action("t-pace", tick=1, actor="alice", payload=b""))
+    handler.periodic(time.time())
+    assert not trial.end_sent
