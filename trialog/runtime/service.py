@@ -197,6 +197,11 @@ class ServiceLoop:
                 records = await self.consumer.poll(timeout_ms=int(self.tick_interval * 1000), max_records=BITE)
                 for record in records:
                     self._process(record)
+                # A poll served from records already fetched returns without giving the event
+                # loop a turn: through a long catch-up (inline updates, in log order) the
+                # consumer's heartbeats would stop, the group drop this member, and the
+                # catch-up start over at every rejoin. One turn per bite lets them through.
+                await asyncio.sleep(0)
                 self._check_caught_up()
                 now = time.monotonic()
                 if now - last_periodic >= self.tick_interval:
