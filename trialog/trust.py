@@ -461,11 +461,10 @@ class Authenticator:
         # trial -> {actor: (key id, actor class)}
         self._rosters: OrderedDict[str, dict[str, tuple[str, str]]] = OrderedDict()
         self._seats: dict[tuple[str, str], Seat] = {}
-        # trial -> {(op, kind, sender[, receiver]): how to tag or check such a record}: the
-        # policy below, resolved once per trial and kind instead of once per record (it is
-        # on every record's path). Dropped when what it depends on changes (roster, seats).
-        # Keyed by the record key (the trial ID's bytes); tag plans by (kind, sender, receiver),
-        # check plans by (kind, sender).
+        # record key (the trial ID's bytes) -> {(kind, sender, receiver): how to tag such a
+        # record, (kind, sender): how to check one}: the policy below, resolved once per trial
+        # and kind instead of once per record (it is on every record's path). Dropped when
+        # what it depends on changes (roster, seats).
         self._plans: dict[bytes, dict[tuple, object]] = {}
 
     def _forget_plans(self, trial_id: str) -> None:
@@ -558,7 +557,7 @@ class Authenticator:
         h = dict(headers)
         kind, sender, receiver = h.get("kind", b""), h.get("sender", b""), h.get("receiver", b"")
         key = trial_id.encode()
-        plans = self._plans.get(key) or self._plans_of(key)
+        plans = self._plans_of(key)
         plan = plans.get((kind, sender, receiver))
         if plan is None:
             plan = plans[(kind, sender, receiver)] = self._tag_plan(trial_id, kind.decode(), sender.decode(), receiver.decode())
@@ -601,7 +600,7 @@ class Authenticator:
         """None if the record was written by a key allowed to write it, else the reason."""
         h = dict(headers)
         kind, sender, key = h.get("kind") or b"", h.get("sender") or b"", key or b""
-        plans = self._plans.get(key) or self._plans_of(key)
+        plans = self._plans_of(key)
         plan = plans.get((kind, sender))
         if plan is None:
             plan = plans[(kind, sender)] = self._check_plan(key.decode(errors="replace"), kind, sender)
