@@ -22,6 +22,8 @@ INTERVAL_MS, TICKS = 60, 6
 def real_time_spec(bus):
     raw = yaml.safe_load(SPEC.read_text())
     raw["name"] = "realtime"
+    # No early win: both trials run to max_ticks, so the pacing bound below is exact.
+    raw["environments"]["rps"]["config"]["target_score"] = 1000
     raw["trial"]["tick_interval_ms"] = INTERVAL_MS
     raw["trial"]["response_timeout_ms"] = 10  # ignored in real time: the deadline is the interval
     return parse_spec(raw, file=str(SPEC), base_dir=SPEC.parent, store=bus.store)
@@ -46,6 +48,7 @@ async def test_steps_are_paced_and_a_silent_actor_gets_the_default_action(memory
         await ctl.wait_ended(silent, timeout=30)
         fast_events, silent_events = await events_of(bus, fast), await events_of(bus, silent)
     # Both agents answer at once, yet the trial takes an interval per tick.
+    assert max(e.tick for e in fast_events if isinstance(e, Observation)) == TICKS
     assert paced >= TICKS * INTERVAL_MS / 1000 * 0.9
     # bob never answers: every tick, a logged timeout at the deadline, and the trial goes on.
     # (alice answers at once; on a loaded machine she too may miss a 60 ms deadline.)
