@@ -32,6 +32,10 @@ from trialog.trust import GATEWAY, Authenticator
 
 log = get_logger(__name__)
 
+# How long each part of the gateway (the feed, the controller, the dashboard) and each
+# open socket get to finish when the gateway stops, before they are abandoned.
+STOP_WITHIN_S = 5.0
+
 
 class Gateway:
     """What every page and socket of one gateway process shares."""
@@ -90,15 +94,37 @@ class Gateway:
 
 def build_app(bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0) -> Starlette:
     gateway = Gateway(bus, specs, base_url=base_url, join_wait_s=join_wait_s)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette):
-        async with gateway.feed, gateway.controller, gateway.dashboard:
-            yield
-
-    app = Starlette(routes=ROUTES, lifespan=lifespan)
+    app = Starlette(routes=ROUTES, lifespan=_lifespan(gateway))
     app.state.gateway = gateway
     return app
+
+
+def _lifespan(gateway: Gateway):
+    """Start the feed, the controller and the dashboard; stop each, last first, within its bound."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette | None):
+        started = []
+        try:
+            for part in (gateway.feed, gateway.controller, gateway.dashboard):
+                await part.__aenter__()
+                started.append(part)
+            yield
+        finally:
+            for part in reversed(started):
+                await _stop(part)
+
+    return lifespan
+
+
+async def _stop(part) -> None:
+    """Stop one part of the gateway within :data:`STOP_WITHIN_S`: a Kafka client that does
+    not close (a broker gone, a request never answered) must not keep the process from
+    exiting on SIGTERM. The log says which part was left to the process exit."""
+    try:
+        await asyncio.wait_for(part.__aexit__(None, None, None), STOP_WITHIN_S)
+    except TimeoutError:
+        log.warning("a part of the gateway did not stop in time; left to the process exit", part=type(part).__name__, seconds=STOP_WITHIN_S)
 
 
 async def main(bus: Bus, specs: Mapping[str, Spec], *, host: str, port: int, base_url: str, health_port: int = 0) -> None:
@@ -106,7 +132,8 @@ async def main(bus: Bus, specs: Mapping[str, Spec], *, host: str, port: int, bas
     import uvicorn
 
     app = build_app(bus, specs, base_url=base_url)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", ws_max_size=64 * 1024)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", ws_max_size=64 * 1024,
+                            timeout_graceful_shutdown=STOP_WITHIN_S)
     health = Health()
     probes = await serve_health(health, port=health_port) if health_port else None
     watcher = asyncio.create_task(_watch_health(health, app.state.gateway))

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import uvicorn
 import websockets
 
-from services.gateway.app import build_app
+from services.gateway.app import STOP_WITHIN_S, build_app
 from tests.conftest import free_ports
 from tests.harness import deployment
 from trialog.bus.base import Bus
@@ -26,7 +26,8 @@ async def gateway(bus: Bus, specs: list[Spec]) -> AsyncIterator[str]:
     port = free_ports(1)[0]
     base = f"http://127.0.0.1:{port}"
     app = build_app(bus, {s.name: s for s in specs}, base_url=base, join_wait_s=30)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
+                                           timeout_graceful_shutdown=STOP_WITHIN_S))
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:
