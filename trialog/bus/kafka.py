@@ -334,12 +334,14 @@ class KafkaConsumer(Consumer):
                     for tp, offset in (await self._consumer.end_offsets(tps)).items():
                         self._consumer.seek(tp, offset)
                         self._next[tp] = offset
-        except (KafkaError, TransportError) as exc:
+        except BaseException as exc:
+            # Any way out of a half-started consumer (a refusal, a missing topic, the caller
+            # cancelled) stops it: a client left open keeps its fetch and heartbeat tasks.
             consumer, self._consumer = self._consumer, None
-            await consumer.stop()
-            if isinstance(exc, TransportError):
-                raise
-            raise TransportError(f"cannot consume from Kafka at {settings.bootstrap_servers}: {exc}") from exc
+            await asyncio.shield(consumer.stop())
+            if isinstance(exc, KafkaError):
+                raise TransportError(f"cannot consume from Kafka at {settings.bootstrap_servers}: {exc}") from exc
+            raise
 
     async def _fresh_metadata(self):
         """A fresh metadata snapshot (an assign()-only consumer has none for topics it does not
