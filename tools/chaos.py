@@ -212,6 +212,13 @@ async def judge_archive(bus: KafkaBus, root: Path, ids: list[str], report: Repor
         report.lost += len(wanted - set(counts))
 
 
+def print_log_tails(logs: Path, lines: int = 12) -> None:
+    """The last lines of each service's log, on stderr."""
+    for path in sorted(logs.glob("*.log")):
+        tail = path.read_text(errors="replace").splitlines()[-lines:]
+        print(f"--- last {len(tail)} lines of {path.name}", *tail, sep="\n", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trials", type=int, default=6, help="trials in the campaign (default 6)")
@@ -232,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"chaos: {args.trials} trials of {args.ticks} ticks, {args.rounds} round(s) of kills, broker {bootstrap}, logs in {work}", file=sys.stderr)
     try:
         report = asyncio.run(campaign(settings, broker, services, trials=args.trials, ticks=args.ticks, rounds=args.rounds, seed=args.seed))
+    except BaseException:
+        print_log_tails(work)  # the logs live in a temporary folder: say here why it stopped
+        raise
     finally:
         services.stop()
         broker.stop()
