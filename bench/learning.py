@@ -9,8 +9,10 @@ run per seed), and through Trialog — ``trialog train``'s phases with the orche
 environment, actor and learner services as separate processes and several trials at
 once. Trialog runs first; each in-process seed then evaluates at the very env steps
 Trialog's evaluations were taken at. Printed and plotted: the mean evaluation return
-per env step of each; checked: that Trialog's final evaluation reaches 475 and that
-every one of its evaluations lies within the in-process seeds' min–max at that step.
+per env step of Trialog and the seeds' min, median and max (each seed's curve in the
+JSON); checked: that Trialog's final evaluation reaches 475 and that every one of its
+evaluations lies within the in-process seeds' min–max at that step (10 seeds by
+default: with 5, a run like them falls outside at an evaluation with probability 1/3).
 
 **BC.** Planner+planner trials make the demonstrations; ``trialog export`` writes them;
 :mod:`trialog.learn.bc` clones the planner and publishes the model; then trials of
@@ -36,10 +38,12 @@ import time
 import uuid
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # runnable as `python bench/learning.py` from anywhere
 
-from trialog.campaign import campaign, local_services  # noqa: E402
+from trialog.campaign import campaign, create_topics, local_services  # noqa: E402
 from trialog.learn.dqn import DQNConfig, train_in_process  # noqa: E402
 from trialog.learn.train import load_preset, plot, table, train  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
@@ -53,6 +57,17 @@ def spread_at(curves: list[list[tuple[int, float]]], step: int) -> tuple[float, 
     at the very env steps Trialog's evaluations were taken at)."""
     values = [dict(curve)[step] for curve in curves]
     return min(values), max(values)
+
+
+def spread_series(curves: dict[int, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
+    """The in-process seeds as three lines (min, median, max at each step): ten seeds' own lines
+    would hide Trialog's; each seed's curve is in the figures' JSON."""
+    first, last = min(curves), max(curves)
+    steps = [s for s, _ in next(iter(curves.values()))]
+    at = [sorted(dict(c)[s] for c in curves.values()) for s in steps]
+    name = f"in-process, seeds {first}–{last}"
+    return {f"{name}: max": [(s, v[-1]) for s, v in zip(steps, at)], f"{name}: median": [(s, float(np.median(v))) for s, v in zip(steps, at)],
+            f"{name}: min": [(s, v[0]) for s, v in zip(steps, at)]}  # fmt: skip
 
 
 def dqn(settings: Settings, out: Path, seeds: list[int], total_steps: int, short: bool) -> dict:
@@ -72,7 +87,7 @@ def dqn(settings: Settings, out: Path, seeds: list[int], total_steps: int, short
         curves[seed] = train_in_process(cfg, eval_at=[s for s, _ in trialog_curve], eval_episodes=schedule.evaluation_trials, episode_seed=seed * 100_000)
         print(f"dqn in-process seed {seed}: final eval {curves[seed][-1][1]:.1f} ({time.monotonic() - t0:.0f} s)", file=sys.stderr)
     within = [lo <= r <= hi for s, r in trialog_curve for lo, hi in [spread_at(list(curves.values()), s)]]
-    files = plot(preset, result, out / "dqn_cartpole.png", extra={f"in-process, seed {s}": c for s, c in curves.items()})
+    files = plot(preset, result, out / "dqn_cartpole.png", extra=spread_series(curves))
     final_in_process = [c[-1][1] for c in curves.values()]
     return {
         "in_process": {str(s): c for s, c in curves.items()},
@@ -93,6 +108,7 @@ def dqn(settings: Settings, out: Path, seeds: list[int], total_steps: int, short
 
 
 def behaviour_cloning(settings: Settings, out: Path, demo_trials: int, eval_trials: int, max_ticks: int, epochs: int) -> dict:
+    asyncio.run(create_topics(settings))  # run alone (--only bc), nothing else has made them
     spec_file = ROOT / "examples" / "overcooked.yaml"
     spec = load_spec(spec_file)
     work = out / "bc-overcooked"
@@ -135,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--short", action="store_true", help="a few minutes: every part end to end, no claims")
     parser.add_argument("--only", choices=("dqn", "bc"))
-    parser.add_argument("--seeds", type=int, default=5, help="in-process DQN runs (seeds 1..N)")
+    parser.add_argument("--seeds", type=int, default=10, help="in-process DQN runs (seeds 1..N): their min–max at each step is the spread")
     parser.add_argument("--total-steps", type=int, default=50_000)
     args = parser.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="trialog-bench-learning-")).resolve()
@@ -154,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
               f"Trialog evaluations within the in-process spread: {d['evaluations_within_spread']}; plot {d['plot']}")  # fmt: skip
     if args.only in (None, "bc"):
         figures["bc"] = behaviour_cloning(settings, out, *((4, 4, 60, 5) if args.short else (24, 16, 200, 40)))
+    if args.short:
+        print("(short run: every part end to end, too little training to compare; the claims are the full run's, docs/learning.md)")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
     failed = []

@@ -45,6 +45,7 @@ log = get_logger(__name__)
 
 LEARN_PHASES = frozenset({"heatup", "train"})
 RECENT_TRIALS = 256  # ended trials kept to join late rewards to their transitions
+ROUNDS_PER_VERSION = 1  # off-policy training rounds between two published versions (see _train)
 
 
 @dataclass
@@ -63,6 +64,7 @@ class LearnerHandler(Handler):
     def __init__(self, implementation: str, policy_class: type, config: dict[str, Any], *, experiment: str = "", model_store: str = ""):
         self.implementation = implementation
         self.learner = policy_class.learner(config)
+        self.on_policy = getattr(self.learner, "on_policy", False)  # Coach's two modes (trialog.learn)
         self.model = config.get("model") or implementation
         self.experiment = experiment
         self.model_store = model_store
@@ -135,7 +137,7 @@ class LearnerHandler(Handler):
             t = transitions([s for s in samples if s.actor == actor])
             if t is not None:
                 parts.append((actor, t))
-        if getattr(self.learner, "on_policy", False):
+        if self.on_policy:
             parts = self._current_version_only(folding, parts)
         total = 0
         for actor, t in parts:
@@ -183,7 +185,11 @@ class LearnerHandler(Handler):
         # From now on an on-policy learner keeps only what the version being made will act.
         self.version += 1
         rounds, loss = 0, 0.0
-        while self.learner.rounds_due():
+        # An off-policy learner publishes after each round, as in-process the next step acts with
+        # the latest weights: waiting until no round is owed let a learner slower than its
+        # samples (a round of a 256x256 DQN takes a second here) publish a dozen versions in
+        # 50,000 steps, the actors acting meanwhile with a version an evaluation old.
+        while self.learner.rounds_due() and (self.on_policy or rounds < ROUNDS_PER_VERSION):
             loss = await asyncio.to_thread(self.learner.train_round)
             rounds += 1
         await self._publish(loss, rounds, number=self.version)

@@ -94,6 +94,31 @@ def test_dqn_learner_round_trips_through_a_version(tmp_path):
         assert np.array_equal(resumed.policy_weights()[k], v)
 
 
+def test_dqn_target_network_is_refreshed_every_interval_of_gradient_steps_inside_and_across_rounds():
+    def learner(gradient_steps: int) -> DQNLearner:
+        cfg = DQNConfig(observation_size=2, actions=2, hidden=(8,), batch_size=4, learning_starts=0, train_frequency=4,
+                        gradient_steps=gradient_steps, target_update_interval=4, learning_rate_decay_steps=0)  # fmt: skip
+        made = DQNLearner(cfg)
+        made.add(transitions([sample(i, [i, -i], i % 2, 1.0, terminated=i == 8) for i in range(9)]))
+        return made
+
+    def params_after(updates: int) -> dict[str, np.ndarray]:  # the same minibatches, stopped after `updates`
+        reference = learner(updates)
+        reference.train_round()
+        return reference.policy_weights()
+
+    run = learner(6)
+    start = run.policy_weights()
+    run.train_round()  # updates 0..5: the target is refreshed before updates 0 and 4
+    target = {k: np.asarray(v) for k, v in run.target.items()}
+    assert all(np.array_equal(target[k], v) for k, v in params_after(4).items())
+    assert not any(np.array_equal(target[k], v) for k, v in start.items() if k.startswith("w"))
+    assert not any(np.array_equal(target[k], v) for k, v in run.policy_weights().items() if k.startswith("w"))
+    run.train_round()  # updates 6..11: refreshed before update 8 (counted over the run, not per round)
+    assert run.updates == 12
+    assert all(np.array_equal(np.asarray(run.target[k]), v) for k, v in params_after(8).items())
+
+
 def test_dqn_in_process_runs_and_evaluates():
     cfg = DQNConfig(learning_starts=200, train_frequency=100, gradient_steps=10, hidden=(16, 16))
     curve = train_in_process(cfg, total_steps=600, eval_every=300, eval_episodes=2)
@@ -207,3 +232,44 @@ def test_ppo_in_process_runs_and_its_learner_round_trips():
     resumed.restore(from_safetensors(version.weights), version.meta)
     for k, v in learner.policy_weights().items():
         assert np.array_equal(resumed.policy_weights()[k], v)
+
+
+async def test_an_off_policy_learner_slower_than_its_samples_publishes_after_each_round():
+    """In-process the next step acts with the latest round's weights: through the log an
+    off-policy learner with rounds still owed publishes after each one, not once it has
+    caught up (a learner slower than its samples would otherwise hardly publish)."""
+    from services.learner.service import ROUNDS_PER_VERSION, LearnerHandler
+
+    class Behind:
+        on_policy = False
+
+        def __init__(self):
+            self.owed = 5
+
+        @classmethod
+        def learner(cls, config):
+            return cls()
+
+        def rounds_due(self):
+            return self.owed
+
+        def train_round(self):
+            self.owed -= 1
+            return 0.5
+
+    handler = LearnerHandler("dqn", Behind, {"model": "m"})
+    published = []
+
+    async def publish(loss, rounds, number=None):
+        published.append((number, rounds))
+
+    handler._publish = publish
+    while handler.learner.rounds_due():
+        await handler._train()
+    assert published == [(v, ROUNDS_PER_VERSION) for v in range(1, 6)] and ROUNDS_PER_VERSION == 1
+    # An on-policy learner makes one version of whatever is owed (its samples are that version's).
+    handler = LearnerHandler("ppo", type("OnPolicy", (Behind,), {"on_policy": True}), {"model": "m"})
+    handler._publish = publish
+    published.clear()
+    await handler._train()
+    assert published == [(1, 5)]

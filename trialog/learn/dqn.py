@@ -47,7 +47,9 @@ class DQNConfig:
     learning_starts: int = 1_000  # env steps before the first update (the heatup phase)
     train_frequency: int = 256  # env steps between two training rounds
     gradient_steps: int = 512  # updates per round: two per env step, so that learning is done before the rate has decayed
-    tau: float = 1.0  # before each round the target network moves this fraction towards the Q-network (1: a copy)
+    tau: float = 1.0  # at each refresh the target network moves this fraction towards the Q-network (1: a copy)
+    target_update_interval: int = 512  # gradient steps between two target refreshes, counted over the whole run (inside a
+    # round too): the first update of every such stretch starts from a refreshed target
     double: bool = True  # Double DQN targets: the Q-network picks the next action, the target network values it
     huber: bool = False  # Huber loss rather than the squared error (on CartPole it learns slower here)
     start_e: float = 1.0
@@ -152,13 +154,15 @@ class DQNLearner:
             return jnp.mean(optax.huber_loss(q, y) if cfg.huber else (q - y) ** 2)
 
         def step(carry, batch):
-            params, opt_state, target = carry
+            params, opt_state, target, done = carry  # done: gradient steps before this one, over the run
+            refresh = done % max(1, cfg.target_update_interval) == 0
+            target = jax.tree_util.tree_map(lambda p, t: jnp.where(refresh, cfg.tau * p + (1.0 - cfg.tau) * t, t), params, target)
             value, grads = jax.value_and_grad(loss)(params, target, batch)
             updates, opt_state = self.optimizer.update(grads, opt_state)
-            return (optax.apply_updates(params, updates), opt_state, target), value
+            return (optax.apply_updates(params, updates), opt_state, target, done + 1), value
 
         # One compiled call per round: a scan over its `gradient_steps` minibatches.
-        self._round = jax.jit(lambda params, opt_state, target, batches: jax.lax.scan(step, (params, opt_state, target), batches))
+        self._round = jax.jit(lambda carry, batches: jax.lax.scan(step, carry, batches))
 
     def add(self, t: Transitions, *, count: bool = True) -> np.ndarray:
         """Store transitions; ``count=False`` refills the memory after a restart with
@@ -178,13 +182,10 @@ class DQNLearner:
         return max(0, owed - self.rounds)
 
     def train_round(self) -> float:
-        """Move the target network towards the Q-network, then `gradient_steps` updates; returns the mean loss."""
-        import optax
-
-        self.target = optax.incremental_update(self.params, self.target, self.cfg.tau)
+        """`gradient_steps` updates, the target network refreshed every `target_update_interval`; returns the mean loss."""
         with self.lock:
             batches = self.memory.sample(self.rng, self.cfg.batch_size, self.cfg.gradient_steps)
-        (self.params, self.opt_state, _), losses = self._round(self.params, self.opt_state, self.target, batches)
+        (self.params, self.opt_state, self.target, _), losses = self._round((self.params, self.opt_state, self.target, self.updates), batches)
         self.rounds += 1
         self.updates += self.cfg.gradient_steps
         return float(losses.mean())
