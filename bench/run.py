@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,18 +48,24 @@ TARGETS = {
 
 
 @contextlib.asynccontextmanager
-async def serving(settings: Settings, spec_file: Path, logdir: Path, *, environments: int = 1):
+async def serving(settings: Settings, spec_file: Path, logdir: Path, *, environments: int = 1, played: Iterable[str] = ()):
     """Orchestrator, environment (``environments`` instances of one group) and actor
-    services as subprocesses, stopped with SIGTERM."""
+    services as subprocesses, stopped with SIGTERM. ``played``: the actor
+    implementations the run plays, the only ones the actor service hosts (each hosted
+    implementation is a consumer group of its own that reads every record)."""
     flags = ["--spec", str(spec_file), "--bootstrap-servers", settings.bootstrap_servers, "--topic-prefix", settings.topic_prefix,
              "--partitions", str(settings.partitions), "--health-port", "0"]  # fmt: skip
+    only = [flag for impl in played for flag in ("--implementation", impl)]
     procs, logs = [], []
     try:
         for i, name in enumerate(("orchestrator", *["environment"] * environments, "actors")):
             log = open(logdir / f"{settings.topic_prefix}{name}-{i}.log", "wb")  # noqa: SIM115, ASYNC230 - closed below, once
             logs.append(log)
+            extra = only if name == "actors" else []
             procs.append(
-                await asyncio.create_subprocess_exec(sys.executable, "-m", "trialog.cli", "serve", name, *flags, cwd=ROOT, stdout=log, stderr=log)
+                await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "trialog.cli", "serve", name, *flags, *extra, cwd=ROOT, stdout=log, stderr=log
+                )
             )
         yield procs
     finally:
@@ -144,7 +151,7 @@ async def bench_overcooked(settings: Settings, args, logdir: Path, out: dict) ->
     random_cooks = {a.name: "random" for a in spec.trial.actors}
     # Two environment instances: stepping CoGrid is most of the work, and scaling a group
     # out is how Trialog goes past one loop (the floor is one process stepping one env).
-    async with serving(settings, OVERCOOKED, logdir, environments=2), Controller(bus) as ctl:
+    async with serving(settings, OVERCOOKED, logdir, environments=2, played=set(random_cooks.values())), Controller(bus) as ctl:
         await core.run_trials(ctl, spec.name, 1, 5, timeout=180, implementations=random_cooks)
         for n in (1, 16):
             run = await core.run_trials(ctl, spec.name, n, ticks, implementations=random_cooks)

@@ -396,18 +396,27 @@ _LENGTHS = [n.to_bytes(4, "big") for n in range(4096)]  # the length prefixes of
 
 def mac_input(key: bytes, headers: Mapping[str, bytes], value: bytes) -> bytes:
     """The bytes a tag is computed over (see the module docstring). Runs for every record
-    written and read, hence written out rather than looped over ``MAC_HEADERS``."""
-    g = headers.get
-    parts = [_LABEL_LP]
-    for f in (key, g("kind", b""), g("tick", b""), g("sender", b""), g("receiver", b""), g("id", b""), g(HEADER_HOLDER, b""), g(HEADER_TAKEOVER, b""), value):
-        n = len(f)
-        parts.append(_LENGTHS[n] if n < len(_LENGTHS) else n.to_bytes(4, "big"))
-        parts.append(f)
-    return b"".join(parts)
+    written and read, hence written out as one join rather than looped over ``MAC_HEADERS``."""
+    g, n = headers.get, _LENGTHS
+    kind, tick, sender, receiver = g("kind", b""), g("tick", b""), g("sender", b""), g("receiver", b"")
+    id_, holder, takeover = g("id", b""), g(HEADER_HOLDER, b""), g(HEADER_TAKEOVER, b"")
+    try:
+        return b"".join((
+            _LABEL_LP, n[len(key)], key, n[len(kind)], kind, n[len(tick)], tick, n[len(sender)], sender,
+            n[len(receiver)], receiver, n[len(id_)], id_, n[len(holder)], holder, n[len(takeover)], takeover,
+            len(value).to_bytes(4, "big"), value,
+        ))  # fmt: skip
+    except IndexError:  # a header longer than the table (a forged record, most likely)
+        fields = (key, kind, tick, sender, receiver, id_, holder, takeover, value)
+        return _LABEL_LP + b"".join(len(f).to_bytes(4, "big") + f for f in fields)
 
 
 def compute_tag(secret: bytes, message: bytes) -> bytes:
     return hmac.digest(secret, message, "sha256")
+
+
+_XOR_36 = bytes(b ^ 0x36 for b in range(256))  # HMAC's inner and outer pads, as translation tables
+_XOR_5C = bytes(b ^ 0x5C for b in range(256))
 
 
 class MacKey:
@@ -421,8 +430,8 @@ class MacKey:
         if len(secret) > 64:  # SHA-256's block size; longer keys are hashed first (RFC 2104)
             secret = hashlib.sha256(secret).digest()
         block = secret.ljust(64, b"\0")
-        self._inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
-        self._outer = hashlib.sha256(bytes(b ^ 0x5C for b in block))
+        self._inner = hashlib.sha256(block.translate(_XOR_36))
+        self._outer = hashlib.sha256(block.translate(_XOR_5C))
 
     def tag(self, message: bytes) -> bytes:
         inner = self._inner.copy()
@@ -453,6 +462,7 @@ class Authenticator:
     """
 
     ROSTERS_KEPT = 50_000
+    PLANS_KEPT = 1_000  # per trial: a trial has a few dozen (kind, sender) pairs; forged headers make more
 
     def __init__(self, keyring: Keyring, role: str = CONTROLLER):
         self.keyring = keyring
@@ -466,17 +476,35 @@ class Authenticator:
         # and kind instead of once per record (it is on every record's path). Dropped when
         # what it depends on changes (roster, seats).
         self._plans: dict[bytes, dict[tuple, object]] = {}
+        self._mac_keys: dict[bytes, MacKey] = {}
 
     def _forget_plans(self, trial_id: str) -> None:
         self._plans.pop(trial_id.encode(), None)
 
+    def _mac_key(self, secret: bytes) -> MacKey:
+        """One :class:`MacKey` per secret: every trial's plans tag with the same role keys."""
+        mac = self._mac_keys.get(secret)
+        if mac is None:
+            if len(self._mac_keys) >= self.ROSTERS_KEPT:  # seat keys are per trial
+                self._mac_keys.clear()
+            mac = self._mac_keys[secret] = MacKey(secret)
+        return mac
+
     def _plans_of(self, key: bytes) -> dict[tuple, object]:
+        """The plans of the trial of record key ``key`` (bounded: record keys are untrusted input)."""
         plans = self._plans.get(key)
         if plans is None:
-            if len(self._plans) >= self.ROSTERS_KEPT:  # bounded: record keys are untrusted input
+            if len(self._plans) >= self.ROSTERS_KEPT:
                 self._plans.clear()
             plans = self._plans[key] = {}
         return plans
+
+    def _remember(self, plans: dict[tuple, object], what: tuple, plan: object) -> object:
+        """Keep a plan just made (bounded: the kind and sender headers are untrusted input)."""
+        if len(plans) >= self.PLANS_KEPT:
+            plans.clear()
+        plans[what] = plan
+        return plan
 
     # --- what the process knows ----------------------------------------------------------------
     def learn(self, trial: ResolvedTrial) -> None:
@@ -555,19 +583,23 @@ class Authenticator:
     def tag(self, trial_id: str, headers: list[tuple[str, bytes]], value: bytes) -> list[tuple[str, bytes]]:
         """The headers to add to a record about to be written: seat headers and the tags."""
         h = dict(headers)
-        kind, sender, receiver = h.get("kind", b""), h.get("sender", b""), h.get("receiver", b"")
+        g = h.get
+        kind, sender, receiver = g("kind", b""), g("sender", b""), g("receiver", b"")
         key = trial_id.encode()
-        plans = self._plans_of(key)
+        plans = self._plans.get(key) or self._plans_of(key)  # the lookup inline: every record passes here
         plan = plans.get((kind, sender, receiver))
         if plan is None:
-            plan = plans[(kind, sender, receiver)] = self._tag_plan(trial_id, kind.decode(), sender.decode(), receiver.decode())
+            plan = self._remember(plans, (kind, sender, receiver), self._tag_plan(trial_id, kind.decode(), sender.decode(), receiver.decode()))
         if isinstance(plan, str):
             raise TrustError(plan)
         seat_headers, macs_by_header = plan
         if seat_headers:
             h.update(seat_headers)
         message = mac_input(key, h, value)
-        return [*seat_headers, *((name, mac.tag(message)) for name, mac in macs_by_header)]
+        out = list(seat_headers)
+        for name, mac in macs_by_header:
+            out.append((name, mac.tag(message)))
+        return out
 
     def _tag_plan(self, trial_id: str, kind: str, sender: str, receiver: str) -> tuple[list, list] | str:
         """(seat headers to add, [(tag header, MacKey)]) for records of this kind, sender and
@@ -592,7 +624,7 @@ class Authenticator:
         for key_id in [own, *(k for k in self.audience_keys(trial_id, kind, receiver) if k != own)]:
             secret = self.keyring.key(key_id, trial_id)
             if secret is not None:
-                out.append((MAC_PREFIX + key_id, MacKey(secret)))
+                out.append((MAC_PREFIX + key_id, self._mac_key(secret)))
         return seat_headers, out
 
     # --- checking ---------------------------------------------------------------------------------------
@@ -600,10 +632,10 @@ class Authenticator:
         """None if the record was written by a key allowed to write it, else the reason."""
         h = dict(headers)
         kind, sender, key = h.get("kind") or b"", h.get("sender") or b"", key or b""
-        plans = self._plans_of(key)
+        plans = self._plans.get(key) or self._plans_of(key)  # the lookup inline: every record passes here
         plan = plans.get((kind, sender))
         if plan is None:
-            plan = plans[(kind, sender)] = self._check_plan(key.decode(errors="replace"), kind, sender)
+            plan = self._remember(plans, (kind, sender), self._check_plan(key.decode(errors="replace"), kind, sender))
         if isinstance(plan, str):
             return plan
         verifiers, untagged, mismatch = plan
@@ -640,7 +672,7 @@ class Authenticator:
             held = [*self.keyring.own_actor_keys(), *(seat_key_id(a) for (t, a) in self._seats if t == trial_id)]
         if not held:
             return f"{kind} needs a tag by {' or '.join(allowed)}; this service holds none of those keys"
-        verifiers = [(MAC_PREFIX + k, k, MacKey(secret)) for k in held if (secret := self.keyring.key(k, trial_id)) is not None]
+        verifiers = [(MAC_PREFIX + k, k, self._mac_key(secret)) for k in held if (secret := self.keyring.key(k, trial_id)) is not None]
         untagged = f"{kind} from {sender!r} is not tagged by {' or '.join(allowed)} (forged, or written without the key)"
         mismatch = (f"{kind} from {sender!r}: the tag of ", " does not match the record (forged or altered)")
         return verifiers, untagged, mismatch

@@ -168,3 +168,41 @@ def test_the_orchestrator_checks_the_record_that_moves_a_trial_and_the_rest_only
     glance(Action("t-pace", tick=1, actor="alice", payload=b""))
     handler.periodic(time.time())
     assert not trial.end_sent
+
+
+class SlowRecorder(Recorder):
+    def handle(self, record, event):
+        time.sleep(0.0005)  # inline user code: a long backlog keeps the loop busy for a while
+        super().handle(record, event)
+
+
+async def test_the_loop_gives_other_tasks_a_turn_through_a_long_backlog(memory_settings):
+    """Heartbeats run in tasks of the same event loop: a backlog served from records already
+    fetched must not starve them (the group would drop the member), nor get a turn per bite
+    (each bite's outputs would then go out in a produce request of their own)."""
+    bus = MemoryBus(memory_settings)
+    bus.trust.keyring = Keyring.generate()
+    bus.trust.learn(STARTED)
+    backlog = 1600  # about a second of handling, in bites of 32
+    await bus.publish_all(EVENTS, [Message(STARTED.trial_id, tick=0, sender="alice", receivers=("bob",), payload="{}", message_id=f"m{i}") for i in range(backlog)])
+    handler = SlowRecorder()
+    loop = ServiceLoop(bus, handler, group="recorder")
+    turns: list[tuple[float, int]] = []  # (when, records handled) at each turn mid-backlog
+
+    async def heartbeat():
+        while True:
+            await asyncio.sleep(0)
+            if 0 < len(handler.handled) < backlog:
+                turns.append((time.monotonic(), len(handler.handled)))
+
+    beat = asyncio.create_task(heartbeat())
+    task = asyncio.create_task(loop.run())
+    while len(handler.handled) < backlog:
+        await asyncio.sleep(0.01)
+    loop.stop()
+    await task
+    beat.cancel()
+    gaps = [b[0] - a[0] for a, b in zip(turns, turns[1:])]
+    assert gaps and max(gaps) < 0.3, f"other tasks waited {max(gaps, default=0):.2f} s for a turn"
+    turns_between_bites = len({handled for _, handled in turns})
+    assert turns_between_bites < backlog // 32 / 2, f"{turns_between_bites} turns for {backlog // 32} bites"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import json
@@ -63,6 +64,10 @@ def test_mac_input_is_the_documented_length_prefixed_layout():
     got = mac_input(b"T", {"kind": b"action", "tick": b"3", "sender": b"alice", "holder": b"h"}, b"V")
     want = lp(b"trialog.mac.v1") + lp(b"T") + lp(b"action") + lp(b"3") + lp(b"alice") + lp(b"") + lp(b"") + lp(b"h") + lp(b"") + lp(b"V")
     assert got == want
+    # Fields longer than the table of length prefixes take the general path: same layout.
+    long = b"r" * 70_000
+    got = mac_input(b"T", {"kind": b"message", "receiver": long, "id": b"m" * 5000}, long)
+    assert got == lp(b"trialog.mac.v1") + lp(b"T") + lp(b"message") + lp(b"") + lp(b"") + lp(long) + lp(b"m" * 5000) + lp(b"") + lp(b"") + lp(long)
     assert derive(b"k" * 32, "actors", "random") == hmac.digest(b"k" * 32, lp(b"trialog.key.v1") + lp(b"actors") + lp(b"random"), hashlib.sha256)
 
 
@@ -219,3 +224,23 @@ def test_keyring_commands_and_the_cost_tool(tmp_path, capsys):
     assert mounted.key("orchestrator") == full.key("orchestrator") and mounted.keys["actors.random"] == full.key("actors.random")
     assert trust_cost.main(["--records", "50", "--repeat", "1"]) == 0
     assert "| action |" in capsys.readouterr().out
+
+
+def test_forged_headers_cannot_grow_the_per_trial_policy_cache_without_bound(core):
+    key, headers, value = record(Action(TRIAL, tick=1, actor="alice"), core)
+    for i in range(3 * Authenticator.PLANS_KEPT):  # a forger varies the sender header
+        forged = [(k, f"mallory-{i}".encode() if k == "sender" else v) for k, v in headers]
+        assert core.check(key, forged, value) is not None
+        assert len(core._plans[key]) <= Authenticator.PLANS_KEPT
+    assert core.check(key, headers, value) is None  # the genuine record still passes
+
+
+def test_trials_share_the_hashed_role_keys(keyring):
+    trust = Authenticator(keyring, "environment")
+    second = dataclasses.replace(STARTED, trial_id="t-2")
+    trust.learn(STARTED)
+    trust.learn(second)
+    first_plan = trust._tag_plan(TRIAL, "observation", "env", "alice")
+    second_plan = trust._tag_plan("t-2", "observation", "env", "alice")
+    assert [mac for _, mac in first_plan[1]] and [mac for _, mac in first_plan[1]] == [mac for _, mac in second_plan[1]]
+    assert all(a is b for (_, a), (_, b) in zip(first_plan[1], second_plan[1]))
