@@ -163,7 +163,10 @@ class LearnerHandler(Handler):
                 log.info("on-policy learner discards samples of other versions", model=self.model, trial=folding.fold.trial_id, actor=actor,
                          discarded=int((~mine).sum()), versions=sorted(set(t.versions[~mine].tolist())), current=self.version)  # fmt: skip
             if mine.any():
-                kept.append((actor, Transitions(*(getattr(t, f)[mine] for f in Transitions.__dataclass_fields__))))
+                # A kept transition whose successor goes ends its sequence (n-step returns stop there).
+                ends = np.maximum(t.ends, ~np.append(mine[1:], False))
+                fields = {f: getattr(t, f)[mine] for f in Transitions.__dataclass_fields__}
+                kept.append((actor, Transitions(**{**fields, "ends": ends[mine]})))
         return kept
 
     def _late_reward(self, folding: _Folding, reward: Reward) -> None:

@@ -49,6 +49,60 @@ def test_replay_memory_overwrites_the_oldest_when_full():
     assert sorted(memory.rewards.tolist()) == [1.0, 2.0, 3.0]
 
 
+def test_transitions_end_where_the_episode_ends_or_a_tick_is_missing():
+    ticks = [0, 1, 2, 4, 5, 6]  # tick 3 is missing: 2's successor is not in the log
+    t = transitions([sample(i, [i], 0, 1.0, terminated=i == 6) for i in ticks])
+    assert t.observations[:, 0].tolist() == [0, 1, 4, 5]
+    assert t.ends.tolist() == [0.0, 1.0, 0.0, 1.0]
+
+
+def nstep_sample(memory: ReplayMemory, slots: list[int]) -> dict[str, list]:
+    """Sample exactly these slots (a generator that draws them in order)."""
+
+    class Fixed:
+        def integers(self, low, high, shape):
+            return np.array(slots).reshape(shape)
+
+    batch = memory.sample(Fixed(), len(slots))
+    return {k: v[0].tolist() for k, v in batch.items()}
+
+
+def test_n_step_returns_stop_at_the_end_of_a_sequence_and_at_a_termination():
+    memory = ReplayMemory(16, 1, n_step=3, gamma=0.5)
+    # One trial of 4 transitions ending in a termination, then one of 2 cut by a missing tick.
+    memory.add(transitions([sample(i, [i], 0, 1.0, terminated=i == 4) for i in range(5)]))
+    memory.add(transitions([sample(i, [10 + i], 0, 2.0) for i in range(3)]))
+    b = nstep_sample(memory, [0, 1, 2, 3, 4, 5])
+    assert b["rewards"] == [1.75, 1.75, 1.5, 1.0, 3.0, 2.0]  # 1 + .5 + .25; the last of each sequence alone
+    assert b["discounts"] == [0.125, 0.125, 0.25, 0.5, 0.25, 0.5]
+    assert [o[0] for o in b["next_obs"]] == [3, 4, 4, 4, 12, 12]
+    assert b["dones"] == [0.0, 1.0, 1.0, 1.0, 0.0, 0.0]  # from the last transition counted
+
+
+def test_n_step_returns_use_only_what_has_been_added_and_rewards_corrected_later():
+    memory = ReplayMemory(4, 1, n_step=3, gamma=0.5)
+    steps = transitions([sample(i, [i], 0, 1.0) for i in range(7)])  # one sequence of 6, added a step at a time
+    steps.ends[:] = 0  # each goes on in the next one added
+    one_step = [dataclasses.replace(steps, **{f: getattr(steps, f)[i : i + 1] for f in steps.__dataclass_fields__}) for i in range(6)]
+    slots = [int(memory.add(t)[0]) for t in one_step[:2]]
+    assert nstep_sample(memory, [1])["rewards"] == [1.0]  # its successor is not in memory yet
+    assert nstep_sample(memory, [1])["discounts"] == [0.5]
+    memory.rewards[slots[1]] = 4.0  # a retroactive reward corrected it
+    assert nstep_sample(memory, [0])["rewards"] == [3.0]
+    for t in one_step[2:]:  # the ring wraps: slots 2, 3, 0, 1
+        memory.add(t)
+    # The newest (slot 1) is followed by the oldest, never its successor.
+    assert [nstep_sample(memory, [i])["rewards"][0] for i in (1, 0, 3)] == [1.0, 1.5, 1.75]
+
+
+def test_one_step_sampling_is_the_plain_transition():
+    memory = ReplayMemory(8, 1, gamma=0.9)
+    memory.add(transitions([sample(i, [i], 0, float(i)) for i in range(4)]))
+    b = nstep_sample(memory, [0, 1, 2])
+    assert b["rewards"] == [0.0, 1.0, 2.0] and [o[0] for o in b["next_obs"]] == [1, 2, 3]
+    assert np.allclose(b["discounts"], 0.9)
+
+
 def test_model_version_inline_and_by_reference_checks_its_hash(tmp_path):
     tensors = {"q/w0": np.arange(6, dtype=np.float32).reshape(2, 3)}
     small = make_version("m", 1, "dqn", tensors, {"env_steps": 5})

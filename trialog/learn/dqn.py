@@ -43,6 +43,8 @@ class DQNConfig:
     max_grad_norm: float = 10.0  # gradients clipped to this global norm
     buffer_size: int = 100_000
     gamma: float = 0.99
+    n_step: int = 1  # returns over up to this many steps of a sequence: a failure's cost reaches the states that led to it in
+    # fewer target refreshes (1: plain one-step DQN)
     batch_size: int = 64
     learning_starts: int = 1_000  # env steps before the first update (the heatup phase)
     train_frequency: int = 256  # env steps between two training rounds
@@ -139,7 +141,7 @@ class DQNLearner:
             rate = optax.linear_schedule(cfg.learning_rate, 0.0, max(1, cfg.updates_by(cfg.learning_rate_decay_steps)))
         self.optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(rate))
         self.opt_state = self.optimizer.init(self.params)
-        self.memory = ReplayMemory(cfg.buffer_size, cfg.observation_size)
+        self.memory = ReplayMemory(cfg.buffer_size, cfg.observation_size, n_step=cfg.n_step, gamma=cfg.gamma)
         self.lock = threading.Lock()  # the learner service adds from its loop while a round trains in a thread
         self.env_steps = 0  # transitions received
         self.rounds = 0  # training rounds done
@@ -149,7 +151,7 @@ class DQNLearner:
             target_q = mlp(target, b["next_obs"], jnp)
             next_action = (mlp(params, b["next_obs"], jnp) if cfg.double else target_q).argmax(axis=1)
             next_q = jnp.take_along_axis(target_q, next_action[:, None], axis=1)[:, 0]
-            y = jax.lax.stop_gradient(b["rewards"] + cfg.gamma * next_q * (1.0 - b["dones"]))
+            y = jax.lax.stop_gradient(b["rewards"] + b["discounts"] * next_q * (1.0 - b["dones"]))
             q = jnp.take_along_axis(mlp(params, b["obs"], jnp), b["actions"][:, None], axis=1)[:, 0]
             return jnp.mean(optax.huber_loss(q, y) if cfg.huber else (q - y) ** 2)
 
@@ -247,14 +249,16 @@ def train_in_process(
         seed = episode_seed + episode
         phase = "heatup" if steps < cfg.learning_starts else "train"
         obs, _ = env.reset(seed=seed)
-        rows, tick, done = [], 0, False
+        tick, done = 0, False
         while not done:
             action = act(obs, seed, tick, phase)
             next_obs, reward, terminated, truncated, _ = env.step(action)
-            rows.append((obs, action, reward, next_obs, terminated))
-            obs, tick, done = next_obs, tick + 1, terminated or truncated
+            done = terminated or truncated
             # Learning per step, as CleanRL does (Trialog's learner gets whole trials).
-            learner.add(Transitions(*(np.array([v], dtype=d) for v, d in zip(rows[-1], (np.float32, np.int32, np.float32, np.float32, np.float32))), versions=np.array([-1])))
+            learner.add(Transitions(np.array([obs], np.float32), np.array([action], np.int32), np.array([reward], np.float32),
+                                    np.array([next_obs], np.float32), np.array([terminated], np.float32), versions=np.array([-1]),
+                                    ends=np.array([done], np.float32)))  # fmt: skip
+            obs, tick = next_obs, tick + 1
             steps += 1
             if learner.rounds_due():
                 learner.train_round()

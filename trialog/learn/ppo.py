@@ -241,7 +241,8 @@ def train_in_process(cfg: PPOConfig, *, env_id: str = "CartPole-v1", total_steps
             obs, done = next_obs, terminated or truncated
         learner.add(Transitions(np.array([r[0] for r in rows], np.float32), np.array([r[1] for r in rows], np.int32),
                                 np.array([r[2] for r in rows], np.float32), np.array([r[3] for r in rows], np.float32),
-                                np.array([r[4] for r in rows], np.float32), np.zeros(len(rows), np.int64)))  # fmt: skip
+                                np.array([r[4] for r in rows], np.float32), np.zeros(len(rows), np.int64),
+                                ends=(np.arange(len(rows)) == len(rows) - 1).astype(np.float32)))  # fmt: skip
         steps, episode = steps + len(rows), episode + 1
         if learner.rounds_due():
             learner.train_round()
