@@ -4,8 +4,9 @@ Starts from RL Baselines3 Zoo's tuned DQN for CartPole-v1 (learning rate 2.3e-3,
 batch 64, a training round every 256 env steps, ε to 0.04 over 8,000 steps; smaller
 hidden layers), with the learning rate falling linearly to 0 over the 50,000-step
 budget, Double DQN targets, 3-step returns, clipped gradients, and rounds of 512
-updates (two per env step) with the target network refreshed once a round; 4 trials
-at once. trialog.learn.dqn documents each. Validation as Coach's CartPole preset: a
+updates (two per env step) with the target network refreshed once a round; 2 trials
+at once (the learner learns from ended trials: more in flight, more lag; docs/learning.md).
+trialog.learn.dqn documents each. Validation as Coach's CartPole preset: a
 mean evaluation return of at least 475 (of 500).
 
 One-step returns reached 500 and did not stay there (the cart drifting off the track,
