@@ -3,25 +3,31 @@
 One learner serves one actor implementation whose entry is a learning
 :class:`~trialog.actor.Policy` (e.g. ``trialog.learn.dqn:DQNPolicy``) and trains the
 model that implementation's config names. It is a consumer group
-(``learner.<model>``) over ``events``: it folds each trial as the datalog does
+(``learner.<model>``) over ``events``: it folds each trial of the experiment's
+``heatup`` or ``train`` phase as the datalog does
 (:class:`~trialog.datalog.samples.TrialFold`: aggregated rewards, retroactive ones
-included) and, when a trial of the experiment's ``heatup`` or ``train`` phase ends,
-hands the transitions of the implementation's actors to the algorithm's learner.
-Rewards that arrive after a trial's end correct the transitions already in memory.
+included) and hands the transitions of the implementation's actors to the
+algorithm's learner. A reward that arrives later (during the trial or after its end)
+corrects the transition already in memory.
 
-**Off-policy** learners (DQN) train in a worker thread as samples come, as many
-rounds as the env steps owe them, and never make actors wait. **On-policy**
-learners (PPO) publish their initial weights as version 1, keep only transitions
-acted by the version they are at (from the moment training of the next one starts,
-only that one's), say how many they discard and of which versions, and publish the
-next version once they have a full batch.
+**Off-policy** learners (DQN) get each transition as soon as the log completes it
+(the actor's next observation is logged), linked to the one before it of the same
+actor so that n-step returns follow an actor's sequence among other trials' steps;
+they train in a worker thread as samples come, as many rounds as the env steps owe
+them, and never make actors wait. Were they fed whole trials at their end, training
+and the data it sees would lag the env steps by a trial's length per trial at once.
+**On-policy** learners (PPO) get a trial's transitions when it ends, publish their
+initial weights as version 1, keep only transitions acted by the version they are at
+(from the moment training of the next one starts, only that one's), say how many
+they discard and of which versions, and publish the next version once they have a
+full batch.
 
 **Recovery (I-7).** A version on ``models`` carries, besides the weights, what
 resuming needs: counters, the target network and the optimizer, and how far in
-each partition the trials it counted go. The committed offset is the start of the
-oldest trial still in memory, so a restarted learner restores the last version,
-replays the log from there to refill its memory (without counting those trials
-again) and goes on.
+each partition the records whose transitions it counted go. The committed offset is
+the start of the oldest trial still in memory, so a restarted learner restores the
+last version, replays the log from there to refill its memory (without counting
+those transitions again) and goes on.
 """
 
 from __future__ import annotations
@@ -54,7 +60,8 @@ class _Folding:
     partition: int
     start_offset: int
     actors: tuple[str, ...]  # the learner's implementation's actors in this trial
-    slots: dict[str, np.ndarray] = field(default_factory=dict)  # actor -> memory slots of its transitions
+    serials: dict[str, dict[int, int]] = field(default_factory=dict)  # actor -> tick -> serial of its transition in memory
+    added: int = 0  # transitions added to memory
 
 
 class LearnerHandler(Handler):
@@ -73,7 +80,7 @@ class LearnerHandler(Handler):
         self.recent: dict[str, _Folding] = {}  # ended trials, for late rewards (bounded)
         self.window: deque[tuple[int, int, int]] = deque()  # (partition, start offset, transitions) of what memory holds
         self.version = 0
-        self.counted_through: dict[int, int] = {}  # partition -> offset of the last trial.ended counted
+        self.counted_through: dict[int, int] = {}  # partition -> offset of the last record whose transitions were counted
         self.discarded = 0
         self._training: asyncio.Task | None = None
         self.restored = asyncio.Event()
@@ -119,33 +126,53 @@ class LearnerHandler(Handler):
                 folding.fold.add(event)
                 self.trials[event.trial_id] = folding
             return
-        folding = self.trials.get(event.trial_id)
-        if folding is not None:
-            folding.fold.add(event)
-            if isinstance(event, TrialEnded):
-                self._ended(record, self.trials.pop(event.trial_id))
+        folding = self.trials.get(event.trial_id) or (self.recent.get(event.trial_id) if isinstance(event, Reward) else None)
+        if folding is None:
             return
-        late = self.recent.get(event.trial_id)
-        if late is not None and isinstance(event, Reward):
-            self._late_reward(late, event)
+        folding.fold.add(event)
+        if isinstance(event, Observation) and not self.on_policy and event.actor in folding.actors:
+            self._stepped(record, folding, event.actor, event.tick - 1)
+        elif isinstance(event, Reward):
+            self._rewarded(folding, event.tick)
+        elif isinstance(event, TrialEnded) and event.trial_id in self.trials:
+            self._ended(record, self.trials.pop(event.trial_id))
 
-    def _ended(self, record: Record, folding: _Folding) -> None:
+    def _counts(self, record: Record) -> bool:
+        """Whether transitions completed by this record count towards the env steps: not
+        if a restored version counted them already (the log replayed after a restart)."""
         counted = record.offset > self.counted_through.get(record.partition, -1)
-        samples = folding.fold.samples()
-        parts: list[tuple[str, Transitions]] = []
-        for actor in folding.actors:
-            t = transitions([s for s in samples if s.actor == actor])
-            if t is not None:
-                parts.append((actor, t))
-        if self.on_policy:
-            parts = self._current_version_only(folding, parts)
-        total = 0
-        for actor, t in parts:
-            folding.slots[actor] = self.learner.add(t, count=counted)
-            total += len(t)
         if counted:
             self.counted_through[record.partition] = record.offset
-        self.window.append((folding.partition, folding.start_offset, total))
+        return counted
+
+    def _stepped(self, record: Record, folding: _Folding, actor: str, tick: int) -> None:
+        """Off-policy: the actor's observation of tick+1 completes its transition of tick."""
+        serials = folding.serials.setdefault(actor, {})
+        if tick < 0 or tick in serials:
+            return  # the first observation, or a repeat: the transition is in memory already
+        now, after = folding.fold.sample(tick, actor), folding.fold.sample(tick + 1, actor)
+        t = transitions([now, after]) if now is not None and after is not None else None
+        if t is None:
+            return  # no action at tick (the actor did not answer), or the observation did not count
+        serials[tick] = int(self.learner.add(t, count=self._counts(record), follows=serials.get(tick - 1, -1))[0])
+        folding.added += 1
+
+    def _rewarded(self, folding: _Folding, tick: int) -> None:
+        """A reward for a tick whose transitions are in memory corrects them (as the fold aggregates)."""
+        for actor, serials in folding.serials.items():
+            serial = serials.get(tick)
+            if serial is not None:
+                self.learner.set_rewards(np.array([serial]), np.array([folding.fold.sample(tick, actor).reward], np.float32))
+
+    def _ended(self, record: Record, folding: _Folding) -> None:
+        if self.on_policy:  # the trial's transitions at once, those of the version being trained
+            samples = folding.fold.samples()
+            parts = [(actor, t) for actor in folding.actors if (t := transitions([s for s in samples if s.actor == actor])) is not None]
+            counted = self._counts(record)
+            for actor, t in self._current_version_only(folding, parts):
+                self.learner.add(t, count=counted)
+                folding.added += len(t)
+        self.window.append((folding.partition, folding.start_offset, folding.added))
         capacity = getattr(getattr(self.learner, "memory", None), "capacity", 0)
         while capacity and sum(n for _, _, n in self.window) - self.window[0][2] >= capacity:
             self.window.popleft()  # overwritten in memory: the log before it is no longer needed
@@ -168,14 +195,6 @@ class LearnerHandler(Handler):
                 fields = {f: getattr(t, f)[mine] for f in Transitions.__dataclass_fields__}
                 kept.append((actor, Transitions(**{**fields, "ends": ends[mine]})))
         return kept
-
-    def _late_reward(self, folding: _Folding, reward: Reward) -> None:
-        folding.fold.add(reward)
-        samples = folding.fold.samples()
-        for actor, slots in folding.slots.items():
-            t = transitions([s for s in samples if s.actor == actor])
-            if t is not None and len(t) == len(slots):
-                self.learner.set_rewards(slots, t.rewards)
 
     # --- training ------------------------------------------------------------------------------
     def periodic(self, now: float) -> None:

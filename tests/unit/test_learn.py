@@ -44,9 +44,12 @@ def test_flat_observation_of_a_dict_is_its_values_in_key_order():
 def test_replay_memory_overwrites_the_oldest_when_full():
     memory = ReplayMemory(3, 2)
     t = transitions([sample(i, [i, i], 0, float(i)) for i in range(5)])
-    slots = memory.add(t)
-    assert slots.tolist() == [0, 1, 2, 0] and memory.size == 3 and memory.added == 4
+    serials = memory.add(t)
+    assert serials.tolist() == [0, 1, 2, 3] and memory.size == 3 and memory.added == 4
     assert sorted(memory.rewards.tolist()) == [1.0, 2.0, 3.0]
+    assert memory.holds(serials).tolist() == [False, True, True, True]
+    memory.set_rewards(serials, np.array([9.0, 8.0, 7.0, 6.0]))  # the overwritten one is not there to correct
+    assert sorted(memory.rewards.tolist()) == [6.0, 7.0, 8.0]
 
 
 def test_transitions_end_where_the_episode_ends_or_a_tick_is_missing():
@@ -84,15 +87,33 @@ def test_n_step_returns_use_only_what_has_been_added_and_rewards_corrected_later
     steps = transitions([sample(i, [i], 0, 1.0) for i in range(7)])  # one sequence of 6, added a step at a time
     steps.ends[:] = 0  # each goes on in the next one added
     one_step = [dataclasses.replace(steps, **{f: getattr(steps, f)[i : i + 1] for f in steps.__dataclass_fields__}) for i in range(6)]
-    slots = [int(memory.add(t)[0]) for t in one_step[:2]]
+    serials = [int(memory.add(t)[0]) for t in one_step[:2]]
     assert nstep_sample(memory, [1])["rewards"] == [1.0]  # its successor is not in memory yet
     assert nstep_sample(memory, [1])["discounts"] == [0.5]
-    memory.rewards[slots[1]] = 4.0  # a retroactive reward corrected it
+    memory.set_rewards(np.array(serials[1:]), np.array([4.0]))  # a retroactive reward corrected it
     assert nstep_sample(memory, [0])["rewards"] == [3.0]
     for t in one_step[2:]:  # the ring wraps: slots 2, 3, 0, 1
         memory.add(t)
     # The newest (slot 1) is followed by the oldest, never its successor.
     assert [nstep_sample(memory, [i])["rewards"][0] for i in (1, 0, 3)] == [1.0, 1.5, 1.75]
+
+
+def test_n_step_returns_follow_links_across_interleaved_sequences():
+    memory = ReplayMemory(6, 1, n_step=3, gamma=0.5)
+    a = transitions([sample(i, [i], 0, 1.0) for i in range(4)])  # trial a: 3 steps
+    b = transitions([sample(i, [10 + i], 0, 2.0) for i in range(4)])  # trial b: 3 steps, added in turn with a's
+    one = [[dataclasses.replace(t, **{f: getattr(t, f)[i : i + 1] for f in t.__dataclass_fields__}) for i in range(3)] for t in (a, b)]
+    last = {0: -1, 1: -1}
+    for i in range(3):
+        for k in (0, 1):
+            last[k] = int(memory.add(one[k][i], follows=last[k])[0])
+    # Slots 0, 2, 4 hold a's steps, 1, 3, 5 b's: each return follows its own trial.
+    b_ = nstep_sample(memory, [0, 1, 2, 4])
+    assert b_["rewards"] == [1.75, 3.5, 1.5, 1.0]
+    assert [o[0] for o in b_["next_obs"]] == [3, 13, 3, 3]
+    # A new sequence overwrites slots 0 and 1: slot 1's old link (to b's next step) goes with it.
+    memory.add(transitions([sample(i, [20 + i], 0, 8.0) for i in range(3)]))
+    assert nstep_sample(memory, [0, 1, 3])["rewards"] == [12.0, 8.0, 3.0]
 
 
 def test_one_step_sampling_is_the_plain_transition():
@@ -327,3 +348,72 @@ async def test_an_off_policy_learner_slower_than_its_samples_publishes_after_eac
     published.clear()
     await handler._train()
     assert published == [(1, 5)]
+
+
+async def test_learner_service_adds_each_step_as_logged_following_each_actors_sequence(memory_settings):
+    """Two trials' records, interleaved as a log of several partitions may hand them over:
+    the learner's memory holds each transition once, as the trial's whole fold gives it,
+    n-step returns follow each trial's own steps, a late reward corrects its transition,
+    and a learner replaying the log after a restart counts only what its version did not."""
+    from types import SimpleNamespace
+
+    from services.learner.service import LearnerHandler
+    from tests.harness import deployment
+    from trialog.bus.base import Record
+    from trialog.bus.memory import MemoryBus
+    from trialog.datalog.samples import TrialFold
+    from trialog.events import Reward
+    from trialog.spec import load_spec
+    from trialog.topics import EVENTS
+
+    bus = MemoryBus(memory_settings)
+    spec = load_spec(ROOT / "examples" / "cartpole.yaml", bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tids = [await ctl.start_trial("cartpole", seed=s, implementations={"agent": "random"}, phase="train") for s in (1, 2)]
+        for tid in tids:
+            await ctl.wait_ended(tid, timeout=30)
+    logged = {tid: [(r, bus.codec.decode(r.value, r.header("kind"))) for r in bus.records(EVENTS) if r.trial_id == tid] for tid in tids}
+    a, b = logged.values()
+    interleaved = [x for pair in zip(a, b) for x in pair] + a[len(b) :] + b[len(a) :]
+    # One partition, offsets in the order fed; one observation fed twice (a redelivery).
+    records = [(Record(EVENTS, 0, i, r.key, r.value, r.headers, r.timestamp_ms), e) for i, (r, e) in enumerate(interleaved)]
+    records.insert(40, records[39 if records[39][1].KIND == "observation" else 38])
+    late = Reward(tids[0], tick=3, receiver="agent", value=50.0, confidence=1.0, sender="judge")
+    records.append((Record(EVENTS, 0, len(records), None, b"", (), 0), late))
+
+    config = {"observation_size": 4, "actions": 2, "n_step": 3, "gamma": 0.5, "buffer_size": 10_000, "learning_starts": 10**9}
+
+    def learner_over(records, counted_through=-1) -> LearnerHandler:
+        handler = LearnerHandler("random", DQNPolicy, config)
+        handler.loop = SimpleNamespace(bus=bus)
+        handler.restored.set()
+        handler.counted_through = {0: counted_through}
+        for record, event in records:
+            if handler.wants(record, event.KIND):
+                handler.handle(record, event)
+        return handler
+
+    handler = learner_over(records)
+    expected = {}
+    for tid, events in logged.items():
+        fold = TrialFold(tid, bus.store)
+        for _, e in events + ([(None, late)] if tid == tids[0] else []):
+            fold.add(e)
+        expected[tid] = transitions(fold.samples())
+    memory = handler.learner.memory
+    assert memory.added == handler.learner.env_steps == sum(len(t) for t in expected.values())
+    for tid, t in expected.items():
+        serials = handler.recent[tid].serials["agent"]
+        assert sorted(serials) == list(range(len(t)))
+        slots = [serials[tick] % memory.capacity for tick in range(len(t))]
+        assert np.array_equal(memory.observations[slots], t.observations) and np.array_equal(memory.rewards[slots], t.rewards)
+        alone = ReplayMemory(10_000, 4, n_step=3, gamma=0.5)
+        alone.add(t)
+        assert nstep_sample(memory, slots) == nstep_sample(alone, list(range(len(t))))
+    assert memory.rewards[handler.recent[tids[0]].serials["agent"][3]] == pytest.approx(expected[tids[0]].rewards[3]) != 1.0
+
+    # Restarted with a version that counted the log up to offset 100: the rest counts, all refills.
+    resumed = learner_over(records, counted_through=100)
+    completed_after = len({(e.trial_id, e.tick) for r, e in records if r.offset > 100 and e.KIND == "observation" and e.tick > 0})
+    assert 0 < completed_after < memory.added
+    assert resumed.learner.memory.added == memory.added and resumed.learner.env_steps == completed_after

@@ -185,8 +185,9 @@ class TrialFold:
         self._observations: dict[tuple[int, str], Observation] = {}
         self._actions: dict[tuple[int, str], Action | ActorTimeout] = {}
         self._expected_at: dict[int, list[str]] = {}  # tick -> actors observed then (not finally): the barrier
-        self._rewards: dict[tuple[int, str, str], Reward] = {}  # (tick, sender, receiver)
-        self._messages: dict[tuple, Message] = {}
+        # By tick, so that one sample's rewards and messages are found without a scan of the trial's.
+        self._rewards: dict[int, dict[tuple[str, str], Reward]] = {}  # tick -> (sender, receiver) -> reward
+        self._messages: dict[int, dict[tuple, Message]] = {}  # tick -> identity -> message
         self.tick = -1  # the latest observed tick: rewards and messages may address it, not later ones
         self.stepped = -1  # the latest tick whose every active actor has its action or timeout (the environment stepped it)
         self.parameter_changes: list[tuple[int, dict]] = []  # (tick before whose update it applies, parameters)
@@ -219,10 +220,10 @@ class TrialFold:
             case Reward():
                 problem = reward_problem(event, self.tick, self._classes if self.started is not None else None)
                 if problem is None:
-                    self._rewards[(event.tick, event.sender, event.receiver)] = event  # a later one corrects
+                    self._rewards.setdefault(event.tick, {})[(event.sender, event.receiver)] = event  # a later one corrects
             case Message():
                 if message_problem(event, self.tick) is None:
-                    self._messages.setdefault(event.identity, event)
+                    self._messages.setdefault(event.tick, {}).setdefault(event.identity, event)
 
     def _maybe_stepped(self, tick: int) -> None:
         """Follow the environment's barrier: tick t is stepped once every actor observed at t
@@ -271,24 +272,19 @@ class TrialFold:
         """The samples so far, by tick then actor; also checks for gaps (see :attr:`problems`)."""
         if self.started is None:
             return []
-        rewards: dict[int, list[RewardSource]] = {}
-        for (tick, _, _), r in self._rewards.items():
-            rewards.setdefault(tick, []).append(reward_source(r))
-        messages: dict[int, list[Message]] = {}
-        for m in self._messages.values():
-            messages.setdefault(m.tick, []).append(m)
-        return [self._sample(obs, rewards.get(tick, ()), messages.get(tick, ())) for (tick, _), obs in sorted(self._observations.items())]
+        return [self._sample(obs) for _, obs in sorted(self._observations.items())]
 
     def sample(self, tick: int, actor: str) -> Sample | None:
         """The sample of one (tick, actor) so far, if its observation is logged."""
         obs = self._observations.get((tick, actor))
         if obs is None or self.started is None:
             return None
-        rewards = [reward_source(r) for (t, _, _), r in self._rewards.items() if t == tick]
-        return self._sample(obs, rewards, [m for m in self._messages.values() if m.tick == tick])
+        return self._sample(obs)
 
-    def _sample(self, obs: Observation, rewards: Iterable[RewardSource], messages: Iterable[Message]) -> Sample:
+    def _sample(self, obs: Observation) -> Sample:
         actor, tick = obs.actor, obs.tick
+        rewards = [reward_source(r) for r in self._rewards.get(tick, {}).values()]
+        messages = self._messages.get(tick, {}).values()
         actor_class = self._classes[actor]
         schemas = self.schemas.get(actor_class)
         action_avro, action, timed_out = self._action(tick, actor, schemas)
@@ -359,9 +355,10 @@ class TrialFold:
         observed_at: dict[int, list[str]] = {}
         for tick, actor in self._observations:
             observed_at.setdefault(tick, []).append(actor)
-        for (tick, sender, receiver) in self._rewards:
-            if tick > last or not any(matches(receiver, a, self._classes[a]) for a in observed_at.get(tick, ())):
-                found.append(f"reward from {sender} for {receiver} at tick {tick} reaches no sample")
+        for tick, by_source in self._rewards.items():
+            for sender, receiver in by_source:
+                if tick > last or not any(matches(receiver, a, self._classes[a]) for a in observed_at.get(tick, ())):
+                    found.append(f"reward from {sender} for {receiver} at tick {tick} reaches no sample")
         return found
 
 

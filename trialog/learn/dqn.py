@@ -166,17 +166,18 @@ class DQNLearner:
         # One compiled call per round: a scan over its `gradient_steps` minibatches.
         self._round = jax.jit(lambda carry, batches: jax.lax.scan(step, carry, batches))
 
-    def add(self, t: Transitions, *, count: bool = True) -> np.ndarray:
-        """Store transitions; ``count=False`` refills the memory after a restart with
-        transitions the restored counters already include."""
+    def add(self, t: Transitions, *, count: bool = True, follows: int = -1) -> np.ndarray:
+        """Store transitions (their serials: see :class:`ReplayMemory`); ``count=False``
+        refills the memory after a restart with transitions the restored counters already
+        include."""
         with self.lock:
             self.env_steps += len(t) if count else 0
-            return self.memory.add(t)
+            return self.memory.add(t, follows=follows)
 
-    def set_rewards(self, slots: np.ndarray, rewards: np.ndarray) -> None:
+    def set_rewards(self, serials: np.ndarray, rewards: np.ndarray) -> None:
         """Retroactive rewards changed transitions already in memory."""
         with self.lock:
-            self.memory.rewards[slots] = rewards
+            self.memory.set_rewards(serials, rewards)
 
     def rounds_due(self) -> int:
         """Rounds owed at this many env steps: one per `train_frequency` steps after `learning_starts`."""
@@ -254,7 +255,7 @@ def train_in_process(
             action = act(obs, seed, tick, phase)
             next_obs, reward, terminated, truncated, _ = env.step(action)
             done = terminated or truncated
-            # Learning per step, as CleanRL does (Trialog's learner gets whole trials).
+            # Learning per step, as CleanRL does (and as Trialog's learner service, step by step as the log brings them).
             learner.add(Transitions(np.array([obs], np.float32), np.array([action], np.int32), np.array([reward], np.float32),
                                     np.array([next_obs], np.float32), np.array([terminated], np.float32), versions=np.array([-1]),
                                     ends=np.array([done], np.float32)))  # fmt: skip

@@ -66,7 +66,13 @@ class ReplayMemory:
     n-step transitions: the discounted rewards of up to ``n_step`` transitions of one
     sequence, the observation after the last of them, whether that one terminated, and
     the discount to bootstrap with (γ^m after m steps; 1-step when ``n_step`` is 1).
-    Computed when sampled, so that rewards corrected later (retroactive ones) count."""
+    Computed when sampled, so that rewards corrected later (retroactive ones) count.
+
+    Every transition added gets a serial number (``added`` before it; its slot is the
+    serial modulo the capacity) and a link to the serial of the transition that
+    continues its sequence. Links, not adjacent slots: a learner fed by several trials at
+    once adds their steps interleaved. A link counts while its target is still in memory
+    (the slot holds that serial), so an overwritten successor ends a return."""
 
     def __init__(self, capacity: int, observation_size: int, *, n_step: int = 1, gamma: float = 0.99):
         self.capacity = capacity
@@ -76,37 +82,54 @@ class ReplayMemory:
         self.actions = np.zeros(capacity, np.int32)
         self.rewards = np.zeros(capacity, np.float32)
         self.dones = np.zeros(capacity, np.float32)
-        self.ends = np.ones(capacity, np.float32)
+        self.serials = np.full(capacity, -1, np.int64)  # serial of the transition in each slot
+        self.successors = np.full(capacity, -1, np.int64)  # serial of the one continuing it (-1: none yet, or none)
         self.size = 0
-        self.added = 0  # transitions ever added: position of the next one is added % capacity
+        self.added = 0  # transitions ever added: the next one's serial
 
-    def add(self, t: Transitions) -> np.ndarray:
-        """Store transitions; returns the slots they went to (to correct rewards later)."""
-        slots = (self.added + np.arange(len(t))) % self.capacity
+    def add(self, t: Transitions, *, follows: int = -1) -> np.ndarray:
+        """Store transitions; returns their serials (to correct their rewards later, or to
+        say what a later batch ``follows``: the serial of the transition its first one
+        continues). Within the batch, one continues the previous unless that ``ends``; the
+        last one continues into the next transition added unless it ``ends``."""
+        serials = self.added + np.arange(len(t), dtype=np.int64)
+        slots = serials % self.capacity
         self.observations[slots] = t.observations
         self.next_observations[slots] = t.next_observations
         self.actions[slots] = t.actions
         self.rewards[slots] = t.rewards
         self.dones[slots] = t.dones
-        self.ends[slots] = t.ends
+        self.serials[slots] = serials
+        self.successors[slots] = np.where(t.ends == 0, serials + 1, -1)
+        if follows >= 0 and len(t) and self.holds(follows):
+            self.successors[follows % self.capacity] = serials[0]
         self.added += len(t)
         self.size = min(self.capacity, self.size + len(t))
-        return slots
+        return serials
+
+    def holds(self, serials: np.ndarray | int) -> np.ndarray | bool:
+        """Whether these transitions are still in memory (not overwritten)."""
+        serials = np.asarray(serials)
+        return (serials >= 0) & (self.serials[serials % self.capacity] == serials)
+
+    def set_rewards(self, serials: np.ndarray, rewards: np.ndarray) -> None:
+        """Corrected rewards (retroactive ones) of transitions still in memory."""
+        serials, rewards = np.asarray(serials), np.asarray(rewards, np.float32)
+        kept = self.holds(serials)
+        self.rewards[serials[kept] % self.capacity] = rewards[kept]
 
     def sample(self, rng: np.random.Generator, batch_size: int, batches: int = 1) -> dict[str, np.ndarray]:
         """``batches`` minibatches at once, shaped (batches, batch_size, ...)."""
         idx = rng.integers(0, self.size, (batches, batch_size))
         rewards, last = self.rewards[idx].copy(), idx.copy()
         discounts = np.full(idx.shape, self.gamma, np.float32)
-        if self.n_step > 1:
-            newer = (self.added - 1 - idx) % self.capacity  # transitions added after each sampled one
-            going = self.ends[idx] == 0  # the sequence goes on in the next slot
-            for k in range(1, self.n_step):
-                going &= newer >= k  # ...once that slot has been written
-                nxt = (idx + k) % self.capacity
-                rewards += np.where(going, self.gamma**k * self.rewards[nxt], 0.0).astype(np.float32)
-                discounts = np.where(going, np.float32(self.gamma ** (k + 1)), discounts)
-                last = np.where(going, nxt, last)
-                going &= self.ends[nxt] == 0
+        going = np.ones(idx.shape, bool)
+        for k in range(1, self.n_step):
+            successor = self.successors[last]
+            going &= (self.dones[last] == 0) & self.holds(successor)  # the sequence goes on, its next step in memory
+            nxt = np.where(going, successor % self.capacity, last)
+            rewards += np.where(going, self.gamma**k * self.rewards[nxt], 0.0).astype(np.float32)
+            discounts = np.where(going, np.float32(self.gamma ** (k + 1)), discounts)
+            last = nxt
         return {"obs": self.observations[idx], "actions": self.actions[idx], "rewards": rewards,
                 "next_obs": self.next_observations[last], "dones": self.dones[last], "discounts": discounts}  # fmt: skip

@@ -144,13 +144,13 @@ class PPOLearner:
         logits = logits - logits.max(axis=1, keepdims=True)
         return logits - np.log(np.exp(logits).sum(axis=1, keepdims=True)), mlp(v, obs)[:, 0]
 
-    def add(self, t: Transitions, *, count: bool = True) -> np.ndarray:
+    def add(self, t: Transitions, *, count: bool = True, follows: int = -1) -> np.ndarray:
         with self.lock:
             self.env_steps += len(t) if count else 0
             self.episodes.append(t)
-        return np.arange(0)  # no slots: a trial's rewards are final by the time it trains (no late corrections)
+        return np.full(len(t), -1, np.int64)  # no serials: a trial's rewards are final by the time it trains (no late corrections)
 
-    def set_rewards(self, slots: np.ndarray, rewards: np.ndarray) -> None:
+    def set_rewards(self, serials: np.ndarray, rewards: np.ndarray) -> None:
         pass
 
     def rounds_due(self) -> int:
