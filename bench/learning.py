@@ -70,9 +70,10 @@ def spread_series(curves: dict[int, list[tuple[int, float]]]) -> dict[str, list[
             f"{name}: min": [(s, v[0]) for s, v in zip(steps, at)]}  # fmt: skip
 
 
-def dqn(settings: Settings, out: Path, seeds: list[int], total_steps: int, short: bool) -> dict:
+def dqn(settings: Settings, out: Path, seeds: list[int], total_steps: int, short: bool, concurrency: int = 0) -> dict:
     preset = load_preset(ROOT / "presets" / "dqn_cartpole.py")
-    schedule = dataclasses.replace(preset.schedule, total_steps=total_steps, steps_between_evaluations=min(preset.schedule.steps_between_evaluations, total_steps // 2))
+    schedule = dataclasses.replace(preset.schedule, total_steps=total_steps, steps_between_evaluations=min(preset.schedule.steps_between_evaluations, total_steps // 2),
+                                   concurrency=concurrency or preset.schedule.concurrency)
     preset = dataclasses.replace(preset, schedule=schedule)
     agent = {k: tuple(v) if k == "hidden" else v for k, v in preset.agent.items() if k != "seed"}
     result = train(settings, preset, out / "dqn-trialog", quiet=short)
@@ -153,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("dqn", "bc"))
     parser.add_argument("--seeds", type=int, default=10, help="in-process DQN runs (seeds 1..N): their min–max at each step is the spread")
     parser.add_argument("--total-steps", type=int, default=50_000)
+    parser.add_argument("--concurrency", type=int, default=0, help="DQN trials at once through Trialog (default: the preset's)")
     args = parser.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="trialog-bench-learning-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -163,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.short:
             figures["dqn"] = dqn(settings, out, [1, 2], 3_000, True)
         else:
-            figures["dqn"] = dqn(settings, out, list(range(1, args.seeds + 1)), args.total_steps, False)
+            figures["dqn"] = dqn(settings, out, list(range(1, args.seeds + 1)), args.total_steps, False, args.concurrency)
         d = figures["dqn"]
         print(f"DQN CartPole-v1: through Trialog best eval {d['trialog_best']}, final {d['trialog_final']}; in-process mean final {d['in_process_final_mean']:.1f}, "
               f"best per seed {d['in_process_best']}; "

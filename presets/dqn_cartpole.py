@@ -5,7 +5,7 @@ batch 64, a training round every 256 env steps, ε to 0.04 over 8,000 steps; sma
 hidden layers), with the learning rate falling linearly to 0 over the 50,000-step
 budget, Double DQN targets, 3-step returns, clipped gradients, and rounds of 512
 updates (two per env step) with the target network refreshed once a round; 2 trials
-at once (the learner learns from ended trials: more in flight, more lag; docs/learning.md).
+at once (the learner takes each step as it is logged; docs/learning.md has the runs).
 trialog.learn.dqn documents each. Validation as Coach's CartPole preset: a
 mean evaluation return of at least 475 (of 500).
 

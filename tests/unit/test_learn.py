@@ -417,3 +417,11 @@ async def test_learner_service_adds_each_step_as_logged_following_each_actors_se
     completed_after = len({(e.trial_id, e.tick) for r, e in records if r.offset > 100 and e.KIND == "observation" and e.tick > 0})
     assert 0 < completed_after < memory.added
     assert resumed.learner.memory.added == memory.added and resumed.learner.env_steps == completed_after
+
+
+@pytest.mark.parametrize("field, value", [("concurrency", 0), ("total_steps", -5), ("evaluation_trials", 0), ("heatup_steps", -1), ("concurrency", 2.5)])
+def test_a_schedule_that_could_not_run_is_refused_with_its_field(field, value):
+    from trialog.learn.train import Schedule
+
+    with pytest.raises(TrialogError, match=f"schedule: {field} must be"):
+        Schedule(**{field: value})

@@ -56,6 +56,14 @@ class Schedule:
     total_steps: int = 50_000
     concurrency: int = 8  # trials at once in heatup and train (evaluation runs all its trials at once)
 
+    def __post_init__(self) -> None:
+        # Zero trials at once, or a budget that never ends a phase, would run forever doing nothing.
+        at_least = {"heatup_steps": 0, "steps_between_evaluations": 1, "evaluation_trials": 1, "total_steps": 1, "concurrency": 1}
+        for name, low in at_least.items():
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise TrialogError(f"schedule: {name} must be an integer ≥ {low}, not {value!r}")
+
 
 @dataclass(frozen=True)
 class Validation:
