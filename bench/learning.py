@@ -70,10 +70,10 @@ def spread_series(curves: dict[int, list[tuple[int, float]]]) -> dict[str, list[
             f"{name}: min": [(s, v[0]) for s, v in zip(steps, at)]}  # fmt: skip
 
 
-def dqn(settings: Settings, out: Path, seeds: list[int], total_steps: int, short: bool, concurrency: int = 0) -> dict:
+def dqn(settings: Settings, out: Path, seeds: list[int], total_steps: int, short: bool, concurrency: int | None = None) -> dict:
     preset = load_preset(ROOT / "presets" / "dqn_cartpole.py")
     schedule = dataclasses.replace(preset.schedule, total_steps=total_steps, steps_between_evaluations=min(preset.schedule.steps_between_evaluations, total_steps // 2),
-                                   concurrency=concurrency or preset.schedule.concurrency)
+                                   concurrency=preset.schedule.concurrency if concurrency is None else concurrency)
     preset = dataclasses.replace(preset, schedule=schedule)
     agent = {k: tuple(v) if k == "hidden" else v for k, v in preset.agent.items() if k != "seed"}
     result = train(settings, preset, out / "dqn-trialog", quiet=short)
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("dqn", "bc"))
     parser.add_argument("--seeds", type=int, default=10, help="in-process DQN runs (seeds 1..N): their min–max at each step is the spread")
     parser.add_argument("--total-steps", type=int, default=50_000)
-    parser.add_argument("--concurrency", type=int, default=0, help="DQN trials at once through Trialog (default: the preset's)")
+    parser.add_argument("--concurrency", type=int, help="DQN trials at once through Trialog (default: the preset's)")
     args = parser.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="trialog-bench-learning-")).resolve()
     out.mkdir(parents=True, exist_ok=True)

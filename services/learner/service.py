@@ -134,7 +134,7 @@ class LearnerHandler(Handler):
             self._stepped(record, folding, event.actor, event.tick - 1)
         elif isinstance(event, Reward):
             self._rewarded(folding, event.tick)
-        elif isinstance(event, TrialEnded) and event.trial_id in self.trials:
+        elif isinstance(event, TrialEnded):  # of a live trial: only rewards reach an ended one
             self._ended(record, self.trials.pop(event.trial_id))
 
     def _counts(self, record: Record) -> bool:
@@ -162,7 +162,7 @@ class LearnerHandler(Handler):
         for actor, serials in folding.serials.items():
             serial = serials.get(tick)
             if serial is not None:
-                self.learner.set_rewards(np.array([serial]), np.array([folding.fold.sample(tick, actor).reward], np.float32))
+                self.learner.set_rewards(np.array([serial]), np.array([folding.fold.reward(tick, actor)], np.float32))
 
     def _ended(self, record: Record, folding: _Folding) -> None:
         if self.on_policy:  # the trial's transitions at once, those of the version being trained

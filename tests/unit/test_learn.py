@@ -4,19 +4,27 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import yaml
 
+from services.learner.service import LearnerHandler
+from tests.harness import deployment
 from trialog.actor import DecideRequest
-from trialog.datalog.samples import Sample
+from trialog.bus.base import Record
+from trialog.bus.memory import MemoryBus
+from trialog.datalog.samples import Sample, TrialFold
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialogError
+from trialog.events import Reward
 from trialog.learn.dqn import DQNConfig, DQNLearner, DQNPolicy, train_in_process
 from trialog.learn.memory import ReplayMemory, flat_observation, transitions
-from trialog.learn.train import derived_spec, load_preset
+from trialog.learn.train import Schedule, derived_spec, load_preset
 from trialog.models import ModelVersion, from_safetensors, make_version
+from trialog.spec import load_spec
+from trialog.topics import EVENTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -355,17 +363,6 @@ async def test_learner_service_adds_each_step_as_logged_following_each_actors_se
     the learner's memory holds each transition once, as the trial's whole fold gives it,
     n-step returns follow each trial's own steps, a late reward corrects its transition,
     and a learner replaying the log after a restart counts only what its version did not."""
-    from types import SimpleNamespace
-
-    from services.learner.service import LearnerHandler
-    from tests.harness import deployment
-    from trialog.bus.base import Record
-    from trialog.bus.memory import MemoryBus
-    from trialog.datalog.samples import TrialFold
-    from trialog.events import Reward
-    from trialog.spec import load_spec
-    from trialog.topics import EVENTS
-
     bus = MemoryBus(memory_settings)
     spec = load_spec(ROOT / "examples" / "cartpole.yaml", bus.store)
     async with deployment(bus, spec) as (_, ctl):
@@ -421,7 +418,5 @@ async def test_learner_service_adds_each_step_as_logged_following_each_actors_se
 
 @pytest.mark.parametrize("field, value", [("concurrency", 0), ("total_steps", -5), ("evaluation_trials", 0), ("heatup_steps", -1), ("concurrency", 2.5)])
 def test_a_schedule_that_could_not_run_is_refused_with_its_field(field, value):
-    from trialog.learn.train import Schedule
-
     with pytest.raises(TrialogError, match=f"schedule: {field} must be"):
         Schedule(**{field: value})

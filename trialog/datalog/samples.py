@@ -281,15 +281,23 @@ class TrialFold:
             return None
         return self._sample(obs)
 
+    def reward(self, tick: int, actor: str) -> float:
+        """The aggregated reward of one (tick, actor) so far (I-4), as its sample has it,
+        without decoding the sample's payloads."""
+        return aggregate(self._reward_sources(tick, actor))
+
+    def _reward_sources(self, tick: int, actor: str) -> tuple[RewardSource, ...]:
+        actor_class = self._classes[actor]
+        return tuple(reward_source(r) for r in self._rewards.get(tick, {}).values() if matches(r.receiver, actor, actor_class))
+
     def _sample(self, obs: Observation) -> Sample:
         actor, tick = obs.actor, obs.tick
-        rewards = [reward_source(r) for r in self._rewards.get(tick, {}).values()]
         messages = self._messages.get(tick, {}).values()
         actor_class = self._classes[actor]
         schemas = self.schemas.get(actor_class)
         action_avro, action, timed_out = self._action(tick, actor, schemas)
         chosen = self._actions.get((tick, actor))
-        sources = tuple(r for r in rewards if matches(r.receiver, actor, actor_class))
+        sources = self._reward_sources(tick, actor)
         return Sample(
             trial_id=self.trial_id,
             tick=tick,
