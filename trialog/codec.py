@@ -36,6 +36,7 @@ import fastavro.write
 import numpy as np
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
+from trialog.codec_flat import compile_flat
 from trialog.errors import CodecError
 
 MAGIC = b"\xc3\x01"
@@ -166,7 +167,7 @@ def self_contained(schema: Any, named: dict[str, Any], namespace: str = "", *, l
 class Schema:
     """One parsed Avro schema with its fingerprint, ready to encode and decode."""
 
-    __slots__ = ("name", "parsed", "canonical", "fingerprint", "header", "json")
+    __slots__ = ("name", "parsed", "canonical", "fingerprint", "header", "json", "flat")
 
     def __init__(self, parsed: Any, json_text: str | None = None):
         self.parsed = parsed
@@ -178,9 +179,16 @@ class Schema:
         self.header = MAGIC + self.fingerprint
         if self.json is None:
             self.json = self.canonical
+        #: Our own encoder and decoder when the schema is a flat record (trialog.codec_flat), else None.
+        self.flat = compile_flat(parsed)
 
     def encode(self, value: Any) -> bytes:
         """Single-object encoding of ``value``; raises CodecError if it does not match."""
+        if self.flat is not None:
+            try:
+                return self.flat.encode(value, self.header)
+            except Exception as exc:
+                raise CodecError(f"value does not match schema {self.name}: {_describe(exc)}") from exc
         buf = io.BytesIO()
         buf.write(self.header)
         try:
@@ -191,6 +199,11 @@ class Schema:
 
     def decode_body(self, data: bytes | memoryview, offset: int, reader: Schema | None = None) -> Any:
         """Decode the Avro body starting at ``offset`` (after the single-object header)."""
+        if self.flat is not None and (reader is None or reader.fingerprint == self.fingerprint):
+            try:
+                return self.flat.decode(data if type(data) is bytes else bytes(data), offset)
+            except Exception as exc:
+                raise CodecError(f"bytes do not decode as {self.name}: {_describe(exc)}") from exc
         buf = io.BytesIO(data)
         buf.seek(offset)
         try:
