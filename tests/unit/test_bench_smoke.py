@@ -42,3 +42,24 @@ def test_orchestrator_memory_is_measured(memory_settings):
     bus = MemoryBus(memory_settings)
     per_trial, live = core.orchestrator_bytes_per_trial(bus, load_spec(SPEC, bus.store), 50)
     assert live == 51 and per_trial > 0
+
+
+def test_cpu_table_puts_each_process_beside_the_other_version():
+    from bench import cpu
+
+    ours = [{"orchestrator": 50, "environment": 300, "actors": 250, "controller": 40, "ticks_per_s": 1000}] * 3
+    theirs = [{"orchestrator": 40, "environment": 200, "actors": 200, "controller": 40, "ticks_per_s": 1500}]
+    text = cpu.table({"this version": ours, "HEAD~1": theirs})
+    assert "| environment | 300 | 200 | 1.50 |" in text
+    assert "| total | 640 | 480 | 1.33 |" in text
+    assert "| ticks/s | 1000 | 1500 | 0.67 |" in text
+
+
+@pytest.mark.parametrize("argv", [["--runs", "0"], ["--trials", "-1"], ["--against", "no-such-revision-here"]])
+def test_cpu_refuses_what_it_cannot_measure(argv, capsys):
+    from bench import cpu
+
+    with pytest.raises(SystemExit) as exc:
+        cpu.main(argv)
+    assert exc.value.code == 2
+    assert "error:" in capsys.readouterr().err
