@@ -19,6 +19,10 @@ schema says ``trialog.Tensor``, :meth:`Schema.encode` accepts an ``ndarray`` (or
 anything ``np.asarray`` takes) and decoding returns one. NumPy scalars and arrays
 are accepted wherever Avro wants numbers or arrays.
 
+Flat records (primitive fields and ``["null", T]`` unions: every tick's events) are
+encoded and decoded by :mod:`trialog.codec_flat`, byte for byte as fastavro would,
+without fastavro's per-call set-up; every other schema goes through fastavro.
+
 Every failure — bad bytes, an unknown schema, a value that does not match its
 schema — raises :class:`trialog.errors.CodecError`.
 """

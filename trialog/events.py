@@ -472,7 +472,6 @@ class EventCodec:
                 raise CodecError(f"bytes do not decode as {schema.name}: {exc}") from exc
             return cls(*row)
         writer, record = self.store.decode_with_writer(value)
-        cls = BY_KIND.get(kind) if kind else None
         if cls is None or cls.SCHEMA != writer.name:
             cls = next((c for c in EVENT_TYPES if c.SCHEMA == writer.name), None)
             if cls is None:
