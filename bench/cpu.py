@@ -157,8 +157,8 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.CalledProcessError as exc:
                 p.error(f"cannot check out {args.against!r}: {exc.stderr.strip()}")
             trees[args.against] = worktree
-        print(f"{args.trials} trials x {args.ticks} ticks, {args.runs} runs, {' and '.join(trees)} at the same time" if worktree else
-              f"{args.trials} trials x {args.ticks} ticks, {args.runs} runs", flush=True)  # fmt: skip
+        together = f", {' and '.join(trees)} at the same time" if worktree else ""
+        print(f"{args.trials} trials x {args.ticks} ticks, {args.runs} runs{together}", flush=True)
         cmd = ["--bootstrap-servers", args.bootstrap_servers, "--trials", str(args.trials), "--ticks", str(args.ticks), "--runs", str(args.runs)]
         children = {
             name: subprocess.Popen(

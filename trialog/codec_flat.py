@@ -61,20 +61,21 @@ def _integer(kind: str) -> Encoder:
     return encode
 
 
+def _sized(b: bytes) -> bytes:
+    """Avro's length-prefixed bytes (strings and bytes alike)."""
+    return _varint(len(b)) + b
+
+
 def _string(x: Any) -> bytes:
     if not isinstance(x, str):
         raise TypeError(f"expected a string, got {type(x).__name__}")
-    b = x.encode()
-    n = len(b)
-    return (_ONE_BYTE[n + 64] if n < 64 else _varint(n)) + b
+    return _sized(x.encode())
 
 
 def _bytes(x: Any) -> bytes:
     if not isinstance(x, (bytes, bytearray, memoryview)):
         raise TypeError(f"expected bytes, got {type(x).__name__}")
-    b = bytes(x)
-    n = len(b)
-    return (_ONE_BYTE[n + 64] if n < 64 else _varint(n)) + b
+    return _sized(bytes(x))
 
 
 def _boolean(x: Any) -> bytes:
@@ -137,11 +138,7 @@ def _read_integer(kind: str) -> Decoder:
 
 
 def _read_sized(data: bytes, pos: int) -> tuple[bytes, int]:
-    n = data[pos]
-    if n < 0x80:  # a length under 64 in one byte (zigzag: even)
-        n, pos = (n >> 1) ^ -(n & 1), pos + 1
-    else:
-        n, pos = _read_varint(data, pos)
+    n, pos = _read_varint(data, pos)
     end = pos + n
     if n < 0 or end > len(data):
         raise ValueError(f"a length of {n} bytes at offset {pos} runs past the end ({len(data)} bytes)")
@@ -217,35 +214,23 @@ def _field_codec(kind: Any) -> tuple[Encoder, Decoder] | None:
     return None
 
 
-def _default(field: dict, kind: Any) -> Any:
-    """The Python value a missing field takes, _MISSING if it has no default, or None
-    (the caller then leaves the schema to fastavro) for defaults this module does not
-    convert (bytes defaults, which Avro writes as JSON strings)."""
-    if "default" not in field:
-        return _MISSING
-    value = field["default"]
-    first = kind[0] if isinstance(kind, list) else kind
-    if first == "bytes":
-        raise LookupError
-    return value
-
-
 class FlatCodec:
     """Encoder and decoder of one flat record schema (see the module docstring)."""
 
-    __slots__ = ("fields", "decoders", "names", "encoders")
+    __slots__ = ("names", "encoders", "defaults", "decoders")
 
-    def __init__(self, fields: list[tuple[str, Encoder, Any]], decoders: list[tuple[str, Decoder]]):
-        self.fields = fields
-        self.decoders = decoders
-        self.names = [name for name, _, _ in fields]
-        self.encoders = tuple(encode for _, encode, _ in fields)
+    def __init__(self, fields: list[tuple[str, Encoder, Decoder, Any]]):
+        """``fields``: (name, encoder, decoder, default or _MISSING) in schema order."""
+        self.names = [name for name, _, _, _ in fields]
+        self.encoders = tuple(encode for _, encode, _, _ in fields)
+        self.decoders = tuple(decode for _, _, decode, _ in fields)
+        self.defaults = tuple(default for _, _, _, default in fields)
 
     def encode(self, value: Any, header: bytes) -> bytes:
         """``header`` followed by the Avro body of ``value`` (a mapping of field names).
         Raises ValueError, TypeError or KeyError if ``value`` does not match."""
         parts = [header]
-        for name, encode, default in self.fields:
+        for name, encode, default in zip(self.names, self.encoders, self.defaults):
             x = value.get(name, default)
             if x is _MISSING:
                 raise KeyError(f"no value for field {name!r}, which has no default")
@@ -254,8 +239,6 @@ class FlatCodec:
 
     def encode_row(self, row: tuple, header: bytes) -> bytes:
         """Like :meth:`encode`, from every field's value in schema order (no mapping to build)."""
-        if len(row) != len(self.encoders):
-            raise ValueError(f"{len(row)} values for {len(self.encoders)} fields")
         parts = [header]
         for encode, x in zip(self.encoders, row):
             parts.append(encode(x))
@@ -264,7 +247,7 @@ class FlatCodec:
     def decode_row(self, data: bytes, pos: int) -> list[Any]:
         """Every field's value in schema order; errors as :meth:`decode`."""
         out = []
-        for _, decode in self.decoders:
+        for decode in self.decoders:
             x, pos = decode(data, pos)
             out.append(x)
         if pos != len(data):
@@ -282,16 +265,12 @@ def compile_flat(parsed: Any) -> FlatCodec | None:
     ``["null", T]`` unions without logical types, or None for any other schema."""
     if not isinstance(parsed, dict) or parsed.get("type") != "record" or "logicalType" in parsed:
         return None
-    fields, decoders = [], []
+    fields = []
     for field in parsed.get("fields", ()):
         kind = field["type"]
         codec = _field_codec(kind)
-        if codec is None:
-            return None
-        try:
-            default = _default(field, kind)
-        except LookupError:
-            return None
-        fields.append((field["name"], codec[0], default))
-        decoders.append((field["name"], codec[1]))
-    return FlatCodec(fields, decoders)
+        first = kind[0] if isinstance(kind, list) else kind
+        if codec is None or ("default" in field and first == "bytes"):
+            return None  # bytes defaults are JSON strings in Avro: left to fastavro to convert
+        fields.append((field["name"], *codec, field.get("default", _MISSING)))
+    return FlatCodec(fields)

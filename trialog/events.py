@@ -465,7 +465,7 @@ class EventCodec:
         that share a schema (``trial.pending`` / ``trial.started``)."""
         cls = BY_KIND.get(kind) if kind else None
         schema = self._positional.get(cls)
-        if schema is not None and type(value) is bytes and value[:HEADER_SIZE] == schema.header:
+        if schema is not None and type(value) is bytes and value.startswith(schema.header):
             try:
                 row = schema.flat.decode_row(value, HEADER_SIZE)
             except Exception as exc:
