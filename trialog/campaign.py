@@ -24,10 +24,20 @@ from trialog.settings import Settings
 from trialog.spec import Spec, load_spec
 
 
+# Health ports handed to children of this process. A probe's port is free again once the
+# probe closes, so the OS may offer it twice before the first child binds it: two
+# services would then share a port and the second fail to start.
+_HANDED_OUT: set[int] = set()
+
+
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def _settings_env(settings: Settings) -> dict[str, str]:

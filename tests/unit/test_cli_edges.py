@@ -132,3 +132,31 @@ def test_a_command_whose_extra_is_missing_says_how_to_install_it():
     help_text = subprocess.run([sys.executable, "-m", "trialog.cli", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60).stdout
     for command in ("replay", "export", "plot", "check", "demo"):
         assert command in help_text
+
+
+def test_health_ports_handed_to_two_services_differ_even_when_the_os_offers_one_twice(monkeypatch):
+    import socket as socket_module
+
+    from trialog import campaign
+
+    offered = iter([58311, 58311, 40001])
+
+    class Probe:
+        def __init__(self, *args):
+            self.port = next(offered)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            pass
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(campaign, "_HANDED_OUT", set())
+    monkeypatch.setattr(socket_module, "socket", Probe)
+    assert [campaign._free_port(), campaign._free_port()] == [58311, 40001]
