@@ -1,8 +1,11 @@
-"""Every long-running service answers its liveness and readiness probes."""
+"""Every long-running service answers its liveness and readiness probes, and lists what its
+tasks wait on when sent SIGUSR1."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -39,6 +42,10 @@ async def test_service_is_live_then_ready(kafka_settings, tmp_path, service):
         status, body = probe(port, "/readyz")
         assert body.get("status") == "ok"
         assert probe(port, "/nope")[0] == 404
+        os.kill(proc.pid, signal.SIGUSR1)
+        log = tmp_path / f"{service}.log"
+        await wait_for(lambda: "tasks listed" in log.read_text(), timeout=10, what=f"{service}'s task list")
+        assert "task waiting" in log.read_text() and "kafka.py" in log.read_text()  # its poll, at least
     finally:
         stop_services([proc])
     assert proc.returncode == 0, (tmp_path / f"{service}.log").read_text()[-2000:]

@@ -1,7 +1,8 @@
 """What the Kafka edge does with records that are hard to read or too large to write,
 on a real broker: compressed batches of every codec are read; a batch that truly
 cannot be read is skipped and dead-lettered once, the records around it delivered;
-an oversized record is refused with a clear trial error and poisons nothing."""
+an oversized record is refused with a clear trial error and poisons nothing; a client
+whose background fetcher or sender ended is replaced, and trials go on."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.harness import deployment
 from tests.integration.test_trials import read_trial
 from trialog.bus.kafka import KafkaBus
 from trialog.errors import RecordsTooLarge
-from trialog.events import DeadLetter, Reward, StartRequest, TrialEnded
+from trialog.events import DeadLetter, Observation, Reward, StartRequest, TrialEnded
 from trialog.spec import load_spec
 from trialog.topics import CONTROL, DEAD_LETTERS, EVENTS
 
@@ -186,3 +187,84 @@ async def test_a_record_the_broker_refuses_for_its_size_does_not_poison_the_prod
             await bus.publish(EVENTS, Reward(tid, tick=tick, receiver="alice", value=1.0, confidence=1.0, sender="judge"))
     ticks = [e.tick for e in await read_trial(bus, tid)]
     assert ticks == [2, 2, 3, 4, 5, 6, 7]
+
+
+def fail_next(client, request: str) -> list:
+    """Make ``client`` fail its next request of type ``request``* the way aiokafka 0.14 does
+    when a request timed out on a connection already closed (as while a broker restarts):
+    a KeyError out of ``AIOKafkaClient.send``, which ends the background task (fetcher or
+    sender) that made the request, with no error for the consumer or producer's user."""
+    original, failed = client.send, []
+
+    async def send(node_id, req, *args, **kwargs):
+        if not failed and type(req).__name__.startswith(request):
+            failed.append(req)
+            raise KeyError((node_id, "DEFAULT"))
+        return await original(node_id, req, *args, **kwargs)
+
+    client.send = send
+    return failed
+
+
+async def test_a_consumer_whose_fetcher_ended_is_replaced_and_trials_go_on(bus):
+    """Mid-trial, the environment's consumer loses its fetcher, then every service's
+    producer loses its sender (the bus is shared here). Without replacement the trial would
+    stall until inactivity ended it; with it, it ends at max_ticks with every tick once."""
+    spec = load_spec(HERE / "trialtest.yaml", bus.store)
+    async with deployment(bus, spec) as (d, ctl):
+        tid = await ctl.start_trial("trialtest", environment="slow", max_ticks=60)
+        await wait_ticks(ctl, tid, 10)
+        (env,) = [loop for loop in d.loops if loop.group == "env.slow"]
+        fetcher = env.consumer._consumer._fetcher.error_future
+        failed = fail_next(env.consumer._consumer._client, "FetchRequest")
+        await asyncio.wait([fetcher], timeout=30)  # the fetcher ended, as in aiokafka's bug
+        assert failed and isinstance(fetcher.exception(), Exception)
+        await wait_ticks(ctl, tid, ctl.last_tick(tid) + 5)
+        sender = bus._producer._sender.sender_task
+        failed = fail_next(bus._producer.client, "ProduceRequest")
+        await asyncio.wait([sender], timeout=30)
+        assert failed and isinstance(sender.exception(), Exception)
+        ended = await ctl.wait_ended(tid, timeout=60)
+        assert (ended.reason, ended.tick) == ("max_ticks", 60), ended
+        assert all(not t.done() for t in d.tasks), "a service stopped"
+    seen = [(e.tick, e.actor) for e in await read_trial(bus, tid) if isinstance(e, Observation)]
+    assert sorted(seen) == [(t, a) for t in range(61) for a in ("alice", "bob")], seen
+
+
+async def test_a_reader_whose_fetcher_ended_goes_on_from_where_it_was(bus):
+    """A plain reader (as the controller's and the gateway's) replaced after its fetcher
+    ended hands out every record once, in order, from where it was."""
+    await bus.create_topics()
+    tid = "fetcher-ends"
+    rewards = [Reward(tid, tick=t, receiver="alice", value=1.0, confidence=1.0, sender="judge") for t in range(40)]
+    reader = bus.consumer([EVENTS], partitions=[bus.partition_of(tid)])
+    async with bus:
+        await reader.start()
+        try:
+            await bus.publish_all(EVENTS, rewards[:20])
+            seen = await poll_ticks(bus, reader, 20)
+            fetcher = reader._consumer._fetcher.error_future
+            fail_next(reader._consumer._client, "FetchRequest")
+            await bus.publish_all(EVENTS, rewards[20:])
+            await asyncio.wait([fetcher], timeout=30)
+            assert fetcher.done()
+            seen += await poll_ticks(bus, reader, 20)
+        finally:
+            await reader.stop()
+    assert seen == list(range(40))
+
+
+async def poll_ticks(bus: KafkaBus, reader, count: int, timeout: float = 60) -> list[int]:
+    """The ticks of the next ``count`` events ``reader`` hands out."""
+    ticks: list[int] = []
+    deadline = asyncio.get_running_loop().time() + timeout
+    while len(ticks) < count and asyncio.get_running_loop().time() < deadline:
+        ticks += [bus.codec.decode(r.value, r.header("kind")).tick for r in await reader.poll(timeout_ms=200)]
+    return ticks
+
+
+async def wait_ticks(ctl, tid: str, tick: int, timeout: float = 60) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while ctl.last_tick(tid) < tick:
+        assert asyncio.get_running_loop().time() < deadline, f"{tid} did not reach tick {tick}"
+        await asyncio.sleep(0.05)

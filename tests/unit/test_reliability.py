@@ -4,6 +4,7 @@ the end). Integration tests repeat them against the real broker."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -13,11 +14,13 @@ from tests.unit.test_datalog import events_of, run_trial
 from trialog.bus.memory import MemoryBus
 from trialog.datalog.samples import TrialFold
 from trialog.deadletters import ACTORS, ENVIRONMENT, ORCHESTRATOR, check_headers, owner_of, reward_problem
-from trialog.errors import CodecError
+from trialog.errors import CodecError, TransportError
 from trialog.events import Action, Message, Observation, Reward, TrialEnded
+from trialog.runtime import service
 from trialog.spec import load_spec
 
 SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps.yaml"
+SLOW = Path(__file__).resolve().parents[1] / "integration" / "trialtest.yaml"  # its "slow" RPS takes 50 ms a tick
 
 
 @pytest.fixture
@@ -90,3 +93,58 @@ async def test_fold_keeps_what_was_applied_corrections_and_nothing_after_the_end
     assert [r.value for r in judge] == [4.0]
     assert max(t for t, _ in samples) == ended.tick
     assert all(not s.messages for s in samples.values())
+
+
+def failing_sends(bus, monkeypatch, count: float) -> list[int]:
+    """Make the bus refuse its next ``count`` sends, as Kafka does while a broker is away."""
+    original, refused = bus.send_many, []
+
+    async def send_many(items, **kwargs):
+        if len(refused) < count:
+            refused.append(len(items))
+            raise TransportError("Kafka refused a record: KafkaConnectionError (test)")
+        return await original(items, **kwargs)
+
+    monkeypatch.setattr(bus, "send_many", send_many)
+    monkeypatch.setattr(service, "RETRY_BACKOFF_MAX_S", 0.01)
+    return refused
+
+
+async def test_outputs_kafka_refuses_are_retried_until_sent(bus, monkeypatch):
+    """However long Kafka refuses (more attempts than any fixed limit would allow), the
+    outputs go out once it takes them again: the trial ends as usual, every tick once."""
+    spec = load_spec(SLOW, bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tid = await ctl.start_trial("trialtest", environment="slow", max_ticks=30)
+        await asyncio.sleep(0.2)
+        refused = failing_sends(bus, monkeypatch, 40)
+        ended = await ctl.wait_ended(tid, timeout=20)
+    assert len(refused) == 40 and (ended.reason, ended.tick) == ("max_ticks", 30)
+    fold = TrialFold(tid, bus.store)
+    for event in events_of(bus, tid):
+        fold.add(event)
+    assert fold.check() == []
+    assert [(s.tick, s.actor) for s in fold.samples()] == [(t, a) for t in range(ended.tick + 1) for a in ("alice", "bob")]
+
+
+async def test_a_service_stopping_while_kafka_refuses_gives_up_and_commits_nothing_more(bus, monkeypatch):
+    """Stopping must not wait for Kafka forever, and must not commit past the records whose
+    outputs were never sent: the next owner resumes before them and redoes the work."""
+    spec = load_spec(SLOW, bus.store)
+    async with deployment(bus, spec) as (d, ctl):
+        tid = await ctl.start_trial("trialtest", environment="slow", max_ticks=30)
+        await asyncio.sleep(0.2)
+        failing_sends(bus, monkeypatch, float("inf"))
+        await asyncio.sleep(0.3)
+        committed = {group: dict(offsets) for group, offsets in bus.committed.items()}
+        stuck = [loop for loop in d.loops if loop._out or (loop._flushing and not loop._flushing.done())]
+        assert stuck, "no service had outputs to send"
+        for loop in d.loops:
+            loop.stop()
+        await asyncio.wait_for(asyncio.gather(*d.tasks), 10)
+        assert all(loop._gave_up for loop in stuck)
+        assert {bus.settings.group(loop.group): bus.committed[bus.settings.group(loop.group)] for loop in stuck} == {
+            bus.settings.group(loop.group): committed.get(bus.settings.group(loop.group), {}) for loop in stuck
+        }
+        monkeypatch.undo()  # the deployment's own stop, and the controller's, can send again
+    assert not [e for e in events_of(bus, tid) if isinstance(e, TrialEnded)], "the trial cannot have ended"

@@ -25,6 +25,14 @@ Two defences keep one bad record from stopping a service (docs/reliability.md):
   is skipped and handed to the service as one :class:`Record` with ``problem``
   set, spanning the batch's offsets, so that its owner dead-letters it; the
   records before and after it are delivered as usual.
+
+And one keeps a client from stalling in silence. aiokafka fetches and sends from
+background tasks; when one of them fails (seen in aiokafka 0.14: a ``KeyError`` in
+its client when a request timed out on a connection already closed, as happens
+while the broker restarts) the consumer returns nothing and the producer's sends
+never complete, forever, without an error. So a consumer whose fetcher stopped and
+a producer whose sender stopped are replaced (:meth:`KafkaConsumer.poll`,
+:meth:`KafkaBus.send_many`).
 """
 
 from __future__ import annotations
@@ -112,13 +120,13 @@ class KafkaBus(Bus):
             raise
         return producer
 
-    async def _replace_producer(self, broken: AIOKafkaProducer) -> None:
+    async def _replace_producer(self, broken: AIOKafkaProducer, why: str) -> None:
         """A fresh producer (a new producer ID, fresh sequence numbers) for the next sends."""
         self._replacing = self._replacing or asyncio.Lock()
         async with self._replacing:
             if self._producer is not broken:
                 return  # replaced meanwhile by another send
-            log.warning("replacing the producer after a refused record (its sequence numbers are spent)")
+            log.warning("replacing the Kafka producer", why=why)
             self._producer = await self._new_producer()
         await broken.stop()
 
@@ -141,6 +149,12 @@ class KafkaBus(Bus):
         producer = self._producer
         if producer is None:
             raise TransportError("the bus is not started: use `async with bus:` or `await bus.start()`")
+        if _stopped(producer._sender.sender_task):  # noqa: SLF001
+            # Records given to it now would wait forever. Checked before the sends: these
+            # do not suspend while the topic's metadata is known, so the sender cannot stop
+            # between here and the last send, and its end fails every record it holds.
+            await self._replace_producer(producer, why=_ended_with(producer._sender.sender_task))  # noqa: SLF001
+            producer = self._producer
         refused = self.oversized(items)
         sent: list[int] = []
         futures = []
@@ -166,7 +180,7 @@ class KafkaBus(Bus):
             else:
                 delivered[i] = Delivered(items[i][0], result.partition, result.offset)
         if any(isinstance(r, _POISONING) for r in results):
-            await self._replace_producer(producer)
+            await self._replace_producer(producer, why="a record was refused: its sequence numbers are spent")
             if failed and retry:  # sent behind the refused record: once more, in order, on the fresh producer
                 again = sorted(failed)
                 try:
@@ -246,15 +260,19 @@ class KafkaBus(Bus):
 
 
 class _Listener(ConsumerRebalanceListener):
-    def __init__(self, consumer: KafkaConsumer):
-        self.consumer = consumer
+    def __init__(self, consumer: KafkaConsumer, client: AIOKafkaConsumer):
+        self.consumer, self.client = consumer, client
+
+    def _current(self) -> bool:
+        # A replaced client may still finish a rebalance while it stops: not ours to report.
+        return self.consumer._consumer is self.client  # noqa: SLF001
 
     async def on_partitions_revoked(self, revoked):
-        if self.consumer.on_revoked and revoked:
+        if self.consumer.on_revoked and revoked and self._current():
             await self.consumer.on_revoked({self.consumer.role_of(tp) for tp in revoked})
 
     async def on_partitions_assigned(self, assigned):
-        if self.consumer.on_assigned and assigned:
+        if self.consumer.on_assigned and assigned and self._current():
             await self.consumer.on_assigned({self.consumer.role_of(tp) for tp in assigned})
 
 
@@ -312,7 +330,7 @@ class KafkaConsumer(Consumer):
         try:
             await self._consumer.start()
             if self.group:
-                self._consumer.subscribe(list(self._topic_roles), listener=_Listener(self))
+                self._consumer.subscribe(list(self._topic_roles), listener=_Listener(self, self._consumer))
             else:
                 tps = []
                 cluster = await self._fresh_metadata()
@@ -324,7 +342,10 @@ class KafkaConsumer(Consumer):
                             raise TopicMissingError(f"topic {settings.topic(role)} does not exist: run `trialog topics create`")
                     tps.extend(self._tp(role, p) for p in parts)
                 self._consumer.assign(tps)
-                if self.from_start:
+                if all(tp in self._next for tp in tps):  # a replaced consumer: on from where it was
+                    for tp in tps:
+                        self._consumer.seek(tp, self._next[tp])
+                elif self.from_start:
                     for tp, offset in (await self._consumer.beginning_offsets(tps)).items():
                         self._consumer.seek(tp, offset)
                         self._next[tp] = offset
@@ -369,7 +390,26 @@ class KafkaConsumer(Consumer):
             if not self._found_unreadable(exc):
                 raise
             return []
+        if not batches and _stopped(self._consumer._fetcher.error_future):  # noqa: SLF001
+            await self._replace()
         return self._records(batches)
+
+    async def _replace(self) -> None:
+        """A new aiokafka consumer for one whose fetcher stopped (see the module's docstring).
+        A group member hands its partitions back first, as in a rebalance (a service drains
+        its outputs and commits), then joins again; a reader goes on from where it was."""
+        old = self._consumer
+        log.warning("replacing the Kafka consumer: it stopped fetching", group=self.group, why=_ended_with(old._fetcher.error_future))  # noqa: SLF001
+        held = old.assignment()
+        if self.group and self.on_revoked and held:
+            await self.on_revoked({self.role_of(tp) for tp in held})
+        self._consumer = None
+        self._unreadable.clear()
+        try:
+            await old.stop()
+        except Exception:  # noqa: BLE001 - its fetcher's error again, raised by the close
+            await old._client.close()  # noqa: SLF001 - what stop() did not reach
+        await self.start()
 
     def _records(self, batches) -> list[Record]:
         out: list[Record] = []
@@ -472,6 +512,19 @@ class KafkaConsumer(Consumer):
         if self._consumer is None:
             return set()
         return {self.role_of(tp) for tp in self._consumer.assignment() if tp.topic in self._topic_roles}
+
+
+def _stopped(task: asyncio.Future | None) -> bool:
+    """Whether a client's background task has ended (it only ends when the client stops)."""
+    return task is not None and task.done()
+
+
+def _ended_with(task: asyncio.Future) -> str:
+    if task.cancelled():
+        return "cancelled"
+    exc = task.exception()
+    cause = exc.__cause__ if exc is not None and exc.__cause__ is not None else exc
+    return f"{type(cause).__name__}: {cause}" if cause is not None else "ended"
 
 
 def _unreadable_batch(exc: BaseException) -> tuple[TopicPartition, int, int] | None:

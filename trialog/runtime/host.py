@@ -3,6 +3,9 @@
 Readiness (``/readyz``) means: connected to Kafka, the consumer owns its
 partitions, and catch-up from the log is finished for all of them. Liveness
 (``/livez``) means the loop keeps turning.
+
+SIGUSR1 logs what every task of the process is waiting on (``kill -USR1 PID``):
+for a service that is alive but does nothing.
 """
 
 from __future__ import annotations
@@ -27,9 +30,9 @@ async def serve(bus: Bus, loops: Sequence[ServiceLoop], *, name: str, health_por
     """Run ``loops`` until SIGTERM/SIGINT (or ``stop``); serve health on ``health_port`` (0: off)."""
     stop = stop or asyncio.Event()
     running = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig, handler in ((signal.SIGTERM, stop.set), (signal.SIGINT, stop.set), (signal.SIGUSR1, log_tasks)):
         try:
-            running.add_signal_handler(sig, stop.set)
+            running.add_signal_handler(sig, handler)
         except (NotImplementedError, RuntimeError):  # not the main thread (tests)
             pass
     health = Health()
@@ -47,6 +50,19 @@ async def serve(bus: Bus, loops: Sequence[ServiceLoop], *, name: str, health_por
         if server is not None:
             server.close()
         log.info("service stopped", service=name)
+
+
+def log_tasks() -> None:
+    """Log every task of the running event loop with the chain of calls it is suspended in,
+    innermost last (``Task.get_stack`` gives only the outermost frame of a coroutine)."""
+    tasks = asyncio.all_tasks()
+    for task in tasks:
+        chain, coro = [], task.get_coro()
+        while coro is not None and (frame := getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)) is not None:
+            chain.append(f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} {frame.f_code.co_name}")
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        log.warning("task waiting", task=task.get_name(), awaits=" > ".join(chain) or repr(task))
+    log.warning("tasks listed", count=len(tasks))
 
 
 async def _watch_health(health: Health, loops: Sequence[ServiceLoop]) -> None:

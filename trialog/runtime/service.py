@@ -56,6 +56,7 @@ def _judged(mark: str) -> int:
 ECHOES_KEPT = 100_000  # records written and not yet read back that a loop remembers (see ServiceLoop._echo)
 TURN_EVERY_S = 0.05  # the longest the loop handles bites without giving the event loop a turn
 BITE = 32  # records handled between two flushes (measured: docs/performance.md)
+RETRY_BACKOFF_MAX_S = 2.0  # the longest wait between two attempts to publish while Kafka refuses
 
 
 class Handler:
@@ -143,6 +144,7 @@ class ServiceLoop:
         self._out: list[tuple[str, Event]] = []
         self._flushing: asyncio.Task | None = None
         self._letters: set[asyncio.Task] = set()  # dead letters being sent
+        self._gave_up = False  # outputs given up while stopping: nothing may be committed any more
         # Records this loop wrote, until it reads them back: (key, value) -> (headers, event).
         # A record read back byte for byte is the event this loop sent: it is handled as sent,
         # not decoded and verified again (an environment reads back its observations, the
@@ -385,8 +387,8 @@ class ServiceLoop:
 
     async def _commit(self) -> None:
         assert self.consumer is not None
-        if self._out or (self._flushing and not self._flushing.done()) or self._letters:
-            return  # outputs or letters not yet acknowledged: committing now could lose them in a crash
+        if self._out or (self._flushing and not self._flushing.done()) or self._letters or self._gave_up:
+            return  # outputs or letters not yet acknowledged (or given up): committing now could lose them
         offsets = {}
         for (role, p), part in self.parts.items():
             if not part.live:
@@ -416,7 +418,8 @@ class ServiceLoop:
                 events.append(event)
                 if role in self.handler.roles and (kinds is None or event.KIND in kinds):
                     self._echo[(record[1], record[2])] = (tuple(record[3]), event)
-            for attempt in range(10):
+            attempt = 0
+            while True:
                 try:
                     await self.bus.send_many(records)
                     break
@@ -425,11 +428,17 @@ class ServiceLoop:
                         self._unsent(records[i], events[i], reason)
                     break
                 except TransportError as exc:
+                    # Until they are sent, nothing is committed past the records they answer
+                    # (see _commit). A service that is stopping gives them up and never
+                    # commits again: the next owner resumes before them and redoes the work.
+                    if self._stopping.is_set():
+                        self._gave_up = True
+                        log.error("publish failed while stopping: the next owner of these partitions redoes the work", events=len(batch), error=str(exc))
+                        return
                     log.warning("publish failed; retrying", error=str(exc), attempt=attempt)
                     metrics.PUBLISH_RETRIES.labels(self.handler.service_name).inc()
-                    await asyncio.sleep(min(2.0, 0.1 * 2**attempt))
-            else:
-                log.error("publish failed for good; the next owner of these partitions will redo the work", events=len(batch))
+                    await asyncio.sleep(min(RETRY_BACKOFF_MAX_S, 0.1 * 2**attempt))
+                    attempt += 1
 
     async def _drain(self) -> None:
         while self._flushing is not None and not self._flushing.done():
