@@ -32,10 +32,11 @@ class Deployment:
     async def ready(self, timeout: float = 30) -> None:
         await asyncio.wait_for(asyncio.gather(*(loop.ready.wait() for loop in self.loops)), timeout)
 
-    async def stop(self) -> None:
+    async def stop(self, timeout: float = 60) -> None:
         for loop in self.loops:
             loop.stop()
-        results = await asyncio.gather(*self.tasks, return_exceptions=True)
+        # Bounded: a loop stuck on a call that never returns fails its test, not the whole run.
+        results = await asyncio.wait_for(asyncio.gather(*self.tasks, return_exceptions=True), timeout)
         for r in results:
             if isinstance(r, Exception):
                 raise r

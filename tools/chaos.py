@@ -149,6 +149,9 @@ async def wait_moving(ctl: Controller, ids: list[str], ticks: int, services: Ser
         if all(ctl.last_tick(t) >= start[t] + ticks for t in running):
             return True
         await asyncio.sleep(0.2)
+    for p in services.procs.values():  # each logs what its tasks wait on: the tails printed below show it
+        p.send_signal(signal.SIGUSR1)
+    await asyncio.sleep(2.0)
     raise SystemExit(f"trials did not move {ticks} ticks on within {timeout:g} s after a kill (see the service logs)")
 
 

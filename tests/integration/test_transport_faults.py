@@ -12,6 +12,7 @@ from pathlib import Path
 import aiokafka.codec
 import pytest
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import NodeNotReadyError
 
 from tests.harness import deployment
 from tests.integration.test_trials import read_trial
@@ -189,17 +190,18 @@ async def test_a_record_the_broker_refuses_for_its_size_does_not_poison_the_prod
     assert ticks == [2, 2, 3, 4, 5, 6, 7]
 
 
-def fail_next(client, request: str) -> list:
+def fail_next(client, request: str, error: Exception | None = None) -> list:
     """Make ``client`` fail its next request of type ``request``* the way aiokafka 0.14 does
     when a request timed out on a connection already closed (as while a broker restarts):
     a KeyError out of ``AIOKafkaClient.send``, which ends the background task (fetcher or
-    sender) that made the request, with no error for the consumer or producer's user."""
+    sender) that made the request, with no error for the consumer or producer's user.
+    Or with ``error``."""
     original, failed = client.send, []
 
     async def send(node_id, req, *args, **kwargs):
         if not failed and type(req).__name__.startswith(request):
             failed.append(req)
-            raise KeyError((node_id, "DEFAULT"))
+            raise error or KeyError((node_id, "DEFAULT"))
         return await original(node_id, req, *args, **kwargs)
 
     client.send = send
@@ -229,6 +231,46 @@ async def test_a_consumer_whose_fetcher_ended_is_replaced_and_trials_go_on(bus):
         assert all(not t.done() for t in d.tasks), "a service stopped"
     seen = [(e.tick, e.actor) for e in await read_trial(bus, tid) if isinstance(e, Observation)]
     assert sorted(seen) == [(t, a) for t in range(61) for a in ("alice", "bob")], seen
+
+
+async def test_a_consumer_whose_metadata_task_or_coordination_failed_recovers(bus):
+    """Mid-trial, the environment's consumer loses its metadata task, then its coordinator
+    (its next commit must look the coordinator up, which waits for fresh metadata): without
+    a new metadata task the loop would wait in that commit forever and the trial end by
+    inactivity (seen in a chaos run after a broker restart). Then a coordinator lookup
+    fails inside aiokafka: the consumer is replaced. The trial ends at max_ticks, every tick once."""
+    spec = load_spec(HERE / "trialtest.yaml", bus.store)
+    async with deployment(bus, spec) as (d, ctl):
+        tid = await ctl.start_trial("trialtest", environment="slow", max_ticks=80)
+        await wait_ticks(ctl, tid, 10)
+        (env,) = [loop for loop in d.loops if loop.group == "env.slow"]
+        client = env.consumer._consumer._client
+        sync, refresh = client._sync_task, client._metadata_update
+
+        async def fails_once(*args):
+            client._metadata_update = refresh
+            raise KeyError((1, "DEFAULT"))
+
+        client._metadata_update = fails_once
+        client.force_metadata_update()
+        await asyncio.wait([sync], timeout=30)
+        assert sync.done() and isinstance(sync.exception(), KeyError)
+        # The broker is away for one lookup: aiokafka asks for fresh metadata before the next.
+        fail_next(client, "FindCoordinator", NodeNotReadyError("the broker is away (test)"))
+        env.consumer._consumer._coordinator.coordinator_dead()
+        for _ in range(100):
+            if client._sync_task is not sync:
+                break
+            await asyncio.sleep(0.1)
+        assert client._sync_task is not sync and not client._sync_task.done(), "the metadata task was not started again"
+        await wait_ticks(ctl, tid, ctl.last_tick(tid) + 10)
+        fail_next(env.consumer._consumer._client, "FindCoordinator")
+        env.consumer._consumer._coordinator.coordinator_dead()
+        ended = await ctl.wait_ended(tid, timeout=60)
+        assert (ended.reason, ended.tick) == ("max_ticks", 80), ended
+        assert all(not t.done() for t in d.tasks), "a service stopped"
+    seen = [(e.tick, e.actor) for e in await read_trial(bus, tid) if isinstance(e, Observation)]
+    assert sorted(seen) == [(t, a) for t in range(81) for a in ("alice", "bob")], seen
 
 
 async def test_a_reader_whose_fetcher_ended_goes_on_from_where_it_was(bus):

@@ -26,18 +26,21 @@ Two defences keep one bad record from stopping a service (docs/reliability.md):
   set, spanning the batch's offsets, so that its owner dead-letters it; the
   records before and after it are delivered as usual.
 
-And one keeps a client from stalling in silence. aiokafka fetches and sends from
-background tasks; when one of them fails (seen in aiokafka 0.14: a ``KeyError`` in
-its client when a request timed out on a connection already closed, as happens
-while the broker restarts) the consumer returns nothing and the producer's sends
-never complete, forever, without an error. So a consumer whose fetcher stopped and
-a producer whose sender stopped are replaced (:meth:`KafkaConsumer.poll`,
-:meth:`KafkaBus.send_many`).
+And one keeps a client from stalling in silence. aiokafka works in background tasks
+(per client: metadata; per consumer: fetches and group coordination; per producer:
+sends). When one of them ends with an error — seen in aiokafka 0.14 while a broker
+restarts: a ``KeyError`` in its client when a connection closes under a request —
+whatever depends on it waits forever, without an error: the consumer returns nothing,
+commits never finish, sends never complete. So a client's metadata task is started
+again (:func:`_watch_metadata`), a consumer whose fetcher or coordinator ended is
+replaced (:meth:`KafkaConsumer.poll`), and so is a producer whose sender ended
+(:meth:`KafkaBus.send_many`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -80,6 +83,8 @@ _POISONING = (MessageSizeTooLargeError, RecordTooLargeError, OutOfOrderSequenceN
 _UNREADABLE = (UnsupportedCodecError, CorruptRecordException)
 
 FETCH_MAX_WAIT_MS = 500
+WATCH_EVERY_S = 1.0  # how often a client's metadata task is checked (see _watch_metadata)
+STOP_TIMEOUT_S = 30.0  # the longest a replaced consumer may take to leave its group
 BATCH_MIN_BYTES = 256 * 1024
 
 
@@ -89,6 +94,10 @@ class KafkaBus(Bus):
     _producer: AIOKafkaProducer | None = None
     _users = 0  # start/stop pairs: the producer closes when its last user stops
     _replacing: asyncio.Lock | None = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._watches: dict[AIOKafkaProducer, asyncio.Task] = {}  # each producer's metadata watch
 
     async def start(self) -> None:
         self._users += 1
@@ -118,7 +127,14 @@ class KafkaBus(Bus):
         except BaseException:
             await producer.stop()
             raise
+        self._watches[producer] = asyncio.create_task(_watch_metadata(producer.client))
         return producer
+
+    async def _stop_producer(self, producer: AIOKafkaProducer) -> None:
+        watch = self._watches.pop(producer, None)
+        if watch is not None:
+            watch.cancel()
+        await producer.stop()
 
     async def _replace_producer(self, broken: AIOKafkaProducer, why: str) -> None:
         """A fresh producer (a new producer ID, fresh sequence numbers) for the next sends."""
@@ -128,7 +144,7 @@ class KafkaBus(Bus):
                 return  # replaced meanwhile by another send
             log.warning("replacing the Kafka producer", why=why)
             self._producer = await self._new_producer()
-        await broken.stop()
+        await self._stop_producer(broken)
 
     async def _learn_partitions(self) -> None:
         """Trust the cluster over the settings for the partition count of events (I-2)."""
@@ -143,7 +159,7 @@ class KafkaBus(Bus):
         self._users = max(0, self._users - 1)
         if self._producer is not None and self._users == 0:
             producer, self._producer = self._producer, None
-            await producer.stop()
+            await self._stop_producer(producer)
 
     async def send_many(self, items, *, retry: bool = True):
         producer = self._producer
@@ -300,6 +316,7 @@ class KafkaConsumer(Consumer):
         self._consumer: AIOKafkaConsumer | None = None
         self._next: dict[TopicPartition, int] = {}  # the next offset to hand out (ours: see poll)
         self._unreadable: dict[TopicPartition, tuple[int, int, str]] = {}  # first, next offset, why
+        self._watch: asyncio.Task | None = None  # the client's metadata watch
 
     def role_of(self, tp: TopicPartition) -> tuple[str, int]:
         return (self._topic_roles[tp.topic], tp.partition)
@@ -329,6 +346,7 @@ class KafkaConsumer(Consumer):
         )
         try:
             await self._consumer.start()
+            self._watch = asyncio.create_task(_watch_metadata(self._consumer._client))  # noqa: SLF001
             if self.group:
                 self._consumer.subscribe(list(self._topic_roles), listener=_Listener(self, self._consumer))
             else:
@@ -359,6 +377,7 @@ class KafkaConsumer(Consumer):
             # Any way out of a half-started consumer (a refusal, a missing topic, the caller
             # cancelled) stops it: a client left open keeps its fetch and heartbeat tasks.
             consumer, self._consumer = self._consumer, None
+            self._stop_watch()
             await asyncio.shield(consumer.stop())
             if isinstance(exc, KafkaError):
                 raise TransportError(f"cannot consume from Kafka at {settings.bootstrap_servers}: {exc}") from exc
@@ -375,9 +394,15 @@ class KafkaConsumer(Consumer):
                 return cluster
             await asyncio.sleep(wait)
 
+    def _stop_watch(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+
     async def stop(self) -> None:
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
+            self._stop_watch()
             await consumer.stop()
 
     async def poll(self, timeout_ms: int = 100, max_records: int | None = None) -> list[Record]:
@@ -387,28 +412,38 @@ class KafkaConsumer(Consumer):
         try:
             batches = await self._consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
         except Exception as exc:
-            if not self._found_unreadable(exc):
-                raise
-            return []
+            if self._found_unreadable(exc):
+                return []
+            coordination = self._consumer._coordinator._coordination_task if self.group else None  # noqa: SLF001
+            if _stopped(coordination):
+                await self._replace("its group coordination ended", _ended_with(coordination))
+                return []
+            if not isinstance(exc, KafkaError):  # not Kafka's answer: a background task of the client failed
+                await self._replace("it failed", f"{type(exc).__name__}: {exc}")
+                return []
+            raise
         if not batches and _stopped(self._consumer._fetcher.error_future):  # noqa: SLF001
-            await self._replace()
+            await self._replace("it stopped fetching", _ended_with(self._consumer._fetcher.error_future))  # noqa: SLF001
         return self._records(batches)
 
-    async def _replace(self) -> None:
-        """A new aiokafka consumer for one whose fetcher stopped (see the module's docstring).
-        A group member hands its partitions back first, as in a rebalance (a service drains
-        its outputs and commits), then joins again; a reader goes on from where it was."""
+    async def _replace(self, what: str, why: str) -> None:
+        """A new aiokafka consumer for one whose background work failed (see the module's
+        docstring). A group member hands its partitions back first, as in a rebalance (a
+        service drains its outputs and commits), then joins again; a reader goes on from
+        where it was."""
         old = self._consumer
-        log.warning("replacing the Kafka consumer: it stopped fetching", group=self.group, why=_ended_with(old._fetcher.error_future))  # noqa: SLF001
+        log.warning(f"replacing the Kafka consumer: {what}", group=self.group, why=why)
         held = old.assignment()
         if self.group and self.on_revoked and held:
             await self.on_revoked({self.role_of(tp) for tp in held})
         self._consumer = None
+        self._stop_watch()
         self._unreadable.clear()
         try:
-            await old.stop()
-        except Exception:  # noqa: BLE001 - its fetcher's error again, raised by the close
-            await old._client.close()  # noqa: SLF001 - what stop() did not reach
+            await asyncio.wait_for(old.stop(), STOP_TIMEOUT_S)
+        except Exception:  # noqa: BLE001 - the task's error again, raised by the close; or a close that hangs on it
+            with contextlib.suppress(Exception):
+                await old._client.close()  # noqa: SLF001 - what stop() did not reach
         await self.start()
 
     def _records(self, batches) -> list[Record]:
@@ -497,8 +532,8 @@ class KafkaConsumer(Consumer):
         if payload:
             try:
                 await self._consumer.commit(payload)
-            except KafkaError as exc:  # a rebalance is under way; the next owner rebuilds from the last commit
-                raise TransportError(f"offset commit failed: {exc}") from exc
+            except Exception as exc:  # a rebalance is under way, or the client failed: the next owner rebuilds from the last commit
+                raise TransportError(f"offset commit failed: {type(exc).__name__}: {exc}") from exc
 
     async def end_offsets(self, parts):
         assert self._consumer is not None
@@ -512,6 +547,20 @@ class KafkaConsumer(Consumer):
         if self._consumer is None:
             return set()
         return {self.role_of(tp) for tp in self._consumer.assignment() if tp.topic in self._topic_roles}
+
+
+async def _watch_metadata(client) -> None:
+    """aiokafka refreshes a client's metadata in one background task, and whatever needs
+    fresh metadata waits for it: a group coordinator lookup (so every commit after the
+    broker restarts), a send to a partition whose leader moved. When that task ends with an
+    error, they wait forever. So it is started again; it picks up the refresh that was asked
+    for and those waiting get their answer."""
+    while True:
+        await asyncio.sleep(WATCH_EVERY_S)
+        task = client._sync_task  # noqa: SLF001
+        if task is not None and task.done() and not task.cancelled():  # cancelled: the client is closing
+            log.warning("restarting the Kafka client's metadata task", why=_ended_with(task))
+            client._sync_task = asyncio.create_task(client._md_synchronizer())  # noqa: SLF001
 
 
 def _stopped(task: asyncio.Future | None) -> bool:

@@ -54,15 +54,19 @@ async def serve(bus: Bus, loops: Sequence[ServiceLoop], *, name: str, health_por
 
 def log_tasks() -> None:
     """Log every task of the running event loop with the chain of calls it is suspended in,
-    innermost last (``Task.get_stack`` gives only the outermost frame of a coroutine)."""
-    tasks = asyncio.all_tasks()
-    for task in tasks:
-        chain, coro = [], task.get_coro()
+    innermost last (``Task.get_stack`` gives only the outermost frame of a coroutine).
+    Tasks that run Trialog's code come last, nearest the end of a log's tail."""
+    listed = []
+    for task in asyncio.all_tasks():
+        chain, coro, ours = [], task.get_coro(), False
         while coro is not None and (frame := getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)) is not None:
+            ours = ours or "/trialog/" in frame.f_code.co_filename
             chain.append(f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} {frame.f_code.co_name}")
             coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
-        log.warning("task waiting", task=task.get_name(), awaits=" > ".join(chain) or repr(task))
-    log.warning("tasks listed", count=len(tasks))
+        listed.append((ours, task.get_name(), " > ".join(chain) or repr(task)))
+    for _, name, awaits in sorted(listed, key=lambda t: t[0]):
+        log.warning("task waiting", task=name, awaits=awaits)
+    log.warning("tasks listed", count=len(listed))
 
 
 async def _watch_health(health: Health, loops: Sequence[ServiceLoop]) -> None:
