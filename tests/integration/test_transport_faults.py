@@ -17,7 +17,7 @@ from aiokafka.errors import NodeNotReadyError
 from tests.harness import deployment
 from tests.integration.test_trials import read_trial
 from trialog.bus.kafka import KafkaBus
-from trialog.errors import RecordsTooLarge
+from trialog.errors import RecordsTooLarge, TransportError
 from trialog.events import DeadLetter, Observation, Reward, StartRequest, TrialEnded
 from trialog.spec import load_spec
 from trialog.topics import CONTROL, DEAD_LETTERS, EVENTS
@@ -273,9 +273,10 @@ async def test_a_consumer_whose_metadata_task_or_coordination_failed_recovers(bu
     assert sorted(seen) == [(t, a) for t in range(81) for a in ("alice", "bob")], seen
 
 
-async def test_a_reader_whose_fetcher_ended_goes_on_from_where_it_was(bus):
+async def test_a_reader_whose_fetcher_ended_goes_on_from_where_it_was(bus, monkeypatch):
     """A plain reader (as the controller's and the gateway's) replaced after its fetcher
-    ended hands out every record once, in order, from where it was."""
+    ended hands out every record once, in order, from where it was; its replacement waits
+    for Kafka when it cannot start at once (its fetcher often ends while the broker is away)."""
     await bus.create_topics()
     tid = "fetcher-ends"
     rewards = [Reward(tid, tick=t, receiver="alice", value=1.0, confidence=1.0, sender="judge") for t in range(40)]
@@ -287,13 +288,22 @@ async def test_a_reader_whose_fetcher_ended_goes_on_from_where_it_was(bus):
             seen = await poll_ticks(bus, reader, 20)
             fetcher = reader._consumer._fetcher.error_future
             fail_next(reader._consumer._client, "FetchRequest")
+            start, refusals = reader.start, []
+
+            async def away_twice():
+                if len(refusals) < 2:
+                    refusals.append(1)
+                    raise TransportError("cannot consume from Kafka: the broker is away (test)")
+                await start()
+
+            monkeypatch.setattr(reader, "start", away_twice)
             await bus.publish_all(EVENTS, rewards[20:])
             await asyncio.wait([fetcher], timeout=30)
             assert fetcher.done()
             seen += await poll_ticks(bus, reader, 20)
         finally:
             await reader.stop()
-    assert seen == list(range(40))
+    assert seen == list(range(40)) and len(refusals) == 2
 
 
 async def poll_ticks(bus: KafkaBus, reader, count: int, timeout: float = 60) -> list[int]:

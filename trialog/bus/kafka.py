@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterable, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -85,6 +86,7 @@ _UNREADABLE = (UnsupportedCodecError, CorruptRecordException)
 FETCH_MAX_WAIT_MS = 500
 WATCH_EVERY_S = 1.0  # how often a client's metadata task is checked (see _watch_metadata)
 STOP_TIMEOUT_S = 30.0  # the longest a replaced consumer may take to leave its group
+RESTART_PATIENCE_S = 300.0  # how long a replacement consumer keeps trying to start while Kafka is away
 BATCH_MIN_BYTES = 256 * 1024
 
 
@@ -444,7 +446,16 @@ class KafkaConsumer(Consumer):
         except Exception:  # noqa: BLE001 - the task's error again, raised by the close; or a close that hangs on it
             with contextlib.suppress(Exception):
                 await old._client.close()  # noqa: SLF001 - what stop() did not reach
-        await self.start()
+        # Its tasks often end while the broker is away: the new one may have to wait for it.
+        deadline = time.monotonic() + RESTART_PATIENCE_S
+        while True:
+            try:
+                return await self.start()
+            except TransportError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                log.warning("cannot start the new Kafka consumer yet; retrying", error=str(exc))
+                await asyncio.sleep(1.0)
 
     def _records(self, batches) -> list[Record]:
         out: list[Record] = []
