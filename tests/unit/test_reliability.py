@@ -148,3 +148,8 @@ async def test_a_service_stopping_while_kafka_refuses_gives_up_and_commits_nothi
         }
         monkeypatch.undo()  # the deployment's own stop, and the controller's, can send again
     assert not [e for e in events_of(bus, tid) if isinstance(e, TrialEnded)], "the trial cannot have ended"
+
+
+def test_publish_backoff_doubles_up_to_its_ceiling_for_any_number_of_attempts():
+    assert [service.retry_backoff(a) for a in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0]
+    assert service.retry_backoff(5000) == service.RETRY_BACKOFF_MAX_S

@@ -59,6 +59,14 @@ BITE = 32  # records handled between two flushes (measured: docs/performance.md)
 RETRY_BACKOFF_MAX_S = 2.0  # the longest wait between two attempts to publish while Kafka refuses
 
 
+
+def retry_backoff(attempt: int) -> float:
+    """Seconds to wait before publishing again after ``attempt`` refusals (from 0): doubling
+    from 0.1 s up to RETRY_BACKOFF_MAX_S, for any number of attempts (a float cannot hold
+    2**1024, which a broker away for half an hour would reach)."""
+    return min(RETRY_BACKOFF_MAX_S, 0.1 * 2 ** min(attempt, 16))
+
+
 class Handler:
     """What a service implements. All methods are plain (not async): they change
     local state and call :meth:`ServiceLoop.emit`; only the loop does I/O."""
@@ -437,7 +445,7 @@ class ServiceLoop:
                         return
                     log.warning("publish failed; retrying", error=str(exc), attempt=attempt)
                     metrics.PUBLISH_RETRIES.labels(self.handler.service_name).inc()
-                    await asyncio.sleep(min(RETRY_BACKOFF_MAX_S, 0.1 * 2**attempt))
+                    await asyncio.sleep(retry_backoff(attempt))
                     attempt += 1
 
     async def _drain(self) -> None:
