@@ -20,6 +20,7 @@ and exits 0 only if every trial is identical and nothing is lost or duplicated.
 
     python tools/chaos.py                                 # the long run: 6 trials of 2000 ticks, every kill twice
     python tools/chaos.py --trials 2 --rounds 1 --ticks 800 --json chaos.json   # what CI runs (tests/faults/test_chaos.py)
+    python tools/chaos.py --trials 2 --ticks 3000 --broker-down 45              # the broker away longer than a request's timeout
 
 The broker is started with ``trialog broker start`` (port 9492, controller 9493 and a
 data dir under a temporary folder by default) and stopped at the end.
@@ -155,7 +156,7 @@ async def wait_moving(ctl: Controller, ids: list[str], ticks: int, services: Ser
     raise SystemExit(f"trials did not move {ticks} ticks on within {timeout:g} s after a kill (see the service logs)")
 
 
-async def campaign(settings: Settings, broker: Broker, services: Services, *, trials: int, ticks: int, rounds: int, seed: int) -> Report:
+async def campaign(settings: Settings, broker: Broker, services: Services, *, trials: int, ticks: int, rounds: int, seed: int, broker_down: float = 0.0) -> Report:
     report = Report(trials=trials)
     seeds = [seed * 1000 + i for i in range(trials)]
     bus = KafkaBus(settings)
@@ -176,6 +177,7 @@ async def campaign(settings: Settings, broker: Broker, services: Services, *, tr
                 print(f"SIGKILL {target} at ticks {sorted(ctl.last_tick(t) for t in ids)}", file=sys.stderr)
                 if target == "broker":
                     broker.kill()
+                    await asyncio.sleep(broker_down)  # the services keep trying meanwhile
                     broker.start()
                 else:
                     services.ready([target])  # the one instance: it owns every partition of the trials
@@ -228,11 +230,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ticks", type=int, default=2000, help="max_ticks of each trial (default 2000)")
     p.add_argument("--rounds", type=int, default=2, help="times each service and the broker are killed (default 2)")
     p.add_argument("--seed", type=int, default=1, help="the campaign's seeds are seed*1000+i")
+    p.add_argument("--broker-down", type=float, default=0.0, metavar="SECONDS", help="how long the killed broker stays down before its restart (default 0; over 40, requests time out)")
     p.add_argument("--port", type=int, default=9492, help="port of the campaign's own broker (default 9492; controller: port+1)")
     p.add_argument("--data-dir", help="the broker's data dir (default: a fresh temporary folder)")
     p.add_argument("--log-dir", help="where the services' logs and the archive go (default: a temporary folder)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = p.parse_args(argv)
+    if args.broker_down < 0:
+        p.error("--broker-down must be 0 or more seconds")
     work = Path(args.log_dir or tempfile.mkdtemp(prefix="trialog-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
     broker = Broker(Path(args.data_dir or work / "broker"), args.port, args.port + 1)
@@ -241,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     services = Services(settings, work, work / "archive")
     print(f"chaos: {args.trials} trials of {args.ticks} ticks, {args.rounds} round(s) of kills, broker {bootstrap}, logs in {work}", file=sys.stderr)
     try:
-        report = asyncio.run(campaign(settings, broker, services, trials=args.trials, ticks=args.ticks, rounds=args.rounds, seed=args.seed))
+        report = asyncio.run(campaign(settings, broker, services, trials=args.trials, ticks=args.ticks, rounds=args.rounds, seed=args.seed, broker_down=args.broker_down))
     except BaseException:
         print_log_tails(work)  # the logs live in a temporary folder: say here why it stopped
         raise

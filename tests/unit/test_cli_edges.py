@@ -160,3 +160,8 @@ def test_health_ports_handed_to_two_services_differ_even_when_the_os_offers_one_
     monkeypatch.setattr(campaign, "_HANDED_OUT", set())
     monkeypatch.setattr(socket_module, "socket", Probe)
     assert [campaign._free_port(), campaign._free_port()] == [58311, 40001]
+
+
+def test_chaos_refuses_a_negative_broker_downtime_before_starting_anything():
+    done = subprocess.run([sys.executable, "tools/chaos.py", "--broker-down", "-1"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.returncode == 2 and "--broker-down must be 0 or more seconds" in done.stderr
