@@ -378,9 +378,7 @@ class KafkaConsumer(Consumer):
         except BaseException as exc:
             # Any way out of a half-started consumer (a refusal, a missing topic, the caller
             # cancelled) stops it: a client left open keeps its fetch and heartbeat tasks.
-            consumer, self._consumer = self._consumer, None
-            self._stop_watch()
-            await asyncio.shield(consumer.stop())
+            await asyncio.shield(self._detach().stop())
             if isinstance(exc, KafkaError):
                 raise TransportError(f"cannot consume from Kafka at {settings.bootstrap_servers}: {exc}") from exc
             raise
@@ -396,16 +394,17 @@ class KafkaConsumer(Consumer):
                 return cluster
             await asyncio.sleep(wait)
 
-    def _stop_watch(self) -> None:
+    def _detach(self) -> AIOKafkaConsumer:
+        """The aiokafka consumer, no longer this one's (nor watched), for the caller to stop."""
+        consumer, self._consumer = self._consumer, None
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
+        return consumer
 
     async def stop(self) -> None:
         if self._consumer is not None:
-            consumer, self._consumer = self._consumer, None
-            self._stop_watch()
-            await consumer.stop()
+            await self._detach().stop()
 
     async def poll(self, timeout_ms: int = 100, max_records: int | None = None) -> list[Record]:
         assert self._consumer is not None, "consumer not started"
@@ -433,13 +432,11 @@ class KafkaConsumer(Consumer):
         docstring). A group member hands its partitions back first, as in a rebalance (a
         service drains its outputs and commits), then joins again; a reader goes on from
         where it was."""
-        old = self._consumer
         log.warning(f"replacing the Kafka consumer: {what}", group=self.group, why=why)
-        held = old.assignment()
+        held = self._consumer.assignment()
         if self.group and self.on_revoked and held:
             await self.on_revoked({self.role_of(tp) for tp in held})
-        self._consumer = None
-        self._stop_watch()
+        old = self._detach()
         self._unreadable.clear()
         try:
             await asyncio.wait_for(old.stop(), STOP_TIMEOUT_S)

@@ -32,6 +32,7 @@ owner dead-letters it with the reason ("refused: …").
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -57,7 +58,6 @@ ECHOES_KEPT = 100_000  # records written and not yet read back that a loop remem
 TURN_EVERY_S = 0.05  # the longest the loop handles bites without giving the event loop a turn
 BITE = 32  # records handled between two flushes (measured: docs/performance.md)
 RETRY_BACKOFF_MAX_S = 2.0  # the longest wait between two attempts to publish while Kafka refuses
-
 
 
 def retry_backoff(attempt: int) -> float:
@@ -426,8 +426,7 @@ class ServiceLoop:
                 events.append(event)
                 if role in self.handler.roles and (kinds is None or event.KIND in kinds):
                     self._echo[(record[1], record[2])] = (tuple(record[3]), event)
-            attempt = 0
-            while True:
+            for attempt in itertools.count():
                 try:
                     await self.bus.send_many(records)
                     break
@@ -446,7 +445,6 @@ class ServiceLoop:
                     log.warning("publish failed; retrying", error=str(exc), attempt=attempt)
                     metrics.PUBLISH_RETRIES.labels(self.handler.service_name).inc()
                     await asyncio.sleep(retry_backoff(attempt))
-                    attempt += 1
 
     async def _drain(self) -> None:
         while self._flushing is not None and not self._flushing.done():
