@@ -25,7 +25,7 @@ from trialog.errors import CodecError
 from trialog.events import Observation, Reward, TrialEnded
 from trialog.rewards import aggregate
 from trialog.spec import load_spec
-from trialog.topics import EVENTS
+from trialog.topics import EVENTS, TRIALS
 
 SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps.yaml"
 
@@ -204,6 +204,22 @@ async def test_export_from_topic_and_archive_agree(bus, tmp_path):
     assert set(pq.read_table(tmp_path / "bob.parquet")["actor"].to_pylist()) == {"bob"} and only_bob.rows == a.num_rows // 2
     key = ["trial_id", "tick", "actor"]
     assert a.sort_by([(k, "ascending") for k in key]).equals(b.sort_by([(k, "ascending") for k in key]))
+
+
+async def test_export_takes_a_trial_status_from_the_log_when_the_index_lags(bus, tmp_path):
+    # The orchestrator indexes a trial.ended once it reads it back: for a moment the
+    # index still says running. An export of ended trials made then must find them.
+    spec = load_spec(SPEC, bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tid, ended = await run_trial(bus, ctl, seed=13)
+        await wait_for(lambda: any(r.trial_id == tid and r.value for r in bus.records(TRIALS)), timeout=10, what="index")
+        record = (await ctl.list_trials())[-1]
+        assert record.status == "ended"
+        await bus.publish(TRIALS, dataclasses.replace(record, status="running", end_offset=None))  # the index of a moment ago
+        ended_only = await export_from_topic(bus, tmp_path / "ended.parquet", Filters(status="ended"))
+        running_only = await export_from_topic(bus, tmp_path / "running.parquet", Filters(status="running"))
+    assert ended_only.trials == 1 and ended_only.rows == 2 * (ended.tick + 1)
+    assert running_only.trials == 0 and pq.read_table(tmp_path / "running.parquet").num_rows == 0
 
 
 async def test_verify_passes_on_rps_and_pinpoints_a_flaky_env(bus):

@@ -30,7 +30,7 @@ class Filters:
     implementation: str | None = None  # rows of actors played by this implementation
     since_ms: int | None = None  # trial start time, inclusive
     until_ms: int | None = None  # trial start time, exclusive
-    status: str | None = None  # index status (ended, running, …); archived trials are ended or unended
+    status: str | None = None  # ended, running, …: the log's when the index lags it; archived trials are ended or unended
 
     def trial(self, spec: str, started_ms: int, status: str, implementations: list[str]) -> bool:
         return (
@@ -78,11 +78,25 @@ class _Writer:
 
 async def export_from_topic(bus: Bus, out: str | Path, filters: Filters = Filters()) -> Summary:
     """Export the trials of the ``trials`` index that pass ``filters``, reading each
-    ``events`` partition once, from its oldest selected trial to its end."""
+    ``events`` partition once, from its oldest selected trial to its end. A trial's
+    status is the log's when the index has not caught up with it."""
     summary = Summary()
     writer = _Writer(out)
+    indexed: dict[str, str] = {}  # trial → its status in the index
+
+    def select(record) -> bool:
+        indexed[record.trial_id] = record.status
+        # The index says a trial ended a moment after the log does (the orchestrator indexes
+        # the trial.ended it reads), so a trial it still calls running is read too when ended
+        # ones are asked for: its own log says which it is.
+        status = "ended" if filters.status == "ended" and record.status == "running" else record.status
+        return filters.trial(record.spec, record.created_ms, status, list(record.implementations.values()))
+
     try:
-        async for fold in read_trials(bus, lambda r: filters.trial(r.spec, r.created_ms, r.status, list(r.implementations.values()))):
+        async for fold in read_trials(bus, select):
+            status = "ended" if fold.ended is not None else indexed[fold.trial_id]
+            if filters.status is not None and status != filters.status:
+                continue
             if problems := fold.check():
                 summary.problems[fold.trial_id] = problems
             if fold.started is None:
