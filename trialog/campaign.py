@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from trialog.bus.base import Bus
 from trialog.commands import trial_overrides
 from trialog.errors import TrialogError
 from trialog.settings import Settings
@@ -211,6 +212,7 @@ def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] |
             actor_processes=args.actor_processes, archive_dir=archive_dir,
         ):  # fmt: skip
             result, returns = asyncio.run(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
+            asyncio.run(wait_indexed(settings, [o.trial_id for o in result.outcomes if o.trial_id and o.reason]))
             if archive_dir:
                 wait_archived(archive_dir, [o.trial_id for o in result.outcomes if o.trial_id and not o.error])
     else:
@@ -219,6 +221,29 @@ def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] |
     if args.plot:
         print(f"plot: {plot_campaign(spec, result, returns, args.plot).png}")
     return 1 if any(o.failed for o in result.outcomes) else 0
+
+
+async def wait_indexed(settings_or_bus: Settings | Bus, trial_ids: list[str], timeout: float = 30) -> bool:
+    """Keep the orchestrator running until the ``trials`` index says these trials ended.
+    It indexes a ``trial.ended`` once it reads it back, a moment after the campaign saw it:
+    stopped before then, it would leave them ``running`` in ``trialog trial list`` until it
+    next runs. Past ``timeout`` it says so and returns False, and the services stop anyway
+    (nothing is lost: the orchestrator resumes before that record)."""
+    from trialog.bus import connect
+    from trialog.controller import Controller
+
+    bus = settings_or_bus if isinstance(settings_or_bus, Bus) else connect(settings_or_bus)
+    wanted, index = set(trial_ids), Controller(bus)
+    deadline = time.monotonic() + timeout
+    while True:
+        wanted -= {r.trial_id for r in await index.list_trials() if r.status == "ended"}
+        if not wanted:
+            return True
+        if time.monotonic() > deadline:
+            print(f"the trials index does not yet say that {len(wanted)} trial(s) ended, e.g. {min(wanted)}; "
+                  "the orchestrator indexes them when it next runs", file=sys.stderr)  # fmt: skip
+            return False
+        await asyncio.sleep(0.2)
 
 
 def wait_archived(archive_dir: str, trial_ids: list[str], timeout: float = 90) -> None:

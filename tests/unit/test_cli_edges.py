@@ -3,6 +3,7 @@ front, clear errors instead of tracebacks, exit codes that tell the truth."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import subprocess
@@ -14,13 +15,14 @@ import pytest
 from services.orchestrator.resolve import resolve
 from trialog import cli, logs
 from trialog.bus.memory import MemoryBus
-from trialog.campaign import campaign_overrides
+from trialog.campaign import campaign_overrides, wait_indexed
 from trialog.controller import Controller, TrialOutcome
 from trialog.commands import trial_overrides
 from trialog.demo import DEMOS, campaign_args, demo_settings
 from trialog.errors import TrialError, TrialTimeout
-from trialog.events import StartRequest
+from trialog.events import StartRequest, TrialRecord
 from trialog.spec import load_spec
+from trialog.topics import TRIALS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -165,3 +167,20 @@ def test_health_ports_handed_to_two_services_differ_even_when_the_os_offers_one_
 def test_chaos_refuses_a_negative_broker_downtime_before_starting_anything():
     done = subprocess.run([sys.executable, "tools/chaos.py", "--broker-down", "-1"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.returncode == 2 and "--broker-down must be 0 or more seconds" in done.stderr
+
+
+async def test_a_served_campaign_keeps_the_orchestrator_until_the_index_says_its_trials_ended(memory_settings, capsys):
+    # The orchestrator indexes a trial.ended once it reads it back, a moment after the
+    # campaign saw it; `trialog run --serve` stopped the services at once, and then
+    # `trialog trial list` could show the trial running until the orchestrator ran again.
+    bus = MemoryBus(memory_settings)
+    await bus.publish(TRIALS, TrialRecord("trial-a", status="running", spec="rps"))
+    waiting = asyncio.create_task(wait_indexed(bus, ["trial-a"], timeout=10))
+    await asyncio.sleep(0.5)
+    assert not waiting.done()
+    await bus.publish(TRIALS, TrialRecord("trial-a", status="ended", spec="rps"))
+    assert await asyncio.wait_for(waiting, 5) is True
+    # An index that never catches up: the wait says so, bounded, and the services stop anyway.
+    await bus.publish(TRIALS, TrialRecord("trial-b", status="running", spec="rps"))
+    assert await wait_indexed(bus, ["trial-a", "trial-b"], timeout=0.3) is False
+    assert "does not yet say that 1 trial(s) ended, e.g. trial-b" in capsys.readouterr().err
