@@ -5,6 +5,7 @@ the end). Integration tests repeat them against the real broker."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,28 @@ async def test_fold_keeps_what_was_applied_corrections_and_nothing_after_the_end
     assert [r.value for r in judge] == [4.0]
     assert max(t for t, _ in samples) == ended.tick
     assert all(not s.messages for s in samples.values())
+
+
+async def test_a_tick_logged_just_before_the_orchestrator_ended_the_trial_is_not_part_of_it(bus):
+    # The orchestrator ends a trial on its wall clock at the latest tick it has read; the
+    # environment may already have logged the next tick's observations and rewards, ahead
+    # of the end in the log (a CI run: samples up to tick 48 of a trial ended at 47).
+    spec = load_spec(SPEC, bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tid, ended = await run_trial(bus, ctl, seed=6)
+    events = events_of(bus, tid)
+    end = next(i for i, e in enumerate(events) if isinstance(e, TrialEnded))
+    # Ended one tick earlier: the last tick's observations, and a reward for it, precede the end.
+    cut = dataclasses.replace(ended, tick=ended.tick - 1, reason="wall_clock")
+    events[end] = cut
+    events.insert(end, Reward(tid, tick=ended.tick, receiver="alice", value=7.0, sender="env"))
+    assert any(isinstance(e, Observation) and e.tick == ended.tick for e in events[:end])
+    fold = TrialFold(tid, bus.store)
+    for e in events:
+        fold.add(e)
+    assert max(s.tick for s in fold.samples()) == cut.tick
+    assert fold.check() == []
+    assert fold.ended == cut
 
 
 def failing_sends(bus, monkeypatch, count: float) -> list[int]:

@@ -205,7 +205,7 @@ class TrialFold:
             case TrialEnded():
                 if self.ended is None:
                     self.ended = event
-                    self.tick = max(self.tick, event.tick)
+                    self._cut_after(event.tick)
             case Observation():
                 if self._known(event.actor, event):
                     if self._observations.setdefault((event.tick, event.actor), event) is event and not event.final:
@@ -224,6 +224,20 @@ class TrialFold:
             case Message():
                 if message_problem(event, self.tick) is None:
                     self._messages.setdefault(event.tick, {}).setdefault(event.identity, event)
+
+    def _cut_after(self, last: int) -> None:
+        """The end's tick is the trial's last. An orchestrator ending a trial (wall clock,
+        inactivity, terminate) names the latest tick it has read; the environment may have
+        logged the next one just before that end, unread, and the actions answering it come
+        after the end and are refused. That tick is not part of the trial: its observations,
+        and what was addressed to it, are no samples."""
+        for key in [k for k in self._observations if k[0] > last]:
+            del self._observations[key]
+            self._actions.pop(key, None)
+        for by_tick in (self._expected_at, self._rewards, self._messages):
+            for tick in [t for t in by_tick if t > last]:
+                del by_tick[tick]
+        self.tick = last
 
     def _maybe_stepped(self, tick: int) -> None:
         """Follow the environment's barrier: tick t is stepped once every actor observed at t
