@@ -207,7 +207,10 @@ class Controller:
         """Per actor, the sum over ticks of the aggregated reward (I-4) seen so far
         (trials started by this controller)."""
         per_tick: dict[tuple[str, int], list[Reward]] = defaultdict(list)
+        last = self._end_tick(trial_id)
         for (receiver, tick), rewards in self._rewards.get(trial_id, {}).items():
+            if last is not None and tick > last:
+                continue  # past the end's tick: not part of the trial (as the datalog folds it)
             for name, actor_class in self._actors.get(trial_id, ()):
                 if matches(receiver, name, actor_class):
                     per_tick[(name, tick)].extend(rewards.values())
@@ -215,6 +218,12 @@ class Controller:
         for (name, _tick), rewards in per_tick.items():
             totals[name] += aggregate(rewards)
         return totals
+
+    def _end_tick(self, trial_id: str) -> int | None:
+        w = self._watches.get(trial_id)
+        if w is None or not w.ended.done() or w.ended.cancelled() or w.ended.exception() is not None:
+            return None
+        return w.ended.result().tick
 
     def last_tick(self, trial_id: str) -> int:
         return self._last_tick.get(trial_id, 0)

@@ -19,6 +19,7 @@ from trialog.errors import CodecError, TransportError
 from trialog.events import Action, Message, Observation, Reward, TrialEnded
 from trialog.runtime import service
 from trialog.spec import load_spec
+from trialog.topics import EVENTS
 
 SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps.yaml"
 SLOW = Path(__file__).resolve().parents[1] / "integration" / "trialtest.yaml"  # its "slow" RPS takes 50 ms a tick
@@ -176,3 +177,21 @@ async def test_a_service_stopping_while_kafka_refuses_gives_up_and_commits_nothi
 def test_publish_backoff_doubles_up_to_its_ceiling_for_any_number_of_attempts():
     assert [service.retry_backoff(a) for a in range(6)] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0]
     assert service.retry_backoff(5000) == service.RETRY_BACKOFF_MAX_S
+
+
+async def test_the_controller_returns_count_nothing_past_the_end_tick_as_the_datalog(bus):
+    # The race above, seen live: observations and a reward of the tick after the end's
+    # reach the controller; its returns leave them out, as the datalog does.
+    spec = load_spec(SPEC, bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tid, ended = await run_trial(bus, ctl, seed=7)
+        before = ctl.returns(tid)
+        observed = next(e for e in events_of(bus, tid) if isinstance(e, Observation))
+        await bus.publish(EVENTS, dataclasses.replace(observed, tick=ended.tick + 1))
+        await asyncio.sleep(0.2)
+        assert ctl.last_tick(tid) == ended.tick + 1
+        await ctl.send_reward(tid, "alice", 100.0, tick=ended.tick + 1, sender="judge")
+        await ctl.send_reward(tid, "alice", 1.0, tick=ended.tick, sender="judge")
+        await asyncio.sleep(0.2)
+        after = ctl.returns(tid)
+    assert after == {**before, "alice": before["alice"] + 1.0}
