@@ -16,13 +16,15 @@ import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from trialog.bus.base import Bus
 from trialog.commands import trial_overrides
 from trialog.errors import TrialogError
 from trialog.settings import Settings
 from trialog.spec import Spec, load_spec
+
+if TYPE_CHECKING:
+    from trialog.bus.base import Bus
 
 
 # Health ports handed to children of this process. A probe's port is free again once the
@@ -201,6 +203,8 @@ def campaign_overrides(base: dict[str, Any], pairings: list[dict[str, str]] | No
 
 
 def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] | None = None, archive_dir: str | None = None) -> int:
+    from trialog.bus import connect
+
     spec = load_spec(args.spec_file)
     overrides_for = campaign_overrides(trial_overrides(args), pairings)
 
@@ -212,7 +216,7 @@ def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] |
             actor_processes=args.actor_processes, archive_dir=archive_dir,
         ):  # fmt: skip
             result, returns = asyncio.run(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
-            asyncio.run(wait_indexed(settings, [o.trial_id for o in result.outcomes if o.trial_id and o.reason]))
+            asyncio.run(wait_indexed(connect(settings), [o.trial_id for o in result.outcomes if o.trial_id and o.reason]))
             if archive_dir:
                 wait_archived(archive_dir, [o.trial_id for o in result.outcomes if o.trial_id and not o.error])
     else:
@@ -223,16 +227,14 @@ def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] |
     return 1 if any(o.failed for o in result.outcomes) else 0
 
 
-async def wait_indexed(settings_or_bus: Settings | Bus, trial_ids: list[str], timeout: float = 30) -> bool:
+async def wait_indexed(bus: Bus, trial_ids: list[str], timeout: float = 30) -> bool:
     """Keep the orchestrator running until the ``trials`` index says these trials ended.
     It indexes a ``trial.ended`` once it reads it back, a moment after the campaign saw it:
     stopped before then, it would leave them ``running`` in ``trialog trial list`` until it
     next runs. Past ``timeout`` it says so and returns False, and the services stop anyway
     (nothing is lost: the orchestrator resumes before that record)."""
-    from trialog.bus import connect
     from trialog.controller import Controller
 
-    bus = settings_or_bus if isinstance(settings_or_bus, Bus) else connect(settings_or_bus)
     wanted, index = set(trial_ids), Controller(bus)
     deadline = time.monotonic() + timeout
     while True:
