@@ -107,10 +107,15 @@ class ActorSession(Protocol):
 
     def reward(self, receiver: str, value: float, *, tick: int | None = None,
                confidence: float = 1.0, user_data: Mapping[str, Any] | None = None) -> None:
-        """Reward another actor (``name``, ``*`` or ``class.*``) for ``tick`` (default: current)."""
+        """Reward other actors (``name``, ``*`` or ``class.*``: a wildcard leaves this actor
+        out) for ``tick`` (default: current). Raises :class:`trialog.errors.TrialError` for a
+        reward that could not count (docs/protocol.md, "What counts"): value or confidence
+        out of bounds (:data:`trialog.rewards.MAX_REWARD_VALUE`, ``MAX_CONFIDENCE``), naming
+        this actor, or reaching no other actor of the trial."""
 
     def message(self, receivers: Sequence[str], payload: Mapping[str, Any]) -> None:
-        """Send a message to actors (or ``env``)."""
+        """Send a message to actors (or ``env``); raises :class:`trialog.errors.TrialError`
+        if a receiver addresses nobody in the trial."""
 
 
 class Agent:

@@ -47,6 +47,7 @@ import numpy as np
 
 from trialog.codec import HEADER_SIZE, Schema, SchemaStore
 from trialog.environment import ActorInfo, RewardOut, TrialInfo
+from trialog.rewards import reward_bounds_problem
 from trialog.errors import TrialogError
 
 SPACE_PROPERTY = "trialog.space"
@@ -390,14 +391,17 @@ def _check_step(step: Any, trial: TrialInfo, active: set[str]) -> None:
             raise TrialogError(f"Step.{attr} must map actor names to booleans; wrong entries: {bad}")
     receivers = names | {"*"} | {f"{a.actor_class}.*" for a in trial.actors}
     rewards = step.rewards
-    pairs = rewards.items() if isinstance(rewards, Mapping) else [(r.receiver, r.value) for r in rewards if isinstance(r, RewardOut)]
+    triples = rewards.items() if isinstance(rewards, Mapping) else [(r.receiver, r.value, r.confidence) for r in rewards if isinstance(r, RewardOut)]
     if not isinstance(rewards, Mapping) and any(not isinstance(r, RewardOut) for r in rewards):
         raise TrialogError("Step.rewards must be a mapping actor → number or a sequence of RewardOut")
-    for receiver, value in pairs:
+    for receiver, value, *confidence in triples:
         if receiver not in receivers:
             raise TrialogError(f"a reward goes to {receiver!r}, who is not an actor of the trial")
         if not isinstance(value, (int, float, np.number)) or not math.isfinite(float(value)):
             raise TrialogError(f"the reward of {receiver!r} is {value!r}, not a finite number")
+        problem = reward_bounds_problem(float(value), float(confidence[0]) if confidence else 1.0)
+        if problem is not None:
+            raise TrialogError(f"the reward of {receiver!r} cannot count: {problem}")
 
 
 def _rewards(rewards: Any) -> Any:

@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator
 from trialog.actor import EndEvent, MessageEvent, ObservationEvent, RewardEvent
 from trialog.bus.base import Bus
 from trialog.controller import Controller
+from trialog.deadletters import message_problem, reward_problem
 from trialog.errors import TrialError
 from trialog.events import (
     HEADER_KIND,
@@ -44,9 +45,10 @@ from trialog.events import (
     ResolvedTrial,
     Reward,
     TrialEnded,
+    TrialStarted,
 )
 from trialog.runtime.actors import Session
-from trialog.runtime.trial import class_schemas, loads, matches, trial_info
+from trialog.runtime.trial import class_schemas, loads, reaches, trial_info
 from trialog.topics import EVENTS
 from trialog.trust import Authenticator, Keyring, Seat, SeatBook, TrustError, read_join_token, seat_headers
 
@@ -115,7 +117,7 @@ async def join(
         session = Session(emitter, info, me, class_schemas(bus.store, resolved)[me.actor_class])
         emitter.emit(ActorJoined(trial_id, actor=actor, implementation=spec.implementation))
         admitted: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-        reader = asyncio.create_task(_read(bus, consumer, session, seat, admitted, rest))
+        reader = asyncio.create_task(_read(bus, consumer, session, seat, admitted, rest, started=isinstance(resolved, TrialStarted)))
         refusal = await asyncio.wait_for(asyncio.shield(admitted), timeout)
         if refusal is not None:
             raise TrialError(refusal, trial_id=trial_id, reason="seat_held")
@@ -147,11 +149,13 @@ async def _find_trial(bus: Bus, consumer, trial_id: str) -> tuple[ResolvedTrial,
                 return resolved, records[i + 1 :]
 
 
-async def _read(bus: Bus, consumer, session: Session, seat: Seat, admitted: asyncio.Future, first: list) -> None:
+async def _read(bus: Bus, consumer, session: Session, seat: Seat, admitted: asyncio.Future, first: list, *, started: bool) -> None:
     """Feed the session the events addressed to its actor, in log order, until the end;
     settle ``admitted`` when this holder's join is read back (None, or why it was refused)."""
     name, actor_class = session.actor.name, session.actor.actor_class
+    classes = {a.name: a.actor_class for a in session.trial.actors}  # what rewards and messages may address
     seen_ticks: set[int] = set()
+    latest = 0 if started else -1  # the trial's current tick: rewards and messages for later ticks do not count
     seats = SeatBook()
     while True:
         records, first = first or await consumer.poll(timeout_ms=500), []
@@ -170,12 +174,17 @@ async def _read(bus: Bus, consumer, session: Session, seat: Seat, admitted: asyn
                         return
                 case Observation(actor=a) if a == name and event.tick not in seen_ticks:
                     seen_ticks.add(event.tick)
+                    latest = max(latest, event.tick)
                     value = bus.store.decode(event.payload, session.schemas.observation)
                     session.push(ObservationEvent(event.tick, value, event.terminated, event.truncated, event.final))
-                case Reward() if matches(event.receiver, name, actor_class):
+                # What the orchestrator dead-letters is not delivered (the rules of trialog.deadletters),
+                # and nothing reaches its own sender (trialog.runtime.trial.reaches).
+                case Reward() if reaches(event.receiver, event.sender, name, actor_class) and reward_problem(event, latest, classes) is None:
                     session.push(RewardEvent(event.tick, event.value, event.confidence, event.sender, loads(event.user_data) if event.user_data else None))
-                case Message() if event.sender != name and any(matches(r, name, actor_class) for r in event.receivers):
+                case Message() if any(reaches(r, event.sender, name, actor_class) for r in event.receivers) and message_problem(event, latest, classes) is None:
                     session.push(MessageEvent(event.tick, event.sender, loads(event.payload)))
+                case TrialStarted():
+                    latest = max(latest, 0)
                 case TrialEnded():
                     session.push(EndEvent(event.tick, event.reason))
                     return

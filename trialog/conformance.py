@@ -51,7 +51,7 @@ from trialog.events import (
     TrialStarted,
 )
 from trialog.received import PROBE
-from trialog.runtime.trial import class_schemas, matches, trial_info
+from trialog.runtime.trial import class_schemas, reaches, trial_info
 from trialog.settings import Settings
 from trialog.spec import Spec, load_entry, load_spec
 from trialog.topics import EVENTS
@@ -450,13 +450,13 @@ class Suite:
                 kind = r.header(HEADER_KIND)
                 if kind == "reward":
                     e = self.bus.codec.decode(r.value, kind)
-                    if matches(e.receiver, actor, classes[actor]) and ("r", e.tick, e.sender) not in seen:
+                    if reaches(e.receiver, e.sender, actor, classes[actor]) and ("r", e.tick, e.sender) not in seen:
                         seen.add(("r", e.tick, e.sender))
                         want_rewards.append([e.tick, e.sender, e.value])
                 elif kind == "message":
                     e = self.bus.codec.decode(r.value, kind)
-                    addressed = any(matches(x, actor, classes[actor]) for x in e.receivers)
-                    if addressed and e.sender != actor and PROBE not in orjson.loads(e.payload) and ("m", e.sender, e.message_id) not in seen:
+                    addressed = any(reaches(x, e.sender, actor, classes[actor]) for x in e.receivers)
+                    if addressed and PROBE not in orjson.loads(e.payload) and ("m", e.sender, e.message_id) not in seen:
                         seen.add(("m", e.sender, e.message_id))
                         want_messages.append([e.tick, e.sender, e.message_id])
             if body.get("rewards") != want_rewards:

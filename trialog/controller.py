@@ -46,8 +46,8 @@ from trialog.events import (
     TrialStarted,
     trial_id_problem,
 )
-from trialog.rewards import aggregate
-from trialog.runtime.trial import matches
+from trialog.rewards import aggregate, reward_bounds_problem
+from trialog.runtime.trial import reaches
 from trialog.topics import CONTROL, EVENTS, TRIALS
 from trialog.trust import Keyring, mint_join_token
 
@@ -84,7 +84,7 @@ class Controller:
         self._last_tick: dict[str, int] = {}
         # Rewards of the trials this controller started: (receiver, tick) -> rewards, for returns.
         self._rewards: dict[str, dict[tuple[str, int], dict[str, Reward]]] = {}  # (receiver, tick) -> sender -> latest
-        self._actors: dict[str, tuple[tuple[str, str], ...]] = {}
+        self._actors: dict[str, dict[str, str]] = {}  # trial -> actor -> class
 
     async def __aenter__(self) -> Controller:
         await self.bus.start()
@@ -160,12 +160,18 @@ class Controller:
         self, trial_id: str, receiver: str, value: float, *, tick: int, confidence: float = 1.0,
         sender: str | None = None, user_data: Mapping[str, Any] | None = None,
     ) -> None:  # fmt: skip
-        """A reward from outside (an evaluator, a person) for ``tick`` — past ticks included."""
-        await self.bus.publish(
-            EVENTS,
-            Reward(trial_id, tick=tick, receiver=receiver, value=float(value), confidence=float(confidence),
-                   sender=sender or self.name, user_data=None if user_data is None else orjson.dumps(user_data).decode()),
-        )  # fmt: skip
+        """A reward from outside (an evaluator, a person) for ``tick`` — past ticks included.
+        Raises :class:`TrialError` for a reward that could not count whatever the trial: a value
+        or confidence out of bounds (:func:`trialog.rewards.reward_bounds_problem`), a
+        negative tick, or ``sender`` naming itself as ``receiver``."""
+        problem = reward_bounds_problem(value, confidence)
+        if problem is None:
+            reward = Reward(trial_id, tick=tick, receiver=receiver, value=float(value), confidence=float(confidence),
+                            sender=sender or self.name, user_data=None if user_data is None else orjson.dumps(user_data).decode())  # fmt: skip
+            problem = reward_problem(reward, max(tick, 0), None)
+        if problem is not None:
+            raise TrialError(f"cannot send this reward: {problem}", trial_id=trial_id, reason="invalid_reward")
+        await self.bus.publish(EVENTS, reward)
 
     async def send_message(self, trial_id: str, receivers: Sequence[str], payload: Mapping[str, Any], *, tick: int = 0, sender: str | None = None) -> None:
         await self.bus.publish(
@@ -211,10 +217,11 @@ class Controller:
         for (receiver, tick), rewards in self._rewards.get(trial_id, {}).items():
             if last is not None and tick > last:
                 continue  # past the end's tick: not part of the trial (as the datalog folds it)
-            for name, actor_class in self._actors.get(trial_id, ()):
-                if matches(receiver, name, actor_class):
-                    per_tick[(name, tick)].extend(rewards.values())
-        totals = {name: 0.0 for name, _ in self._actors.get(trial_id, ())}
+            for name, actor_class in self._actors.get(trial_id, {}).items():
+                reaching = [r for r in rewards.values() if reaches(receiver, r.sender, name, actor_class)]
+                if reaching:
+                    per_tick[(name, tick)].extend(reaching)
+        totals = {name: 0.0 for name in self._actors.get(trial_id, {})}
         for (name, _tick), rewards in per_tick.items():
             totals[name] += aggregate(rewards)
         return totals
@@ -260,7 +267,7 @@ class Controller:
                 r = self.bus.codec.decode(record.value, kind)
             except Exception:
                 return
-            if reward_problem(r, self._last_tick.get(record.trial_id, 0), None) is None:  # counted as the datalog counts it
+            if reward_problem(r, self._last_tick.get(record.trial_id, 0), self._actors.get(record.trial_id)) is None:  # counted as the datalog counts it
                 self._rewards[record.trial_id][(r.receiver, r.tick)][r.sender] = r  # a later one from a sender corrects
             return
         if kind not in LIFECYCLE or self.bus.refusal(record) is not None:
@@ -277,7 +284,7 @@ class Controller:
         if w is None:
             return
         if isinstance(event, TrialStarted) and not w.started.done():
-            self._actors[event.trial_id] = tuple((a.name, a.actor_class) for a in event.actors)
+            self._actors[event.trial_id] = {a.name: a.actor_class for a in event.actors}
             w.started.set_result(event)
         elif isinstance(event, TrialRejected):
             error = TrialError(f"trial {event.trial_id} rejected: {event.reason}", trial_id=event.trial_id, reason=event.reason)

@@ -49,7 +49,6 @@ raises or calls ``loop.dead_letter`` with its reason).
 from __future__ import annotations
 
 import base64
-import math
 from collections import Counter
 from datetime import UTC, datetime
 
@@ -57,9 +56,11 @@ import orjson
 from collections.abc import Mapping, Sequence
 
 from trialog.errors import CodecError
+from trialog.events import ENVIRONMENT as ENVIRONMENT_NAME
 from trialog.events import HEADER_ID, HEADER_KIND, HEADER_RECEIVER, HEADER_SENDER, HEADER_TICK, DeadLetter, Event, Message, Reward, identity_from_headers
 from trialog.metrics import reason_category
-from trialog.runtime.trial import matches
+from trialog.rewards import reward_bounds_problem
+from trialog.runtime.trial import matches, reaches
 from trialog.topics import DEAD_LETTERS
 
 ORCHESTRATOR = "orchestrator"
@@ -107,29 +108,49 @@ def check_headers(key: bytes | None, headers: Sequence[tuple[str, bytes]], event
 
 # --- rules the owners and the datalog share ---------------------------------------------------
 # The orchestrator dead-letters a reward or message that breaks these; the datalog's fold
-# (trialog.datalog.samples) skips the same records, so the archive holds what was applied.
+# (trialog.datalog.samples), live delivery (trialog.runtime.actors, trialog.client),
+# controllers' returns and the analytics jobs skip the same records, so what is lettered
+# is never counted and what counts is never lettered. Pure functions of the record, the
+# trial's current tick and its actors: the gateway judges with them too.
 
 
 def reward_problem(reward: Reward, current_tick: int, actors: Mapping[str, str] | None) -> str | None:
     """Why a reward cannot count (None: it counts). ``current_tick``: the trial's latest
-    tick; ``actors``: name -> actor class, when known."""
-    if not math.isfinite(reward.value):
-        return f"reward value {reward.value} is not a finite number"
-    if not math.isfinite(reward.confidence) or reward.confidence < 0:
-        return f"reward confidence {reward.confidence} is not a finite number >= 0"
+    tick; ``actors``: name -> actor class, when known.
+
+    A reward counts when its value and confidence are within bounds
+    (:func:`trialog.rewards.reward_bounds_problem`), its tick is between 0 and the current
+    one, its receiver is not its sender, and — with the actors known — its receiver
+    reaches an actor other than the sender (:func:`trialog.runtime.trial.reaches`: ``*``
+    and ``class.*`` leave the sender out), and its user data is JSON."""
+    problem = reward_bounds_problem(reward.value, reward.confidence)
+    if problem is not None:
+        return problem
     if not 0 <= reward.tick <= current_tick:
         return f"reward for tick {reward.tick}: a reward is for a tick between 0 and the current one ({current_tick})"
-    if actors is not None and not any(matches(reward.receiver, a, c) for a, c in actors.items()):
-        return f"reward for {reward.receiver!r}, which addresses no actor of the trial"
+    receiver, sender = reward.receiver, reward.sender
+    if receiver == sender:
+        return f"reward from {sender!r} to itself: nobody rewards itself"
+    if actors is not None and not any(reaches(receiver, sender, a, c) for a, c in actors.items()):
+        if any(matches(receiver, a, c) for a, c in actors.items()):
+            return f"reward from {sender!r} for {receiver!r}, which reaches no actor but its sender (a wildcard leaves its sender out)"
+        return f"reward for {receiver!r}, which addresses no actor of the trial"
     return _json_problem(reward.user_data, "reward user_data")
 
 
-def message_problem(message: Message, current_tick: int) -> str | None:
-    """Why a message cannot count (None: it counts)."""
+def message_problem(message: Message, current_tick: int, actors: Mapping[str, str] | None) -> str | None:
+    """Why a message cannot count (None: it counts). ``current_tick``: the trial's latest
+    tick; ``actors``: name -> actor class, when known — then every receiver must address
+    someone in the trial: an actor's name, ``*``, ``class.*`` of one of its classes, or
+    ``env`` (the environment)."""
     if not 0 <= message.tick <= current_tick:
         return f"message at tick {message.tick}: a message is sent at a tick between 0 and the current one ({current_tick})"
     if not message.receivers:
         return "message with no receiver"
+    if actors is not None:
+        for r in message.receivers:
+            if not (r in actors or r == "*" or r == ENVIRONMENT_NAME or (r.endswith(".*") and r[:-2] in actors.values())):
+                return f"message for {r!r}, which addresses nobody in the trial (an actor's name, *, class.* of a class of the trial, or env)"
     return _json_problem(message.payload, "message payload")
 
 
@@ -156,6 +177,10 @@ EXPLANATIONS = (
     ("batch", "Kafka could not read the batch it was in (corrupt, or compressed with a codec the consumer lacks): docs/reliability.md"),
     ("bytes", "larger than the topic allows: docs/reliability.md says how records are sized"),
     ("json", "a JSON field (message, reward user data, parameters) is not a JSON object"),
+    ("finite number between", "a reward's value or confidence is out of bounds (|value| <= 1e12, 0 <= confidence <= 1e6, finite): docs/protocol.md"),
+    ("itself", "a reward naming its own sender as receiver: nobody rewards itself"),
+    ("but its sender", "a reward to * or class.* from the only actor it would reach: a wildcard leaves its sender out"),
+    ("addresses no", "a reward or message for a name, class.* or address that is not in the trial"),
     ("tick", "its tick is not one the trial can take (in the past, far ahead, or negative)"),
 )
 GENERIC = "see the reason; docs/reliability.md and docs/protocol.md list what gets a record dead-lettered"

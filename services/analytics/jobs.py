@@ -13,10 +13,13 @@ Two stages:
    the summary is recomputed from them. So a result delivered twice (at-least-once) or
    revised (a late reward) is never counted twice.
 
-Rewards follow the datalog (docs/datalog.md): one reward per (tick, sender, receiver),
-the first in the log; the reward of (actor, tick) is the confidence-weighted mean of its
-rewards (I-4); a trial's return for an actor is the sum over its ticks up to the final
-tick. The rolling means order trials by the time their ``trial.ended`` was logged (then
+Rewards follow the datalog (docs/datalog.md): a reward the orchestrator dead-letters
+(:func:`trialog.deadletters.reward_problem`: out of bounds, for a tick to come, naming its
+sender, reaching nobody but its sender…) counts for nothing; one reward per (tick,
+sender, receiver), the first in the log; a reward reaches the actors
+:func:`trialog.runtime.trial.reaches` says (a wildcard leaves its sender out); the reward
+of (actor, tick) is the confidence-weighted mean of its rewards (I-4); a trial's return
+for an actor is the sum over its ticks up to the final tick. The rolling means order trials by the time their ``trial.ended`` was logged (then
 by trial ID), so they do not depend on which partition was read first.
 """
 
@@ -25,7 +28,8 @@ from __future__ import annotations
 from typing import Any
 
 from trialog.events import Event, Observation, Reward, TrialEnded, TrialStarted
-from trialog.runtime.trial import matches
+from trialog.deadletters import reward_problem
+from trialog.runtime.trial import reaches
 
 NO_PHASE = "(no phase)"
 KINDS = frozenset({TrialStarted.KIND, Observation.KIND, Reward.KIND, TrialEnded.KIND})
@@ -68,8 +72,12 @@ def _reward(reward: Reward, state) -> dict | None:
     reward costs a few lookups however long the trial: a cell's aggregate changes from
     Σcv/Σc before to after, and the actor's running return by the difference."""
     trial = state.get("trial")
-    if trial is None or reward.tick < 0:
+    if trial is None:
         return None
+    ended = state.get("ended")
+    current = ended["tick"] if ended is not None else max(state.get("obs", [0, 0, 0, 0])[2], 0)
+    if reward_problem(reward, current, {name: actor_class for name, actor_class, _, _ in trial["actors"]}) is not None:
+        return None  # dead-lettered by the orchestrator: it counts for nothing, as in the datalog
     identity = f"seen|{reward.tick}|{reward.sender}|{reward.receiver}"
     if state.get(identity) is not None:
         return None  # a duplicate (I-8): the first in the log counts
@@ -77,7 +85,7 @@ def _reward(reward: Reward, state) -> dict | None:
     confidence = reward.confidence if reward.confidence > 0 else 0.0
     returns = state.get("returns") or {name: 0.0 for name, *_ in trial["actors"]}
     for name, actor_class, _, _ in trial["actors"]:
-        if matches(reward.receiver, name, actor_class) and confidence > 0:
+        if reaches(reward.receiver, reward.sender, name, actor_class) and confidence > 0:
             key = f"cell|{name}|{reward.tick}"
             weighted, total = state.get(key, [0.0, 0.0])
             before = weighted / total if total > 0 else 0.0

@@ -105,7 +105,8 @@ class OrchestratorHandler(Handler):
         self.environment_timeout_s = environment_timeout_s
         self.live_trials: dict[str, _Live] = {}
         self.requested: dict[str, int] = {}  # trial ID -> partition, answered but not yet read back
-        self.ended: OrderedDict[str, int] = OrderedDict()  # trial ID -> its last tick (-1: never started)
+        # trial ID -> (its last tick (-1: never started), its actors: name -> class): late rewards are judged by them
+        self.ended: OrderedDict[str, tuple[int, Mapping[str, str]]] = OrderedDict()
         self.deferred: dict[int, list[tuple[Record, Event]]] = {}
         self.seats = SeatBook()
 
@@ -160,7 +161,7 @@ class OrchestratorHandler(Handler):
                 self._on_resolved(record, event)
             case TrialRejected():
                 self.requested.pop(tid, None)
-                self._remember_ended(tid, -1)
+                self._remember_ended(tid, -1, {})
                 self.loop.emit(TrialRecord(tid, status="rejected", partition=record.partition, reason=event.reason,
                                            created_ms=record.timestamp_ms, updated_ms=record.timestamp_ms), TRIALS)  # fmt: skip
             case TrialEnded():
@@ -208,20 +209,21 @@ class OrchestratorHandler(Handler):
 
     def _why_not(self, tid: str) -> str:
         if tid in self.ended:
-            return "it has ended" if self.ended[tid] >= 0 else "it never started"
+            return "it has ended" if self.ended[tid][0] >= 0 else "it never started"
         return "its start request is being answered" if tid in self.requested else "unknown trial"
 
-    def _current_tick(self, trial: _Live | None, tid: str, kind: str) -> int:
-        """The last tick of a trial that rewards and messages may address."""
+    def _current_tick(self, trial: _Live | None, tid: str, kind: str) -> tuple[int, Mapping[str, str]]:
+        """The last tick of a trial that rewards and messages may address, and its actors."""
         if trial is not None and trial.status != "pending":
-            return trial.tick
-        if self.ended.get(tid, -1) >= 0:
-            return self.ended[tid]
+            return trial.tick, trial.actors
+        ended = self.ended.get(tid)
+        if ended is not None and ended[0] >= 0:
+            return ended
         raise BadRecord(f"{kind} for trial {tid!r}, which is not running ({self._why_not(tid)})")
 
     def _check_reward(self, trial: _Live | None, reward: Reward) -> None:
-        current = self._current_tick(trial, reward.trial_id, "reward")
-        problem = reward_problem(reward, current, trial.actors if trial is not None else None)
+        current, actors = self._current_tick(trial, reward.trial_id, "reward")
+        problem = reward_problem(reward, current, actors)
         if problem:
             raise BadRecord(problem)
         if self.loop.is_live(EVENTS, self.loop.bus.partition_of(reward.trial_id)):
@@ -230,7 +232,7 @@ class OrchestratorHandler(Handler):
     def _check_message(self, trial: _Live | None, message: Message) -> None:
         if trial is None or trial.status == "pending":
             raise BadRecord(f"message for trial {message.trial_id!r}, which is not running ({self._why_not(message.trial_id)})")
-        problem = message_problem(message, trial.tick)
+        problem = message_problem(message, trial.tick, trial.actors)
         if problem:
             raise BadRecord(problem)
         trial.last_activity = time.monotonic()
@@ -328,7 +330,7 @@ class OrchestratorHandler(Handler):
             if event.trial_id in self.ended:
                 return  # a repeat: changes nothing
             raise BadRecord(f"trial.ended for trial {event.trial_id!r}, which is not running ({self._why_not(event.trial_id)})")
-        self._remember_ended(event.trial_id, event.tick if trial.status != "pending" else -1)
+        self._remember_ended(event.trial_id, event.tick if trial.status != "pending" else -1, trial.actors)
         if self.loop.is_live(EVENTS, record.partition):
             metrics.TRIALS_ENDED.labels(event.reason).inc()
             log.info("trial ended", trial=event.trial_id, spec=trial.spec, reason=event.reason, tick=event.tick, details=event.details)
@@ -343,8 +345,8 @@ class OrchestratorHandler(Handler):
         }  # fmt: skip
         self.loop.emit(TrialRecord(tid, **{**fields, **changes}), TRIALS)
 
-    def _remember_ended(self, tid: str, last_tick: int) -> None:
-        self.ended[tid] = last_tick
+    def _remember_ended(self, tid: str, last_tick: int, actors: Mapping[str, str]) -> None:
+        self.ended[tid] = (last_tick, actors)
         while len(self.ended) > _RECENTLY_ENDED:
             self.ended.popitem(last=False)
 

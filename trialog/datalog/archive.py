@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from trialog.codec import SchemaStore
 from trialog.datalog.samples import RewardSource, Sample, TrialFold, apply_rewards
 from trialog.datalog.table import from_table, to_table
+from trialog.deadletters import reward_problem
 from trialog.errors import TrialogError
 from trialog.events import EventCodec, Reward, TrialEnded, TrialStarted
 
@@ -192,6 +193,18 @@ class Archive:
                 out.append((row["offset"], row["tick"], RewardSource(row["sender"], row["receiver"], row["value"], row["confidence"], row["user_data"])))
         return sorted(out, key=lambda item: item[0])
 
+    def counted_corrections(self, trial_id: str, started: TrialStarted, ended: TrialEnded | None, samples: list[Sample]) -> list[tuple[int, RewardSource]]:
+        """(tick, reward) of the corrections that count: those that pass the orchestrator's
+        rules for a reward of the trial after its end (:func:`trialog.deadletters.reward_problem`),
+        as the fold judges a late reward; the others were dead-lettered."""
+        last = ended.tick if ended is not None else max((s.tick for s in samples), default=-1)
+        actors = {a.name: a.actor_class for a in started.actors}
+        return [
+            (tick, r)
+            for _, tick, r in self.corrections(trial_id)
+            if reward_problem(Reward(trial_id, tick=tick, receiver=r.receiver, value=r.value, confidence=r.confidence, sender=r.sender, user_data=r.user_data), last, actors) is None
+        ]
+
     def read(self, trial_id: str) -> ArchivedTrial:
         """An archived trial with its corrections applied."""
         entry = self.entry(trial_id)
@@ -202,7 +215,7 @@ class Archive:
         started = self.codec.decode(base64.b64decode(meta[META_STARTED]), TrialStarted.KIND)
         ended = self.codec.decode(base64.b64decode(meta[META_ENDED]), TrialEnded.KIND) if META_ENDED in meta else None
         samples = from_table(table, started, self.store)
-        samples = apply_rewards(samples, [(tick, r) for _, tick, r in self.corrections(trial_id)])
+        samples = apply_rewards(samples, self.counted_corrections(trial_id, started, ended, samples))
         return ArchivedTrial(entry, started, ended, samples)
 
 

@@ -20,7 +20,9 @@ The fold keeps what the runtime applied, by the same rules:
   (``timed_out=True`` on the sample);
 - a reward or message counts if it passes the owner's rules
   (:func:`trialog.deadletters.reward_problem`, ``message_problem``): a reward
-  for a tick to come, with a NaN or negative confidence… does not;
+  for a tick to come, out of bounds, naming its sender, or for an address that
+  reaches nobody but its sender… does not; a reward or message reaches the actors
+  :func:`trialog.runtime.trial.reaches` says (never its sender);
 - nothing but rewards counts after ``trial.ended``: an observation the
   environment wrote as the orchestrator ended the trial is not part of it.
 
@@ -54,7 +56,7 @@ from trialog.events import (
     TrialStarted,
 )
 from trialog.rewards import aggregate
-from trialog.runtime.trial import ClassSchemas, class_schemas, matches
+from trialog.runtime.trial import ClassSchemas, class_schemas, reaches
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +163,7 @@ def apply_rewards(samples: Iterable[Sample], rewards: Iterable[tuple[int, Reward
         by_tick.setdefault(tick, []).append(r)
     out = []
     for s in samples:
-        reaching = [r for r in by_tick.get(s.tick, ()) if matches(r.receiver, s.actor, s.actor_class)]
+        reaching = [r for r in by_tick.get(s.tick, ()) if reaches(r.receiver, r.sender, s.actor, s.actor_class)]
         out.append(with_rewards(s, reaching) if reaching else s)
     return out
 
@@ -222,7 +224,7 @@ class TrialFold:
                 if problem is None:
                     self._rewards.setdefault(event.tick, {})[(event.sender, event.receiver)] = event  # a later one corrects
             case Message():
-                if message_problem(event, self.tick) is None:
+                if message_problem(event, self.tick, self._classes if self.started is not None else None) is None:
                     self._messages.setdefault(event.tick, {}).setdefault(event.identity, event)
 
     def _cut_after(self, last: int) -> None:
@@ -267,6 +269,7 @@ class TrialFold:
         self.started = started
         self._classes = {a.name: a.actor_class for a in started.actors}
         self._impls = {a.name: a.implementation for a in started.actors}
+        self.tick = max(self.tick, 0)  # rewards and messages may address tick 0 from the start, as the orchestrator judges
         try:
             self.schemas = class_schemas(self.store, started)
         except CodecError as exc:
@@ -302,7 +305,7 @@ class TrialFold:
 
     def _reward_sources(self, tick: int, actor: str) -> tuple[RewardSource, ...]:
         actor_class = self._classes[actor]
-        return tuple(reward_source(r) for r in self._rewards.get(tick, {}).values() if matches(r.receiver, actor, actor_class))
+        return tuple(reward_source(r) for r in self._rewards.get(tick, {}).values() if reaches(r.receiver, r.sender, actor, actor_class))
 
     def _sample(self, obs: Observation) -> Sample:
         actor, tick = obs.actor, obs.tick
@@ -325,7 +328,7 @@ class TrialFold:
             messages=tuple(
                 MessageIn(m.sender, m.receivers, m.message_id, m.payload)
                 for m in messages
-                if any(matches(r, actor, actor_class) for r in m.receivers)
+                if any(reaches(r, m.sender, actor, actor_class) for r in m.receivers)
             ),
             terminated=obs.terminated,
             truncated=obs.truncated,
@@ -379,7 +382,7 @@ class TrialFold:
             observed_at.setdefault(tick, []).append(actor)
         for tick, by_source in self._rewards.items():
             for sender, receiver in by_source:
-                if tick > last or not any(matches(receiver, a, self._classes[a]) for a in observed_at.get(tick, ())):
+                if tick > last or not any(reaches(receiver, sender, a, self._classes[a]) for a in observed_at.get(tick, ())):
                     found.append(f"reward from {sender} for {receiver} at tick {tick} reaches no sample")
         return found
 

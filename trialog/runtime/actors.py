@@ -43,7 +43,7 @@ from trialog.actor import (
 from trialog.bus.base import Record
 from trialog.deadletters import ACTORS, message_problem, reward_problem
 from trialog.environment import ActorInfo, TrialInfo
-from trialog.errors import BadRecord, CodecError, TrialogError
+from trialog.errors import BadRecord, CodecError, TrialError, TrialogError
 from trialog.events import (
     HEADER_RECEIVER,
     Action,
@@ -56,6 +56,7 @@ from trialog.events import (
 )
 from trialog.logs import get_logger
 from trialog.models import ModelFollower, ModelVersion
+from trialog.rewards import reward_bounds_problem
 from trialog.received import Received
 from trialog.runtime.pace import Pace
 from trialog.runtime.service import Handler
@@ -64,7 +65,7 @@ from trialog.runtime.trial import (
     class_schemas,
     dumps,
     loads,
-    matches,
+    reaches,
     trial_info,
 )
 from trialog.spec import load_entry
@@ -94,6 +95,7 @@ class Session:
         self._queue: asyncio.Queue[ActorEvent] = asyncio.Queue()
         self._answered: set[int] = set()
         self._sent_messages = 0  # numbers this session's messages: two in one tick are two messages
+        self._classes = {a.name: a.actor_class for a in trial.actors}  # what its rewards and messages may address
 
     def push(self, event: ActorEvent) -> None:
         self._queue.put_nowait(event)
@@ -115,33 +117,45 @@ class Session:
         self._loop.emit(Action(self.trial.trial_id, tick=self.tick, actor=self.actor.name, payload=payload))
 
     def reward(self, receiver: str, value: float, *, tick: int | None = None, confidence: float = 1.0, user_data: Mapping[str, Any] | None = None) -> None:
-        self._loop.emit(
-            Reward(
+        """Reward actors other than this one (a name, ``*`` or ``class.*``; a wildcard leaves
+        this actor out). Raises :class:`TrialError` for a reward that could not count: out of
+        bounds (:func:`trialog.rewards.reward_bounds_problem`), for a negative tick, naming this
+        actor, or reaching no other actor of the trial."""
+        problem = reward_bounds_problem(value, confidence)
+        if problem is None:
+            reward = Reward(
                 self.trial.trial_id,
-                tick=self.tick if tick is None else tick,
+                tick=self.tick if tick is None else int(tick),
                 receiver=receiver,
                 value=float(value),
                 confidence=float(confidence),
                 sender=self.actor.name,
                 user_data=None if user_data is None else dumps(user_data),
             )
-        )
+            problem = reward_problem(reward, max(reward.tick, self.tick), self._classes)  # a later tick is the log's to judge
+        if problem is not None:
+            raise TrialError(f"{self.actor.name} cannot send this reward: {problem}", trial_id=self.trial.trial_id, reason="invalid_reward")
+        self._loop.emit(reward)
 
     def _next_message_id(self) -> str:
         self._sent_messages += 1
         return f"{self.actor.name}-{self.tick}-{self._sent_messages}"
 
     def message(self, receivers: Sequence[str], payload: Mapping[str, Any], *, message_id: str | None = None) -> None:
-        self._loop.emit(
-            Message(
-                self.trial.trial_id,
-                tick=self.tick,
-                sender=self.actor.name,
-                receivers=tuple(receivers),
-                message_id=message_id or self._next_message_id(),
-                payload=dumps(payload),
-            )
+        """Send a message to actors of the trial (names, ``*``, ``class.*``) or ``env``.
+        Raises :class:`TrialError` if a receiver addresses nobody in the trial."""
+        message = Message(
+            self.trial.trial_id,
+            tick=self.tick,
+            sender=self.actor.name,
+            receivers=tuple(receivers),
+            message_id=message_id or self._next_message_id(),
+            payload=dumps(payload),
         )
+        problem = message_problem(message, self.tick, self._classes)
+        if problem is not None:
+            raise TrialError(f"{self.actor.name} cannot send this message: {problem}", trial_id=self.trial.trial_id, reason="invalid_message")
+        self._loop.emit(message)
 
 
 @dataclass
@@ -164,6 +178,7 @@ class _Trial:
     partition: int
     start_offset: int
     mine: frozenset[str]  # the actors this implementation plays (whether or not they started)
+    classes: dict[str, str]  # every actor of the trial -> its class (what rewards and messages may address)
     actors: dict[str, _Played] = field(default_factory=dict)
     tick: int = 0  # the latest tick observed: rewards and messages for later ticks do not count
 
@@ -231,16 +246,18 @@ class ActorHandler(Handler):
             case Observation(actor=name) if name in trial.actors:
                 trial.tick = max(trial.tick, event.tick)
                 self._on_observation(trial, trial.actors[name], event)
-            case Reward() | Message() if (reward_problem(event, trial.tick, None) if isinstance(event, Reward) else message_problem(event, trial.tick)):
+            case Reward() | Message() if (
+                reward_problem(event, trial.tick, trial.classes) if isinstance(event, Reward) else message_problem(event, trial.tick, trial.classes)
+            ):
                 pass  # not counted: its owner (the orchestrator) dead-letters it
             case Reward():
                 for played in trial.actors.values():
-                    if matches(event.receiver, played.info.name, played.info.actor_class) and played.received.reward(event):
+                    if reaches(event.receiver, event.sender, played.info.name, played.info.actor_class) and played.received.reward(event):
                         self._deliver(played, RewardEvent(event.tick, event.value, event.confidence, event.sender, loads(event.user_data) if event.user_data else None))
             case Message():
                 payload = loads(event.payload)
                 for played in trial.actors.values():
-                    if any(matches(r, played.info.name, played.info.actor_class) for r in event.receivers) and event.sender != played.info.name:
+                    if any(reaches(r, event.sender, played.info.name, played.info.actor_class) for r in event.receivers):
                         deliver, probe_answer = played.received.message(event, played.info.name, payload)
                         if deliver:
                             self._deliver(played, MessageEvent(event.tick, event.sender, payload))
@@ -262,7 +279,7 @@ class ActorHandler(Handler):
             return
         info = trial_info(started)
         schemas = class_schemas(self.loop.bus.store, started)
-        trial = _Trial(started, info, record.partition, record.offset, frozenset(a.name for a in mine))
+        trial = _Trial(started, info, record.partition, record.offset, frozenset(a.name for a in mine), {a.name: a.actor_class for a in started.actors})
         for actor in info.actors:
             if actor.name not in {a.name for a in mine}:
                 continue

@@ -60,6 +60,7 @@ from trialog.events import (
     View,
 )
 from trialog.logs import get_logger
+from trialog.rewards import reward_bounds_problem
 from trialog.runtime.pace import Pace
 from trialog.runtime.service import Handler
 from trialog.runtime.trial import ClassSchemas, class_schemas, dumps, loads, operator_code, trial_info
@@ -167,7 +168,7 @@ class EnvironmentHandler(Handler):
                 self._on_timeout(trial, event)
             case ParametersChanged():
                 self._on_parameters(trial, event)
-            case Message() if ("env" in event.receivers or "*" in event.receivers) and message_problem(event, trial.tick) is None:
+            case Message() if ("env" in event.receivers or "*" in event.receivers) and message_problem(event, trial.tick, trial.actor_class) is None:
                 trial.env.on_message(event.sender, loads(event.payload))
             case TrialTerminating():
                 trial.terminating = True
@@ -313,7 +314,12 @@ class EnvironmentHandler(Handler):
             ticks, tick_seconds = self._tick_metrics(trial.started.environment)
             ticks.inc()
             tick_seconds.observe(time.monotonic() - trial.waiting_since)
-        self._emit_rewards(trial, tick, step.rewards)
+        rewards = self._rewards_of(step.rewards)
+        problem = next((p for r in rewards if (p := reward_bounds_problem(r.value, r.confidence)) is not None), None)
+        if problem is not None:  # the user's environment: the trial ends with the reason, as for a bad observation
+            self._fail(trial, f"environment reward at tick {tick} cannot count: {problem}")
+            return
+        self._emit_rewards(trial, tick, rewards)
         for i, m in enumerate(step.messages):
             self.loop.emit(
                 Message(trial.started.trial_id, tick=tick, sender="env", receivers=tuple(m.receivers), message_id=f"env-{tick}-{i}", payload=dumps(m.payload))
@@ -373,10 +379,11 @@ class EnvironmentHandler(Handler):
         if value is not None:
             self.loop.emit(View(trial.started.trial_id, tick=tick, view=dumps(value)))
 
-    def _emit_rewards(self, trial: _Trial, tick: int, rewards: Mapping[str, float] | Any) -> None:
-        items = (
-            [RewardOut(name, value) for name, value in rewards.items()] if isinstance(rewards, Mapping) else list(rewards)
-        )
+    @staticmethod
+    def _rewards_of(rewards: Mapping[str, float] | Any) -> list[RewardOut]:
+        return [RewardOut(name, value) for name, value in rewards.items()] if isinstance(rewards, Mapping) else list(rewards)
+
+    def _emit_rewards(self, trial: _Trial, tick: int, items: list[RewardOut]) -> None:
         for r in items:
             sender = f"env/{r.source}" if r.source else "env"
             self.loop.emit(

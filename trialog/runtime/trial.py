@@ -74,5 +74,15 @@ def class_schemas(store: SchemaStore, started: ResolvedTrial) -> dict[str, Class
 
 
 def matches(receiver: str, actor: str, actor_class: str) -> bool:
-    """Does an address (name, ``*`` or ``class.*``) reach this actor?"""
+    """Does an address (name, ``*`` or ``class.*``) name this actor? (Whether a reward or
+    message sent to it reaches the actor is :func:`reaches`.)"""
     return receiver == actor or receiver == "*" or receiver == f"{actor_class}.*"
+
+
+def reaches(receiver: str, sender: str, actor: str, actor_class: str) -> bool:
+    """Does a reward or message from ``sender`` addressed to ``receiver`` (name, ``*`` or
+    ``class.*``) reach this actor? As :func:`matches`, except that nothing reaches its own
+    sender: ``*`` and the sender's ``class.*`` leave the sender out (and a reward naming
+    its sender is refused outright, :func:`trialog.deadletters.reward_problem`). The one
+    rule for live delivery, the datalog, returns and analytics."""
+    return sender != actor and (receiver == actor or receiver == "*" or receiver == f"{actor_class}.*")

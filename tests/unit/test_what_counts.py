@@ -1,0 +1,248 @@
+"""One rule for what counts, on the in-memory bus: rewards within bounds, wildcards that
+leave their sender out, messages for someone who exists — each rule judged once
+(trialog.deadletters) and applied alike by the orchestrator's letters, the datalog's fold,
+live delivery, controllers' returns and the analytics jobs. Integration tests repeat the
+seat and restart parts on Kafka (tests/integration/test_what_counts.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+
+from services.analytics.jobs import fold_trial
+from services.environment.games.rps import RockPaperScissors
+from tests.conftest import wait_for
+from tests.harness import deployment
+from tests.unit.test_analytics_jobs import State
+from tests.unit.test_datalog import events_of
+from trialog.actor import EndEvent, MessageEvent, ObservationEvent, RewardEvent
+from trialog.bus.memory import MemoryBus
+from trialog.datalog.replay import read_trial
+from trialog.datalog.samples import RewardSource, Sample, apply_rewards
+from trialog.deadletters import message_problem, reward_problem
+from trialog.errors import TrialError
+from trialog.events import DeadLetter, Message, Reward
+from trialog.rewards import MAX_CONFIDENCE, MAX_REWARD_VALUE, aggregate, reward_bounds_problem
+from trialog.runtime.trial import matches, reaches
+from trialog.spec import load_spec
+from trialog.topics import DEAD_LETTERS, EVENTS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SPEC = f"""
+name: counts
+actor_classes:
+  player:
+    observation: {ROOT / "examples" / "rps_observation.avsc"}
+    action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
+    default_action: ROCK
+environments:
+  rps: {{entry: "services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
+  huge: {{entry: "tests.unit.test_what_counts:HugeRewardRps", config: {{target_score: 1000}}}}
+actors:
+  wildcard: {{entry: "tests.unit.test_what_counts:wildcard_player"}}
+  random: {{entry: "services.actors.agents.rps_random:RandomPlayer"}}
+trial:
+  environment: rps
+  actors:
+    - {{name: alice, class: player, implementation: wildcard}}
+    - {{name: bob, class: player, implementation: wildcard}}
+  max_ticks: 5
+  response_timeout_ms: 3000
+  timeout_policy: default_action
+  inactivity_timeout_ms: 20000
+"""
+
+SEEN: dict[tuple[str, str], list] = {}  # (trial, actor) -> what its session received
+REFUSED: dict[tuple[str, str], list[str]] = {}  # (trial, actor) -> what its SDK refused to send
+
+
+async def wildcard_player(session) -> None:
+    """Plays ROCK and rewards everyone at each tick from 1, through ``*`` (10 from alice, 20
+    from bob) and ``player.*`` (1); tries what the SDK refuses; at tick 2 alice also writes,
+    past the SDK's checks (as an SDK without them would), a reward to herself, one out of
+    bounds, a message to someone who does not exist and one to everyone."""
+    me, tid = session.actor.name, session.trial.trial_id
+    seen, refused = SEEN.setdefault((tid, me), []), REFUSED.setdefault((tid, me), [])
+    async for event in session:
+        seen.append(event)
+        match event:
+            case ObservationEvent(tick=t, final=False):
+                if t >= 1:
+                    session.reward("*", 10.0 if me == "alice" else 20.0)
+                    session.reward("player.*", 1.0)
+                    for bad in (lambda: session.reward(me, 1.0), lambda: session.reward("*", 1e13), lambda: session.message(["nobody"], {})):
+                        try:
+                            bad()
+                        except TrialError as exc:
+                            refused.append(str(exc))
+                if t == 2 and me == "alice":
+                    session._loop.emit(Reward(tid, tick=2, receiver="alice", value=5.0, sender="alice"))
+                    session._loop.emit(Reward(tid, tick=2, receiver="bob", value=1e308, sender="alice"))
+                    session._loop.emit(Message(tid, tick=2, sender="alice", receivers=("bob", "nobody"), message_id="m-bad", payload='{"bad": 1}'))
+                    session._loop.emit(Message(tid, tick=2, sender="alice", receivers=("*",), message_id="m-all", payload='{"all": 1}'))
+                session.act("ROCK")
+            case EndEvent():
+                break
+
+
+class HugeRewardRps(RockPaperScissors):
+    """RPS whose update gives a reward out of bounds at round 2."""
+
+    def update(self, actions):
+        step = super().update(actions)
+        if self.round == 2:
+            step.rewards[self.players[0]] = 2 * MAX_REWARD_VALUE
+        return step
+
+
+@pytest.fixture
+def bus(memory_settings):
+    return MemoryBus(memory_settings)
+
+
+def letters(bus: MemoryBus, tid: str) -> list[DeadLetter]:
+    return [d for r in bus.records(DEAD_LETTERS) if (d := DeadLetter(**bus.store.decode(r.value, DeadLetter.SCHEMA))).key == tid.encode()]
+
+
+# --- the rules, as pure functions ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, confidence, fragment",
+    [
+        (1e308, 1.0, "value 1e+308"),
+        (-2e12, 1.0, "value -2000000000000.0"),
+        (math.nan, 1.0, "value nan"),
+        (math.inf, 1.0, "value inf"),
+        (1.0, 2e6, "confidence 2000000.0"),
+        (1.0, -1.0, "confidence -1.0"),
+        (1.0, math.nan, "confidence nan"),
+        ("1", 1.0, "must be numbers"),
+    ],
+)
+def test_rewards_out_of_bounds_have_a_reason(value, confidence, fragment):
+    assert fragment in reward_bounds_problem(value, confidence)
+    assert fragment in reward_problem(Reward("t", tick=0, value=value, confidence=confidence), 0, None)
+
+
+def test_rewards_within_bounds_cannot_overflow_their_aggregate():
+    for value, confidence in [(MAX_REWARD_VALUE, MAX_CONFIDENCE), (-MAX_REWARD_VALUE, 0.0), (0, 0), (1e-300, 5e-324)]:
+        assert reward_bounds_problem(value, confidence) is None
+    # The attack: three finite rewards of 1e308 at one tick made an infinite aggregate.
+    assert aggregate([Reward("t", value=1e308)] * 3) == math.inf
+    # Within the bounds, a million rewards at the limits stay finite.
+    assert math.isfinite(aggregate([Reward("t", value=MAX_REWARD_VALUE, confidence=MAX_CONFIDENCE)] * 1_000_000))
+
+
+def test_a_wildcard_never_reaches_its_sender():
+    assert matches("*", "alice", "player") and not reaches("*", "alice", "alice", "player")
+    assert not reaches("player.*", "alice", "alice", "player") and reaches("player.*", "alice", "bob", "player")
+    assert reaches("*", "env", "alice", "player") and reaches("bob", "alice", "bob", "player")
+    assert not reaches("alice", "alice", "alice", "player")
+
+
+@pytest.mark.parametrize(
+    "reward, fragment",
+    [
+        (Reward("t", tick=1, receiver="alice", sender="alice"), "to itself"),
+        (Reward("t", tick=1, receiver="judge", sender="judge"), "to itself"),
+        (Reward("t", tick=1, receiver="player.*", sender="alice"), "reaches no actor but its sender"),
+        (Reward("t", tick=1, receiver="ghost.*", sender="alice"), "addresses no actor"),
+    ],
+)
+def test_rewards_that_reach_nobody_but_their_sender_cannot_count(reward, fragment):
+    actors = {"alice": "player", "carol": "coach"}
+    assert fragment in reward_problem(reward, 1, actors)
+    assert reward_problem(Reward("t", tick=1, receiver="*", sender="alice"), 1, actors) is None  # carol
+    assert reward_problem(Reward("t", tick=1, receiver="player.*", sender="carol"), 1, actors) is None
+
+
+def test_messages_go_to_someone_in_the_trial():
+    actors = {"alice": "player", "bob": "player"}
+
+    def problem(*receivers: str):
+        return message_problem(Message("t", tick=1, sender="alice", receivers=receivers, message_id="m"), 1, actors)
+
+    assert problem("bob") is None and problem("*") is None and problem("player.*") is None and problem("env") is None
+    assert problem("env", "bob", "player.*") is None
+    for bad in (("nobody",), ("bob", "nobody"), ("ghost.*",), ("",), ("env/x",)):
+        assert "addresses nobody" in problem(*bad), bad
+    assert message_problem(Message("t", tick=1, sender="alice", receivers=("nobody",), message_id="m"), 1, None) is None  # actors unknown
+
+
+def test_joining_late_rewards_to_samples_leaves_their_sender_out():
+    samples = [Sample("t", 1, name, "player", "x", b"", None, 0.0, ()) for name in ("alice", "bob")]
+    joined = apply_rewards(samples, [(1, RewardSource("alice", "*", 3.0, 1.0)), (1, RewardSource("alice", "player.*", 5.0, 1.0))])
+    assert [s.reward for s in joined] == [0.0, 4.0]
+
+
+# --- the rules, applied everywhere ---------------------------------------------------------------------
+
+
+async def test_one_rule_for_rewards_and_messages_everywhere(bus, tmp_path):
+    (tmp_path / "counts.yaml").write_text(SPEC)
+    spec = load_spec(tmp_path / "counts.yaml", bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tid = await ctl.start_trial("counts")
+        ended = await ctl.wait_ended(tid, timeout=20)
+        assert (ended.reason, ended.tick) == ("max_ticks", 5)
+        # Three finite rewards of 1e308 for one tick (retroactive, after the end), and one that counts.
+        with pytest.raises(TrialError, match="value 1e\\+308"):
+            await ctl.send_reward(tid, "bob", 1e308, tick=1, sender="j1")
+        for judge in ("j1", "j2", "j3"):
+            await bus.publish(EVENTS, Reward(tid, tick=1, receiver="bob", value=1e308, sender=judge))
+        await ctl.send_reward(tid, "bob", 4.0, tick=1, sender="j4")
+        await wait_for(lambda: len(letters(bus, tid)) >= 6, timeout=10, what="the dead letters")
+        await asyncio.sleep(0.2)
+        returns = ctl.returns(tid)
+    reasons = sorted(letter.reason for letter in letters(bus, tid))
+    assert len(reasons) == 6 and all(letter.service == "orchestrator" for letter in letters(bus, tid)), reasons
+    assert sum("value 1e+308 is not a finite number" in r for r in reasons) == 4
+    assert sum("to itself" in r for r in reasons) == 1 and sum("'nobody', which addresses nobody" in r for r in reasons) == 1
+
+    # The SDK refused what could not count, with the reason.
+    for actor in ("alice", "bob"):
+        refused = REFUSED[(tid, actor)]
+        assert len(refused) == 3 * 4 and sum("to itself" in r for r in refused) == 4
+        assert sum("value 10000000000000.0" in r for r in refused) == 4 and sum("addresses nobody" in r for r in refused) == 4
+
+    fold = await read_trial(bus, tid)
+    samples = {(s.tick, s.actor): s for s in fold.samples()}
+    for (tick, actor), s in samples.items():
+        other = "bob" if actor == "alice" else "alice"
+        assert all(r.sender != actor for r in s.reward_sources), (tick, actor, s.reward_sources)
+        assert all(abs(r.value) <= MAX_REWARD_VALUE for r in s.reward_sources) and math.isfinite(s.reward)
+        if 1 <= tick < 5:
+            assert {(r.sender, r.receiver) for r in s.reward_sources if r.sender == other} == {(other, "*"), (other, "player.*")}
+        assert all(m.sender != actor for m in s.messages)
+    assert [r.value for r in samples[(1, "bob")].reward_sources if r.sender.startswith("j")] == [4.0]
+    assert [m.message_id for m in samples[(2, "bob")].messages] == ["m-all"]
+    assert samples[(2, "alice")].messages == ()
+
+    # Live delivery: nobody got its own rewards, nor what was dead-lettered.
+    for actor in ("alice", "bob"):
+        got = SEEN[(tid, actor)]
+        assert not [e for e in got if isinstance(e, RewardEvent) and (e.sender == actor or abs(e.value) > MAX_REWARD_VALUE)]
+    assert [e.payload for e in SEEN[(tid, "bob")] if isinstance(e, MessageEvent)] == [{"all": 1}]
+    assert not [e for e in SEEN[(tid, "alice")] if isinstance(e, MessageEvent)]
+
+    # Controller's returns and the analytics jobs: what the datalog counts.
+    by_datalog = {a: sum(s.reward for s in fold.samples() if s.actor == a) for a in ("alice", "bob")}
+    assert returns == pytest.approx(by_datalog)
+    state = State()
+    results = [out for i, e in enumerate(events_of(bus, tid)) if (out := fold_trial(e, tid, 1000 + i, [], state)) is not None]
+    assert results[-1]["returns"] == pytest.approx(by_datalog)
+
+
+async def test_an_environment_reward_out_of_bounds_ends_its_trial_with_the_reason(bus, tmp_path):
+    (tmp_path / "counts.yaml").write_text(SPEC)
+    spec = load_spec(tmp_path / "counts.yaml", bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tid = await ctl.start_trial("counts", environment="huge", implementations={"alice": "random", "bob": "random"})
+        ended = await ctl.wait_ended(tid, timeout=20)
+    assert ended.reason == "error" and "environment reward at tick 1 cannot count: reward value 2000000000000.0" in ended.details, ended
+    assert not [e for e in events_of(bus, tid) if isinstance(e, Reward) and abs(e.value) > MAX_REWARD_VALUE]
