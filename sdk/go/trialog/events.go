@@ -110,9 +110,33 @@ type DeadLetter struct {
 	TimestampMs int64             `avro:"timestamp_ms"`
 }
 
-// Matches says whether an address (a name, "*" or "class.*") reaches an actor.
+// Matches says whether an address (a name, "*" or "class.*") names an actor.
 func Matches(receiver, actor, actorClass string) bool {
 	return receiver == actor || receiver == "*" || receiver == actorClass+".*"
+}
+
+// Reaches says whether a reward or message from sender to receiver reaches an actor:
+// as Matches, but nothing reaches its own sender ("*" and "class.*" leave it out).
+func Reaches(receiver, sender, actor, actorClass string) bool {
+	return sender != actor && Matches(receiver, actor, actorClass)
+}
+
+// The bounds of a reward that counts (docs/protocol.md, "What counts").
+const (
+	MaxRewardValue = 1e12 // |value| ≤ MaxRewardValue
+	MaxConfidence  = 1e6  // 0 ≤ confidence ≤ MaxConfidence
+)
+
+// RewardBoundsProblem says why a reward's value and confidence cannot count ("": they can).
+// The comparisons are false for NaN and the infinities too.
+func RewardBoundsProblem(value, confidence float64) string {
+	if !(value >= -MaxRewardValue && value <= MaxRewardValue) {
+		return "reward value " + strconv.FormatFloat(value, 'g', -1, 64) + " is not a finite number between -1e+12 and 1e+12"
+	}
+	if !(confidence >= 0 && confidence <= MaxConfidence) {
+		return "reward confidence " + strconv.FormatFloat(confidence, 'g', -1, 64) + " is not a finite number between 0 and 1e+06"
+	}
+	return ""
 }
 
 // headers returns a record's headers as strings (the last value of a repeated name).

@@ -48,9 +48,17 @@ type Actor struct {
 	sent  int   // messages sent, for deterministic message IDs
 }
 
-// Reward gives receiver (a name, "*" or "class.*") a reward for tick (≤ the current
-// tick; earlier is a retroactive reward).
+// Reward gives receiver (a name, "*" or "class.*"; "*" and "class.*" leave this actor
+// out) a reward for tick (≤ the current tick; earlier is a retroactive reward). It
+// returns an error, and writes nothing, for a reward that could not count: out of bounds
+// (RewardBoundsProblem) or naming this actor.
 func (a *Actor) Reward(receiver string, tick int64, value, confidence float64) error {
+	if problem := RewardBoundsProblem(value, confidence); problem != "" {
+		return fmt.Errorf("%s cannot send this reward: %s", a.Spec.Name, problem)
+	}
+	if receiver == a.Spec.Name {
+		return fmt.Errorf("%s cannot send this reward: nobody rewards itself", a.Spec.Name)
+	}
 	r := Reward{TrialID: a.Trial.TrialID, Tick: tick, Receiver: receiver, Value: value, Confidence: confidence, Sender: a.Spec.Name}
 	return a.svc.emitEvent(a.part, "reward", "trialog.Reward", r.Tick, r.Sender, r.Receiver, "", r.TrialID, &r)
 }
@@ -349,8 +357,11 @@ func (s *Service) handle(r *kgo.Record, h map[string]string, trialID string) {
 		if _, err := s.cfg.Store.Decode(r.Value, &rw); err != nil || rw.TrialID != trialID {
 			return // the orchestrator owns rewards' dead letters
 		}
+		if RewardBoundsProblem(rw.Value, rw.Confidence) != "" || rw.Receiver == rw.Sender {
+			return // dead-lettered by the orchestrator: it counts for nothing
+		}
 		for _, a := range t.sortedActors() {
-			if Matches(rw.Receiver, a.actor.Spec.Name, a.actor.Spec.ActorClass) && a.once(fmt.Sprintf("r\x00%d\x00%s", rw.Tick, rw.Sender)) {
+			if Reaches(rw.Receiver, rw.Sender, a.actor.Spec.Name, a.actor.Spec.ActorClass) && a.once(fmt.Sprintf("r\x00%d\x00%s", rw.Tick, rw.Sender)) {
 				a.rewards = append(a.rewards, []any{rw.Tick, rw.Sender, rw.Value})
 				if hook, ok := a.agent.(RewardReceiver); ok {
 					hook.OnReward(rw)

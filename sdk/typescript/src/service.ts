@@ -48,8 +48,12 @@ export class Actor {
   private sent = 0;
   constructor(readonly trial: TrialStarted, readonly spec: ActorSpec, private svc: ActorService, readonly partition: number) {}
 
-  /** A reward for `tick` (≤ the current tick; earlier is retroactive) to a name, "*" or "class.*". */
+  /** A reward for `tick` (≤ the current tick; earlier is retroactive) to a name, "*" or "class.*"
+   * ("*" and "class.*" leave this actor out). Throws, and writes nothing, for a reward that could
+   * not count: out of bounds (rewardBoundsProblem) or naming this actor. */
   reward(receiver: string, tick: bigint, value: number, confidence = 1): void {
+    const problem = rewardBoundsProblem(value, confidence) ?? (receiver === this.spec.name ? "nobody rewards itself" : null);
+    if (problem !== null) throw new Error(`${this.spec.name} cannot send this reward: ${problem}`);
     const r: Reward = { trial_id: this.trial.trial_id, tick, receiver, value, confidence, sender: this.spec.name, user_data: null };
     this.svc.emit(this.partition, "reward", "trialog.Reward", tick, this.spec.name, receiver, "", r);
   }
@@ -94,6 +98,18 @@ export const PROBE = "trialog.probe";
 export interface Seat { trial: string; actor: string; holder: string }
 
 export const matches = (receiver: string, actor: string, actorClass: string) => receiver === actor || receiver === "*" || receiver === `${actorClass}.*`;
+/** As matches, but nothing reaches its own sender: "*" and "class.*" leave it out (docs/protocol.md, "What counts"). */
+export const reaches = (receiver: string, sender: string, actor: string, actorClass: string) => sender !== actor && matches(receiver, actor, actorClass);
+
+/** The bounds of a reward that counts: |value| ≤ MAX_REWARD_VALUE, 0 ≤ confidence ≤ MAX_CONFIDENCE, both finite. */
+export const MAX_REWARD_VALUE = 1e12;
+export const MAX_CONFIDENCE = 1e6;
+/** Why a reward's value and confidence cannot count (null: they can); false for NaN and the infinities too. */
+export function rewardBoundsProblem(value: number, confidence: number): string | null {
+  if (!(value >= -MAX_REWARD_VALUE && value <= MAX_REWARD_VALUE)) return `reward value ${value} is not a finite number between -1e+12 and 1e+12`;
+  if (!(confidence >= 0 && confidence <= MAX_CONFIDENCE)) return `reward confidence ${confidence} is not a finite number between 0 and 1e+06`;
+  return null;
+}
 
 export class ActorService {
   private events: string;
@@ -230,8 +246,9 @@ export class ActorService {
     if (kind === "reward") {
       const r = store.decode(value) as Reward;
       if (r.trial_id !== trialId) return;
+      if (rewardBoundsProblem(r.value, r.confidence) !== null || r.receiver === r.sender) return; // dead-lettered by the orchestrator: counts for nothing
       for (const a of sorted(t.actors)) {
-        if (matches(r.receiver, a.actor.spec.name, a.actor.spec.actor_class) && once(a, `r\0${r.tick}\0${r.sender}`)) {
+        if (reaches(r.receiver, r.sender, a.actor.spec.name, a.actor.spec.actor_class) && once(a, `r\0${r.tick}\0${r.sender}`)) {
           a.rewards.push([r.tick, r.sender, r.value]);
           a.agent.onReward?.(r);
         }
