@@ -64,10 +64,11 @@ def start_service(settings: Settings, spec_file: str, args: list[str], log_file:
 def local_services(
     settings: Settings, spec_file: str, *, environment_processes: int = 1, actor_processes: int = 1,
     archive_dir: str | None = None, log_dir: str | None = None, learners: Sequence[list[str]] = (), gateway_port: int | None = None,
+    gateway_args: Sequence[str] = (),
 ) -> Iterator[dict[str, subprocess.Popen]]:  # fmt: skip
     """Run the orchestrator, environment and actor services (and the logger, when an
     archive folder is given, a learner per entry of ``learners``: its ``trialog serve
-    learner`` arguments, and the web gateway on ``gateway_port`` when given) as child
+    learner`` arguments, and the web gateway on ``gateway_port`` with ``gateway_args`` when given) as child
     processes; wait until each reports ready."""
     log_dir = log_dir or tempfile.mkdtemp(prefix="trialog-services-")
     commands: list[tuple[str, list[str]]] = [("orchestrator", ["orchestrator"])]
@@ -77,7 +78,7 @@ def local_services(
         commands.append(("logger", ["logger", "--archive-dir", archive_dir]))
     commands += [(f"learner-{i}", ["learner", *args]) for i, args in enumerate(learners)]
     if gateway_port is not None:
-        commands.append(("gateway", ["gateway", "--port", str(gateway_port)]))
+        commands.append(("gateway", ["gateway", "--port", str(gateway_port), *gateway_args]))
     procs: dict[str, subprocess.Popen] = {}
     ports: dict[str, int] = {}
     try:

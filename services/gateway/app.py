@@ -18,12 +18,15 @@ from collections.abc import Mapping
 from starlette.applications import Starlette
 
 from services.gateway.dashboard import Dashboard
-from services.gateway.feed import Feed
+from services.gateway.door import Door, Limits
+from services.gateway.feed import CAUGHT_UP, Feed
+from services.gateway.messages import Decoded
 from services.gateway.routes import ROUTES
 from trialog.bus.base import Bus
 from trialog.controller import Controller
 from trialog.controller import join_link as link
 from trialog.errors import TrialError
+from trialog.events import HEADER_KIND, ActorJoined
 from trialog.health import Health, serve_health
 from trialog.logs import get_logger
 from trialog.spec import Spec
@@ -40,14 +43,16 @@ STOP_WITHIN_S = 5.0
 class Gateway:
     """What every page and socket of one gateway process shares."""
 
-    def __init__(self, bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0):
+    def __init__(self, bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0, limits: Limits | None = None):
         self.bus = bus
+        self.door = Door(limits)
         # People's rewards and messages, and the trials the lobby starts, are the gateway's to sign.
         bus.trust = Authenticator(bus.trust.keyring, role=GATEWAY)
         self.specs = dict(specs)
         self.base_url = base_url
         self.join_wait_s = join_wait_s
-        self.feed = Feed(bus)
+        self.feed = Feed(bus, self.door.limits)
+        self.decoded = Decoded(bus)  # records of events as events, once per process
         self.dashboard = Dashboard(bus)
         self.feed.watchers.append(self.dashboard.on_record)
         self.controller = Controller(bus, name="gateway")
@@ -76,6 +81,17 @@ class Gateway:
             out.append({"spec": spec.name, "environment": spec.trial.environment, "seats": seats})
         return out
 
+    async def seat_is_open(self, trial_id: str, actor: str) -> bool:
+        """Has no page joined this seat yet? Read from the trial's log (any instance may have
+        written the join), through the same bounded catch-up as a socket."""
+        async with self.feed.subscribe(trial_id, timeout=5) as records:
+            async for record in records:
+                if record is CAUGHT_UP:
+                    return True
+                if record.header(HEADER_KIND) == ActorJoined.KIND and isinstance(event := self.decoded(record), ActorJoined) and event.actor == actor:
+                    return False
+        return True
+
     async def start_with_person(self, spec_name: str, actor: str) -> tuple[str, str]:
         """Start a trial of ``spec_name`` with a person in ``actor``'s seat; (trial ID, join link)."""
         spec = self.specs.get(spec_name)
@@ -92,8 +108,8 @@ class Gateway:
         return trial_id, link(self.base_url, self.bus.trust.keyring, trial_id, actor)
 
 
-def build_app(bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0) -> Starlette:
-    gateway = Gateway(bus, specs, base_url=base_url, join_wait_s=join_wait_s)
+def build_app(bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0, limits: Limits | None = None) -> Starlette:
+    gateway = Gateway(bus, specs, base_url=base_url, join_wait_s=join_wait_s, limits=limits)
     app = Starlette(routes=ROUTES, lifespan=_lifespan(gateway))
     app.state.gateway = gateway
     return app
@@ -127,13 +143,22 @@ async def _stop(part) -> None:
         log.warning("a part of the gateway did not stop in time; left to the process exit", part=type(part).__name__, seconds=STOP_WITHIN_S)
 
 
-async def main(bus: Bus, specs: Mapping[str, Spec], *, host: str, port: int, base_url: str, health_port: int = 0) -> None:
+def server_config(app: Starlette, *, host: str, port: int, limits: Limits):
+    """uvicorn's settings for the gateway: sockets through wsproto (a handshake of any size gets
+    an HTTP status; see pyproject.toml), frames over the limit close 1009."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", ws="wsproto", ws_max_size=limits.frame_bytes,
+                          timeout_graceful_shutdown=STOP_WITHIN_S)  # fmt: skip
+
+
+async def main(bus: Bus, specs: Mapping[str, Spec], *, host: str, port: int, base_url: str, health_port: int = 0, limits: Limits | None = None) -> None:
     """Serve until SIGTERM/SIGINT (uvicorn handles the signals and closes the sockets)."""
     import uvicorn
 
-    app = build_app(bus, specs, base_url=base_url)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", ws_max_size=64 * 1024,
-                            timeout_graceful_shutdown=STOP_WITHIN_S)
+    limits = limits or Limits()
+    app = build_app(bus, specs, base_url=base_url, limits=limits)
+    config = server_config(app, host=host, port=port, limits=limits)
     health = Health()
     probes = await serve_health(health, port=health_port) if health_port else None
     watcher = asyncio.create_task(_watch_health(health, app.state.gateway))

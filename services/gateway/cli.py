@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from services.gateway.door import Limits
 from trialog.commands import add_health_port, command, require_extra, run_async, spec_files
 from trialog.settings import from_args
 
@@ -13,6 +14,7 @@ def add_cli(serve_subparsers) -> None:
     p.add_argument("--host", default=os.environ.get("TRIALOG_GATEWAY_HOST", "127.0.0.1"), help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     p.add_argument("--port", type=int, default=int(os.environ.get("TRIALOG_GATEWAY_PORT", "8000")), help="HTTP port (default 8000)")
     add_health_port(p)  # probes and metrics on their own port, like every service (the web port answers /livez and /readyz too)
+    Limits.add_flags(p)
 
     def do_gateway(args) -> int:
         require_extra("starlette", "gateway", "trialog serve gateway")
@@ -21,11 +23,15 @@ def add_cli(serve_subparsers) -> None:
         from trialog.bus import connect
         from trialog.spec import load_spec
 
+        try:
+            limits = Limits.from_args(args)
+        except ValueError as exc:
+            raise SystemExit(f"trialog serve gateway: {exc}") from None
         settings = from_args(args)
         bus = connect(settings)
         specs = {s.name: s for s in (load_spec(f, bus.store) for f in spec_files(args))}
         # Join links the lobby hands out start with --gateway-url (where people reach this gateway).
-        run_async(main(bus, specs, host=args.host, port=args.port, base_url=settings.gateway_url, health_port=args.health_port))
+        run_async(main(bus, specs, host=args.host, port=args.port, base_url=settings.gateway_url, health_port=args.health_port, limits=limits))
         return 0
 
     p.set_defaults(func=do_gateway)

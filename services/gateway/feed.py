@@ -10,6 +10,13 @@ resumes from the log.
 Ordering: a subscriber is registered on the tail *before* its catch-up reader
 measures the partition's end; records below that end come from the catch-up,
 records at or above it from the tail. Nothing is seen twice or missed.
+
+Bounds (:class:`~services.gateway.door.Limits`): catch-up reads run a few at a time
+per process, one per partition at a time on a reader kept for that partition, each
+within :data:`CATCHUP_WITHIN_S`; a subscriber's queue of live
+records is bounded, and a subscriber that falls further behind is dropped
+(:class:`~services.gateway.door.Refused` with the ``SLOW`` close code) rather than
+buffered without bound.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
+from services.gateway.door import LIMITED, SLOW, Limits, Refused
 from trialog.bus.base import Bus, Consumer, Record
 from trialog.errors import TrialError
 from trialog.events import TrialRecord
@@ -29,20 +37,46 @@ from trialog.topics import EVENTS, TRIALS
 log = get_logger(__name__)
 
 CAUGHT_UP = None  # marker a subscription yields once the trial's history has been read
+CATCHUP_WITHIN_S = 30.0  # a catch-up read (a trial's history to one page) that takes longer is dropped
 
 
 @dataclass(eq=False)
 class _Subscriber:
     trial_id: str
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    size: int  # the most live records kept waiting for this subscriber
+    queue: asyncio.Queue = field(init=False)
     live_from: int | None = None  # tail records below this offset came through the catch-up
+    overflowed: bool = False  # fell further behind than ``size``: dropped at its next read
+
+    def __post_init__(self) -> None:
+        self.queue = asyncio.Queue(self.size)
+
+    def put(self, record: Record) -> None:
+        if self.overflowed:
+            return
+        try:
+            self.queue.put_nowait(record)
+        except asyncio.QueueFull:
+            self.overflowed = True
+            self.queue = asyncio.Queue(1)  # what was waiting is dropped with the subscriber
+            self.queue.put_nowait(None)  # wakes a reader waiting on the queue
+
+    async def get(self) -> Record:
+        record = await self.queue.get()
+        if self.overflowed:
+            raise Refused(f"this page fell more than {self.size} events behind the trial; reload it", SLOW)
+        return record
 
 
 class Feed:
     """Started once per gateway process (``async with Feed(bus)``)."""
 
-    def __init__(self, bus: Bus):
+    def __init__(self, bus: Bus, limits: Limits | None = None):
         self.bus = bus
+        self.limits = limits or Limits()
+        self._catchups = asyncio.Semaphore(self.limits.catchups)
+        self._readers: dict[int, Consumer] = {}  # partition -> its catch-up reader (one catch-up at a time each)
+        self._reader_locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
         self.index: dict[str, TrialRecord] = {}
         self._index_changed = asyncio.Condition()
         self._subscribers: dict[str, set[_Subscriber]] = defaultdict(set)
@@ -62,6 +96,8 @@ class Feed:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for partition in list(self._readers):
+            await self._drop_reader(partition)
         if self._tail is not None:
             await self._tail.stop()
         await self.bus.stop()
@@ -119,49 +155,86 @@ class Feed:
                 for watch in self.watchers:
                     watch(record)
                 for sub in self._subscribers.get(record.trial_id, ()):
-                    if sub.live_from is not None and record.offset >= sub.live_from:
-                        sub.queue.put_nowait(record)
-                    elif sub.live_from is None:
-                        sub.queue.put_nowait(record)  # kept until the catch-up decides
+                    if sub.live_from is None or record.offset >= sub.live_from:
+                        sub.put(record)  # (before the catch-up ends: kept until it decides)
+
+    async def _reader(self, partition: int) -> Consumer:
+        """The catch-up reader of one ``events`` partition, started once and kept: a catch-up
+        seeks it rather than paying for a new Kafka consumer (connections, metadata) each time."""
+        reader = self._readers.get(partition)
+        if reader is None:
+            reader = self.bus.consumer([EVENTS], partitions=[partition])
+            await reader.start()
+            self._readers[partition] = reader
+        return reader
+
+    async def _drop_reader(self, partition: int) -> None:
+        reader = self._readers.pop(partition, None)
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                await reader.stop()
 
     @contextlib.asynccontextmanager
     async def subscribe(self, trial_id: str, *, timeout: float = 60) -> AsyncIterator[AsyncIterator[Record | None]]:
         """Every event of ``trial_id`` from its first, then live; :data:`CAUGHT_UP`
         (``None``) is yielded once between history and the live part."""
         indexed = await self.trial(trial_id, timeout)
-        sub = _Subscriber(trial_id)
+        sub = _Subscriber(trial_id, self.limits.send_queue)
         self._subscribers[trial_id].add(sub)
+        records = self._records(sub, indexed)
         try:
-            yield self._records(sub, indexed)
+            yield records
         finally:
+            # Close the reading now: a page that leaves mid-catch-up releases its reader here,
+            # not whenever the abandoned generator is collected.
+            with contextlib.suppress(Exception):
+                await records.aclose()
             self._subscribers[trial_id].discard(sub)
             if not self._subscribers[trial_id]:
                 del self._subscribers[trial_id]
 
     async def _records(self, sub: _Subscriber, indexed: TrialRecord) -> AsyncIterator[Record | None]:
         partition = indexed.partition
-        reader = self.bus.consumer([EVENTS], partitions=[partition])
-        await reader.start()
+        lock = self._reader_locks[partition]
         try:
+            await asyncio.wait_for(self._catchups.acquire(), self.limits.catchup_wait_s)
+            try:
+                await asyncio.wait_for(lock.acquire(), self.limits.catchup_wait_s)
+            except BaseException:
+                self._catchups.release()
+                raise
+        except TimeoutError:
+            raise Refused(f"this gateway is busy reading other trials for other pages (waited {self.limits.catchup_wait_s:g} s); try again", LIMITED) from None
+        try:
+            deadline = asyncio.get_running_loop().time() + CATCHUP_WITHIN_S
+            reader = await self._reader(partition)
             end = (await reader.end_offsets([(EVENTS, partition)]))[(EVENTS, partition)]
             reader.seek(EVENTS, partition, indexed.start_offset or 0)
             position = indexed.start_offset or 0
             while position < end:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise Refused(f"this page took over {CATCHUP_WITHIN_S:g} s to read the trial's history; reload it", SLOW)
                 for record in await reader.poll(timeout_ms=500):
                     position = record.next_offset
                     if record.offset >= end:
                         break
                     if record.trial_id == sub.trial_id:
                         yield record
+        except (Refused, GeneratorExit, asyncio.CancelledError):
+            raise
+        except Exception:
+            await self._drop_reader(partition)  # a fresh one for the next catch-up
+            raise
         finally:
-            await reader.stop()
+            lock.release()
+            self._catchups.release()
         # From here on the tail: drop what it queued that the catch-up already gave.
         sub.live_from = end
-        held, sub.queue = sub.queue, asyncio.Queue()
+        held, sub.queue = sub.queue, asyncio.Queue(sub.size)
         while not held.empty():
             record = held.get_nowait()
-            if record.offset >= end:
+            if record is not None and record.offset >= end:
                 sub.queue.put_nowait(record)
         yield CAUGHT_UP
         while True:
-            yield await sub.queue.get()
+            yield await sub.get()

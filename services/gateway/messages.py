@@ -121,15 +121,39 @@ class TrialView:
         return None
 
 
-def decode(bus: Bus, record: Record) -> Event | None:
-    """A record as an event, or None when it does not decode or was not written by a key
-    allowed to write it (its owner dead-letters it)."""
-    if bus.refusal(record) is not None:
-        return None
-    try:
-        event = bus.codec.decode(record.value, record.header(HEADER_KIND))
-    except CodecError:
-        return None
-    if isinstance(event, ResolvedTrial):
-        bus.trust.learn(event)  # the seats' keys: what the gateway writes for them is tagged with those
-    return event
+class Decoded:
+    """Records as events, checked and decoded once per gateway process: every socket of a
+    trial reads the same records (live from the shared tail, or in a catch-up), and the
+    tag check and Avro decode are the costly part of a record (bounded, newest kept)."""
+
+    KEPT = 8192
+
+    def __init__(self, bus: Bus):
+        self.bus = bus
+        self._events: dict[tuple[int, int], Event | None] = {}
+
+    def __call__(self, record: Record) -> Event | None:
+        """A record as an event, or None when it does not decode or was not written by a key
+        allowed to write it (its owner dead-letters it)."""
+        key = (record.partition, record.offset)
+        try:
+            return self._events[key]
+        except KeyError:
+            pass
+        event = self._decode(record)
+        if len(self._events) >= self.KEPT:
+            del self._events[next(iter(self._events))]
+        self._events[key] = event
+        return event
+
+    def _decode(self, record: Record) -> Event | None:
+        bus = self.bus
+        if bus.refusal(record) is not None:
+            return None
+        try:
+            event = bus.codec.decode(record.value, record.header(HEADER_KIND))
+        except CodecError:
+            return None
+        if isinstance(event, ResolvedTrial):
+            bus.trust.learn(event)  # the seats' keys: what the gateway writes for them is tagged with those
+        return event

@@ -8,12 +8,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from trialog.controller import join_link as link
+from services.gateway.door import Refused
 from services.gateway.sockets import seat_socket, watch_socket
 from trialog.errors import TrialogError
 
@@ -42,13 +44,26 @@ async def lobby(request: Request) -> JSONResponse:
 
 
 async def take_seat(request: Request) -> JSONResponse:
-    """A join link for one seat of a trial that waits for people."""
+    """A join link for an **open seat**: a client seat of a trial still waiting for people
+    (``pending``) that no page has joined. A seat with a holder, or any seat of a trial
+    that has started, is reached only with the link its starter was given."""
     gw: Gateway = request.app.state.gateway
     body = await _json(request)
-    trial_id, actor = str(body.get("trial", "")), str(body.get("actor", ""))
+    if isinstance(body, Response):
+        return body
+    trial_id, actor = str(body.get("trial", ""))[:128], str(body.get("actor", ""))[:64]
     record = gw.feed.index.get(trial_id)
     if record is None or actor not in gw.client_seats(record.spec, record.implementations):
         return JSONResponse({"error": f"trial {trial_id!r} has no seat {actor!r} for a person"}, status_code=404)
+    if record.status != "pending":
+        return JSONResponse({"error": f"trial {trial_id} is {record.status}: its seats are reached only with the join links its starter was given"},
+                            status_code=409)  # fmt: skip
+    try:
+        is_open = await gw.seat_is_open(trial_id, actor)
+    except (Refused, TrialogError) as exc:
+        return JSONResponse({"error": str(exc)}, status_code=503)
+    if not is_open:
+        return JSONResponse({"error": f"seat {actor} of trial {trial_id} is taken: ask whoever holds it, or the trial's starter"}, status_code=409)
     return JSONResponse({"url": link(gw.base_url, gw.bus.trust.keyring, trial_id, actor)})
 
 
@@ -56,6 +71,8 @@ async def new_trial(request: Request) -> JSONResponse:
     """Start a trial of a spec with the asker in one client seat; answers its join link."""
     gw: Gateway = request.app.state.gateway
     body = await _json(request)
+    if isinstance(body, Response):
+        return body
     try:
         trial_id, url = await gw.start_with_person(str(body.get("spec", "")), str(body.get("actor", "")))
     except TrialogError as exc:
@@ -63,12 +80,29 @@ async def new_trial(request: Request) -> JSONResponse:
     return JSONResponse({"trial": trial_id, "url": url})
 
 
-async def _json(request: Request) -> dict:
+async def _json(request: Request) -> dict | Response:
+    """A JSON API request's body as an object; the answer to send instead when it is over
+    the size limit, not JSON, or asked too often from one address."""
+    gw: Gateway = request.app.state.gateway
+    limit = gw.door.limits.body_bytes
+    why = gw.door.speak(request.client.host if request.client else "?", None)
+    if why is not None:
+        return JSONResponse({"error": why}, status_code=429)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return JSONResponse({"error": f"a request body is at most {limit} bytes"}, status_code=413)
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            return JSONResponse({"error": f"a request body is at most {limit} bytes"}, status_code=413)
     try:
-        body = await request.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
+        body = orjson.loads(bytes(data)) if data else {}
+    except orjson.JSONDecodeError:
+        return JSONResponse({"error": "the request body is not JSON"}, status_code=400)
+    if not isinstance(body, dict):
+        return JSONResponse({"error": "the request body is a JSON object"}, status_code=400)
+    return body
 
 
 async def dashboard(request: Request) -> JSONResponse:

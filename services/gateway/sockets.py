@@ -5,20 +5,28 @@ Both read the trial through :class:`~services.gateway.feed.Feed` from its first
 event, so a socket opened on any gateway instance, at any time, knows what the
 log knows: a reconnecting player gets the observation still waiting for an
 answer; a watcher of an ended trial gets the whole trial.
+
+Every socket passes :class:`~services.gateway.door.Door` first, and every message
+it sends gets one answer: applied, an ``error`` with the reason (the socket stays
+open), or a close with a code and a reason (docs/humans.md#limits lists them).
+Nothing a page sends reaches the ASGI server as an exception.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import re
+import time
 from typing import TYPE_CHECKING, Any
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+import orjson
+from starlette.responses import PlainTextResponse
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from services.gateway.door import INTERNAL, LIMITED, REFUSED, SLOW, Refused
 from services.gateway.feed import CAUGHT_UP
-from services.gateway.messages import TrialView, decode
+from services.gateway.messages import TrialView
 from services.gateway.seats import verify
 from trialog.errors import CodecError, TrialogError
 from trialog.events import (
@@ -32,6 +40,7 @@ from trialog.events import (
     View,
 )
 from trialog.logs import get_logger
+from trialog.rewards import reward_bounds_problem
 from trialog.runtime.trial import dumps, matches
 from trialog.trust import JoinToken, Seat, SeatBook, seat_headers
 
@@ -41,16 +50,9 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # a judge's name, a page's holder id
-REFUSED = 4403  # WebSocket close code for a refused seat (application range 4000-4999)
-
-
-class SeatRefused(TrialogError):
-    """A join was refused; the message is shown on the page as it is. ``held``: the seat
-    is someone else's, and the page may offer to take it over."""
-
-    def __init__(self, message: str, *, held: bool = False):
-        super().__init__(message)
-        self.held = held
+FLOOD = 50  # messages over the rate in a row: the socket is closed instead of answered again
+MAX_TICK = 2**31 - 1  # ticks travel as Avro ints
+MAX_TRIAL_ID = 128  # longer is no trial's ID: refused before any lookup
 
 
 class _SeatState:
@@ -65,6 +67,7 @@ class _SeatState:
         self.answered: set[int] = set()
         self.ended: TrialEnded | None = None
         self.view: View | None = None  # the latest, drawn first on a (re)connect
+        self.holder_seen_ms = 0  # when the log last heard from the seat's holder (a takeover waits for silence)
 
     @property
     def mine(self) -> bool:
@@ -78,19 +81,23 @@ class _SeatState:
             return None
         return obs
 
-    def fold(self, event, headers) -> None:
+    def fold(self, event, record) -> None:
         me = self.seat.actor
         match event:
             case ActorJoined(actor=a) if a == me:
-                holder, takeover = seat_headers(headers)
+                holder, takeover = seat_headers(record.headers)
                 refused, _ = self.holders.joined(self.seat.trial_id, a, holder, takeover)
                 if refused is None:
                     self.holder = holder
+                    self.holder_seen_ms = record.timestamp_ms
+            case Action(actor=a) | Reward(sender=a) | Message(sender=a) if a == me and self.holder is not None:
+                if seat_headers(record.headers)[0] == self.holder:
+                    self.holder_seen_ms = max(self.holder_seen_ms, record.timestamp_ms)
+                if isinstance(event, Action):
+                    self.answered.add(event.tick)
             case Observation(actor=a) if a == me:
                 if self.observation is None or event.tick >= self.observation.tick:
                     self.observation = event
-            case Action(actor=a) if a == me:
-                self.answered.add(event.tick)
             case View():
                 self.view = event
             case TrialEnded():
@@ -114,41 +121,141 @@ class _SeatState:
         return getattr(event, "actor", None) == me and event.KIND == "actor.timeout"
 
 
+class Page:
+    """One socket as the gateway holds it: sends bounded in time, refusals with a reason."""
+
+    def __init__(self, ws: WebSocket, gw: Gateway):
+        self.ws = ws
+        self.gw = gw
+        self.address = ws.client.host if ws.client else "?"
+
+    async def send(self, message: dict[str, Any]) -> None:
+        """Send one message; a page that does not take it within the limit is dropped."""
+        try:
+            await asyncio.wait_for(self.ws.send_text(orjson.dumps(message).decode()), self.gw.door.limits.send_timeout_s)
+        except TimeoutError:
+            raise Refused(f"this page did not read for {self.gw.door.limits.send_timeout_s:g} s", SLOW) from None
+
+    async def error(self, reason: str) -> None:
+        await self.send({"type": "error", "reason": reason})
+
+    async def refuse(self, reason: str, code: int = REFUSED, *, held: bool = False) -> None:
+        """Tell the page why (shown as it is), then close with ``code`` and the reason. Over a
+        limit before the handshake, the answer is HTTP 429 with the reason, the least work a
+        refusal can cost (a flood is refused at the door; a page retries with backoff)."""
+        if self.ws.application_state == WebSocketState.CONNECTING and code == LIMITED:
+            with contextlib.suppress(Exception):
+                await self.ws.send_denial_response(PlainTextResponse(reason, status_code=429))
+            return
+        with contextlib.suppress(Exception):
+            if self.ws.application_state == WebSocketState.CONNECTING:
+                await self.ws.accept()
+            await asyncio.wait_for(self.ws.send_text(orjson.dumps({"type": "refused", "reason": reason, "held": held}).decode()), 1.0)
+        with contextlib.suppress(Exception):
+            await self.ws.close(code, _close_reason(reason))
+
+    async def received(self, seat: tuple[str, str] | None):
+        """The JSON objects the page sends, until it goes away. Anything else — a binary
+        frame, text that is not a JSON object, JSON nested too deep, a message over the
+        rate — is answered with an ``error`` and the socket stays open; a flood closes it."""
+        door, over = self.gw.door, 0
+        while True:
+            message = await self.ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            why = door.speak(self.address, seat)
+            if why is not None:
+                over += 1
+                if over >= FLOOD:
+                    raise Refused(f"{why}; {FLOOD} in a row were refused", LIMITED)
+                await self.error(why)
+                continue
+            over = 0
+            text = message.get("text")
+            if text is None:
+                await self.error("send JSON objects in text frames")
+                continue
+            try:
+                msg = orjson.loads(text)
+            except orjson.JSONDecodeError as exc:
+                await self.error(f"not JSON: {exc}")
+                continue
+            if not isinstance(msg, dict):
+                await self.error("send JSON objects")
+            elif _deeper(msg, door.limits.json_depth):
+                await self.error(f"JSON nested deeper than {door.limits.json_depth} levels")
+            else:
+                yield msg
+
+
+def _close_reason(reason: str) -> str:
+    """A close frame's reason is at most 123 bytes of UTF-8."""
+    data = reason.encode()
+    return reason if len(data) <= 123 else data[:120].decode(errors="ignore") + "..."
+
+
+def _deeper(value: Any, limit: int) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict | list):
+            if depth > limit:
+                return True
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return False
+
+
+async def _guarded(ws: WebSocket, gw: Gateway, play) -> None:
+    """Run one socket: the door's refusals and people's mistakes are answered with a close
+    code and a reason; a failure of the gateway itself is logged and closes 1011."""
+    page = Page(ws, gw)
+    try:
+        gw.door.enter(page.address)
+    except Refused as exc:  # at the door, before any Kafka work; the page is told why
+        await page.refuse(exc.reason, exc.code)
+        return
+    try:
+        await play(page)
+    except Refused as exc:
+        await page.refuse(exc.reason, exc.code, held=exc.held)
+    except TrialogError as exc:  # a bad token, an unknown trial
+        await page.refuse(str(exc))
+    except WebSocketDisconnect:
+        pass
+    except Exception:
+        log.exception("a socket failed", path=ws.url.path, address=page.address)
+        await page.refuse("the gateway failed on this socket (logged); reload the page", INTERNAL)
+    finally:
+        gw.door.leave(page.address)
+
+
 async def seat_socket(ws: WebSocket) -> None:
     """``/ws/seat?token=T&holder=H[&takeover=1]``: play the seat the join token opens."""
     gw: Gateway = ws.app.state.gateway
-    await ws.accept()
-    seat: Seat | None = None
-    try:
+
+    async def play(page: Page) -> None:
         claims: JoinToken = verify(gw.bus.trust.keyring, ws.query_params.get("token", ""))
         holder = ws.query_params.get("holder", "")
         if not NAME.match(holder):
-            raise SeatRefused("the page gave no holder id (letters, digits, . _ -): reload it")
+            raise Refused("the page gave no holder id (letters, digits, . _ -): reload it")
         seat = Seat(claims.trial_id, claims.actor, holder, ws.query_params.get("takeover") == "1")
-        async with gw.feed.subscribe(seat.trial_id, timeout=gw.join_wait_s) as records:
-            await _play(ws, gw, _SeatState(seat), records)
-    except SeatRefused as exc:
-        await _refuse(ws, str(exc), held=exc.held)
-    except TrialogError as exc:  # a bad token, an unknown trial
-        await _refuse(ws, str(exc))
-    except WebSocketDisconnect:
-        pass
-    finally:
-        if seat is not None:
-            gw.bus.trust.release(seat.trial_id, seat.actor, seat.holder)
+        gw.door.sit(seat.trial_id, seat.actor, seat.holder, seat.takeover)
+        try:
+            await ws.accept()
+            async with gw.feed.subscribe(seat.trial_id, timeout=gw.join_wait_s) as records:
+                await _play(page, gw, _SeatState(seat), records)
+        finally:
+            if gw.door.stand(seat.trial_id, seat.actor, seat.holder):
+                gw.bus.trust.release(seat.trial_id, seat.actor, seat.holder)  # the holder's last page here closed
+
+    await _guarded(ws, gw, play)
 
 
-async def _refuse(ws: WebSocket, reason: str, *, held: bool = False) -> None:
-    with contextlib.suppress(Exception):
-        await ws.send_json({"type": "refused", "reason": reason, "held": held})
-        await ws.close(REFUSED)
-
-
-async def _play(ws: WebSocket, gw: Gateway, state: _SeatState, records) -> None:
+async def _play(page: Page, gw: Gateway, state: _SeatState, records) -> None:
     caught_up = asyncio.Event()
-    await _until_either(_seat_from_log(ws, gw, state, records, caught_up), _after(caught_up, lambda: _from_person(ws, gw, state)))
+    await _until_either(_seat_from_log(page, gw, state, records, caught_up), _after(caught_up, lambda: _from_person(page, gw, state)))
     with contextlib.suppress(Exception):
-        await ws.close()
+        await page.ws.close()
 
 
 async def _until_either(first, second) -> None:
@@ -170,44 +277,53 @@ async def _after(event: asyncio.Event, start) -> None:
     await start()
 
 
-async def _seat_from_log(ws: WebSocket, gw: Gateway, state: _SeatState, records, caught_up: asyncio.Event) -> None:
+async def _seat_from_log(page: Page, gw: Gateway, state: _SeatState, records, caught_up: asyncio.Event) -> None:
     async for record in records:
         if record is CAUGHT_UP:
             _check_seat(state)
             if state.ended is None:
                 await _take_seat(gw, state)
-            await ws.send_json({"type": "welcome", "actor": state.seat.actor, "holder": state.seat.holder, **state.trial.describe()})
+            await page.send({"type": "welcome", "actor": state.seat.actor, "holder": state.seat.holder, **state.trial.describe()})
             if state.ended is not None:
-                await ws.send_json(state.trial.message(state.ended))
+                await page.send(state.trial.message(state.ended))
                 return
             if state.view is not None:
-                await ws.send_json(state.trial.message(state.view))
+                await page.send(state.trial.message(state.view))
             if state.waiting is not None:
-                await ws.send_json(state.trial.message(state.waiting))
+                await page.send(state.trial.message(state.waiting))
             caught_up.set()
             continue
-        event = decode(gw.bus, record)
+        event = gw.decoded(record)
         if event is None:
             continue
         if isinstance(event, ResolvedTrial) and state.trial is None:
             state.trial = TrialView(gw.bus, event)
-        state.fold(event, record.headers)
+        state.fold(event, record)
         if caught_up.is_set() and state.holder is not None and not state.mine:
-            await ws.send_json({"type": "replaced", "reason": f"another page took seat {state.seat.actor} over"})
+            await page.send({"type": "replaced", "reason": f"another page took seat {state.seat.actor} over"})
             return
         if caught_up.is_set() and state.concerns(event):
             message = state.trial.message(event)
             if message is not None:
-                await ws.send_json(message)
+                await page.send(message)
             if isinstance(event, TrialEnded):
                 return
 
 
 async def _take_seat(gw: Gateway, state: _SeatState) -> None:
-    """Join (first holder, or a takeover) or resume (same holder) — the log decides who holds it."""
+    """Join (first holder, or a takeover) or resume (same holder) — the log decides who holds it.
+    A takeover needs the link and a holder silent for ``takeover_after_s`` (by the log: the
+    holder may be on another gateway instance); on this instance the door has already
+    refused it while the holder has a page open here."""
     seat = state.seat
-    if state.holder is not None and not state.mine and not seat.takeover:
-        raise SeatRefused(f"seat {seat.actor} is held by another page; take it over to play here", held=True)
+    if state.holder is not None and not state.mine:
+        if not seat.takeover:
+            raise Refused(f"seat {seat.actor} is held by another page; take it over to play here", REFUSED, held=True)
+        quiet_s = time.time() - state.holder_seen_ms / 1000
+        wait_s = gw.door.limits.takeover_after_s
+        if quiet_s < wait_s:
+            raise Refused(f"seat {seat.actor} is played by another page, heard from {quiet_s:.0f} s ago; "
+                          f"it can be taken over after {wait_s:g} s of silence", REFUSED, held=True)  # fmt: skip
     gw.bus.trust.hold(seat)  # what this gateway writes for the seat carries its key and holder
     if not state.mine:
         implementation = state.trial.resolved.actor(seat.actor).implementation
@@ -217,89 +333,115 @@ async def _take_seat(gw: Gateway, state: _SeatState) -> None:
 
 def _check_seat(state: _SeatState) -> None:
     if state.trial is None:
-        raise SeatRefused(f"trial {state.seat.trial_id} has not started")
+        raise Refused(f"trial {state.seat.trial_id} has not started")
     spec = next((a for a in state.trial.resolved.actors if a.name == state.seat.actor), None)
     if spec is None or not spec.client:
-        raise SeatRefused(f"trial {state.seat.trial_id} has no seat for a person named {state.seat.actor!r}")
+        raise Refused(f"trial {state.seat.trial_id} has no seat for a person named {state.seat.actor!r}")
 
 
-async def _received(ws: WebSocket):
-    """The JSON objects a page sends, until it goes away; anything else is answered with an error."""
-    while True:
-        try:
-            msg = await ws.receive_json()
-        except (WebSocketDisconnect, RuntimeError):
-            return
-        except ValueError:
-            msg = None
-        if isinstance(msg, dict):
-            yield msg
-        else:
-            await ws.send_json({"type": "error", "reason": "send JSON objects"})
+def _tick(value: Any) -> int | None:
+    """A tick a page sent, if it is one (JSON ``true`` is not 1; a tick fits Avro's int)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_TICK else None
 
 
-async def _from_person(ws: WebSocket, gw: Gateway, state: _SeatState) -> None:
+async def _from_person(page: Page, gw: Gateway, state: _SeatState) -> None:
     """What the person sends: actions, rewards and messages as their own actor, pings."""
     me, tid = state.seat.actor, state.seat.trial_id
-    async for msg in _received(ws):
+    async for msg in page.received((tid, me)):
         kind = msg.get("type")
         if kind == "ping":
-            await ws.send_json({"type": "pong", "t": msg.get("t")})
-        elif kind == "action":
-            tick = msg.get("tick")
-            waiting = state.waiting
-            if waiting is None or tick != waiting.tick:
-                await ws.send_json({"type": "error", "reason": f"no observation waiting for an action at tick {tick}"})
-                continue
-            try:
-                payload = state.trial.encode_action(me, msg.get("action"))
-            except CodecError as exc:
-                await ws.send_json({"type": "error", "reason": f"not a valid action: {exc}"})
-                continue
-            state.answered.add(tick)
-            await gw.publish(Action(tid, tick=tick, actor=me, payload=payload))
-        elif kind == "reward":
-            reward = _reward(msg, state.trial, sender=me, current_tick=state.observation.tick if state.observation else 0)
-            if isinstance(reward, str):
-                await ws.send_json({"type": "error", "reason": reward})
-            else:
-                await gw.publish(reward)
-        elif kind == "message" and isinstance(msg.get("payload"), dict) and isinstance(msg.get("receivers"), list):
-            tick = state.observation.tick if state.observation else 0
-            await gw.publish(Message(tid, tick=tick, sender=me, receivers=tuple(str(r) for r in msg["receivers"]),
-                                     message_id=f"{me}-{tick}-{msg.get('id', '')}", payload=dumps(msg["payload"])))  # fmt: skip
-        else:
-            await ws.send_json({"type": "error", "reason": f"unknown message type {kind!r}"})
+            t = msg.get("t")
+            await page.send({"type": "pong", "t": t if isinstance(t, int | float | str) and not isinstance(t, bool) else None})
+            continue
+        if kind not in ("action", "reward", "message"):
+            await page.error(f"unknown message type {str(kind)[:64]!r}: a seat sends action, reward, message or ping")
+            continue
+        if not state.mine or gw.bus.trust.holder(tid, me) != state.seat.holder:
+            await page.error(f"seat {me} is not held by this page")
+            continue
+        answer = _seat_record(msg, kind, state)
+        if isinstance(answer, str):
+            await page.error(answer)
+            continue
+        try:
+            await gw.publish(answer)
+        except TrialogError as exc:
+            await page.error(f"not written: {exc}")
+            continue
+        if isinstance(answer, Action):
+            state.answered.add(answer.tick)
+
+
+def _seat_record(msg: dict[str, Any], kind: str, state: _SeatState) -> Action | Reward | Message | str:
+    """The record a seat's message asks for, checked, or the reason it is refused."""
+    me, tid, trial = state.seat.actor, state.seat.trial_id, state.trial
+    current = state.observation.tick if state.observation else 0
+    if kind == "action":
+        tick, waiting = _tick(msg.get("tick")), state.waiting
+        if tick is None or waiting is None or tick != waiting.tick:
+            return f"no observation waiting for an action at tick {str(msg.get('tick'))[:32]}"
+        try:
+            payload = trial.encode_action(me, msg.get("action"))
+        except (CodecError, ValueError, TypeError, OverflowError) as exc:
+            return f"not a valid action: {str(exc)[:200]}"
+        return Action(tid, tick=tick, actor=me, payload=payload)
+    if kind == "reward":
+        return _reward(msg, trial, sender=me, current_tick=current)
+    receivers, payload = msg.get("receivers"), msg.get("payload")
+    if not isinstance(payload, dict) or not isinstance(receivers, list) or not receivers or not all(isinstance(r, str) for r in receivers):
+        return "a message has receivers (a list of actor names, class.* or *) and a payload (a JSON object)"
+    unknown = [r for r in receivers if r != "env" and not _reached(r, trial, sender=me)]
+    if unknown:
+        return f"no actor {unknown[0][:64]!r} to send to in this trial (a sender is never its own receiver)"
+    mid = msg.get("id", "")
+    if not isinstance(mid, str | int) or isinstance(mid, bool) or len(str(mid)) > 64:
+        return "a message id is a string or number of at most 64 characters"
+    return Message(tid, tick=current, sender=me, receivers=tuple(receivers), message_id=f"{me}-{current}-{mid}", payload=dumps(payload))
+
+
+def _reached(receiver: str, trial: TrialView, *, sender: str) -> list[str]:
+    """The actors an address reaches from ``sender`` (never the sender itself)."""
+    return [a for a, c in trial.class_of.items() if a != sender and matches(receiver, a, c)]
 
 
 def _reward(msg: dict[str, Any], trial: TrialView, *, sender: str, current_tick: int) -> Reward | str:
-    """A reward asked for by a person, checked (or the reason it is refused)."""
+    """A reward asked for by a person, checked (or the reason it is refused): the log's rules
+    (:func:`trialog.rewards.reward_bounds_problem`; a sender never rewards itself, not even
+    through ``*`` or its class), with a person's confidence in (0, 1]."""
     receiver, tick, value, confidence = msg.get("receiver"), msg.get("tick"), msg.get("value"), msg.get("confidence", 1.0)
-    names = set(trial.class_of)
-    classes = {f"{c}.*" for c in trial.class_of.values()}
-    if receiver not in names | classes | {"*"} or receiver == sender:
-        return f"no actor {receiver!r} to reward in this trial"
-    if not isinstance(tick, int) or isinstance(tick, bool) or not 0 <= tick <= current_tick:
+    if not isinstance(receiver, str) or receiver == sender or not _reached(receiver, trial, sender=sender):
+        return f"no actor {str(receiver)[:64]!r} to reward in this trial (a sender never rewards itself)"
+    if _tick(tick) is None or not tick <= current_tick:
         return f"tick must be a whole number from 0 to the current tick {current_tick}"
-    if not all(isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in (value, confidence)):
-        return "value and confidence must be finite numbers"
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in (value, confidence)):
+        return "value and confidence must be numbers"
+    value, confidence = float(value), float(confidence)
+    problem = reward_bounds_problem(value, confidence)
+    if problem is not None:
+        return problem
     if not 0 < confidence <= 1:
         return "confidence must be in (0, 1]"
-    return Reward(trial.resolved.trial_id, tick=tick, receiver=receiver, value=float(value), confidence=float(confidence), sender=sender)
+    return Reward(trial.resolved.trial_id, tick=tick, receiver=receiver, value=value, confidence=confidence, sender=sender)
 
 
 async def watch_socket(ws: WebSocket) -> None:
     """Every event of a trial from its first (history, then live), and the judge's rewards."""
     gw: Gateway = ws.app.state.gateway
-    await ws.accept()
-    state = _Watched()
-    try:
-        async with gw.feed.subscribe(ws.path_params["trial_id"], timeout=10) as records:
-            await _until_either(_watch_from_log(ws, gw, state, records), _after(state.trial_known, lambda: _judge(ws, gw, state)))
-    except TrialogError as exc:
-        await _refuse(ws, str(exc))
-    except WebSocketDisconnect:
-        pass
+
+    async def play(page: Page) -> None:
+        trial_id = ws.path_params["trial_id"]
+        if len(trial_id) > MAX_TRIAL_ID:
+            raise Refused(f"no trial has an ID of {len(trial_id)} characters", REFUSED)
+        gw.door.watch(trial_id)
+        try:
+            await ws.accept()
+            state = _Watched()
+            async with gw.feed.subscribe(trial_id, timeout=10) as records:
+                await _until_either(_watch_from_log(page, gw, state, records), _after(state.trial_known, lambda: _judge(page, gw, state)))
+        finally:
+            gw.door.unwatch(trial_id)
+
+    await _guarded(ws, gw, play)
 
 
 class _Watched:
@@ -309,18 +451,18 @@ class _Watched:
         self.tick = 0
 
 
-async def _watch_from_log(ws: WebSocket, gw: Gateway, state: _Watched, records) -> None:
+async def _watch_from_log(page: Page, gw: Gateway, state: _Watched, records) -> None:
     async for record in records:
         if record is CAUGHT_UP:
-            await ws.send_json({"type": "live"})
+            await page.send({"type": "live"})
             continue
-        event = decode(gw.bus, record)
+        event = gw.decoded(record)
         if event is None:
             continue
         if isinstance(event, ResolvedTrial):
             if state.trial is None:
                 state.trial = TrialView(gw.bus, event)
-                await ws.send_json({"type": "trial", **state.trial.describe()})
+                await page.send({"type": "trial", **state.trial.describe()})
                 state.trial_known.set()
             continue
         if state.trial is None:
@@ -328,21 +470,25 @@ async def _watch_from_log(ws: WebSocket, gw: Gateway, state: _Watched, records) 
         state.tick = max(state.tick, getattr(event, "tick", 0))
         message = state.trial.message(event)
         if message is not None:
-            await ws.send_json(message)
+            await page.send(message)
 
 
-async def _judge(ws: WebSocket, gw: Gateway, state: _Watched) -> None:
-    async for msg in _received(ws):
+async def _judge(page: Page, gw: Gateway, state: _Watched) -> None:
+    async for msg in page.received(None):
         if msg.get("type") != "reward":
-            await ws.send_json({"type": "error", "reason": "a watcher sends only rewards: {type: reward, judge, receiver, tick, value, confidence}"})
+            await page.error("a watcher sends only rewards: {type: reward, judge, receiver, tick, value, confidence}")
             continue
-        name = str(msg.get("judge", ""))
-        if not NAME.match(name):
-            await ws.send_json({"type": "error", "reason": "give your name (letters, digits, . _ -; up to 64) to judge"})
+        name = msg.get("judge")
+        if not isinstance(name, str) or not NAME.match(name):
+            await page.error("give your name (letters, digits, . _ -; up to 64) to judge")
             continue
         reward = _reward(msg, state.trial, sender=f"person:{name}", current_tick=state.tick)
         if isinstance(reward, str):
-            await ws.send_json({"type": "error", "reason": reward})
+            await page.error(reward)
             continue
-        await gw.publish(reward)
-        await ws.send_json({"type": "rewarded", "tick": reward.tick, "receiver": reward.receiver, "value": reward.value})
+        try:
+            await gw.publish(reward)
+        except TrialogError as exc:
+            await page.error(f"not written: {exc}")
+            continue
+        await page.send({"type": "rewarded", "tick": reward.tick, "receiver": reward.receiver, "value": reward.value})

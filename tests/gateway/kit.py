@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 import uvicorn
 import websockets
 
-from services.gateway.app import STOP_WITHIN_S, build_app
+from services.gateway.app import build_app, server_config
+from services.gateway.door import Limits
 from tests.conftest import free_ports
 from tests.harness import deployment
 from trialog.bus.base import Bus
@@ -21,13 +22,13 @@ from trialog.spec import Spec, load_spec
 
 
 @contextlib.asynccontextmanager
-async def gateway(bus: Bus, specs: list[Spec]) -> AsyncIterator[str]:
-    """Serve a gateway; yields its base URL (http://127.0.0.1:PORT)."""
+async def gateway(bus: Bus, specs: list[Spec], limits: Limits | None = None) -> AsyncIterator[str]:
+    """Serve a gateway (uvicorn configured as ``trialog serve gateway`` does); yields its base URL (http://127.0.0.1:PORT)."""
     port = free_ports(1)[0]
     base = f"http://127.0.0.1:{port}"
-    app = build_app(bus, {s.name: s for s in specs}, base_url=base, join_wait_s=30)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on",
-                                           timeout_graceful_shutdown=STOP_WITHIN_S))
+    limits = limits or Limits()
+    app = build_app(bus, {s.name: s for s in specs}, base_url=base, join_wait_s=30, limits=limits)
+    server = uvicorn.Server(server_config(app, host="127.0.0.1", port=port, limits=limits))
     task = asyncio.create_task(server.serve())
     try:
         while not server.started:
@@ -42,11 +43,11 @@ async def gateway(bus: Bus, specs: list[Spec]) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def people_deployment(settings: Settings, spec_file) -> AsyncIterator[tuple]:
+async def people_deployment(settings: Settings, spec_file, limits: Limits | None = None) -> AsyncIterator[tuple]:
     """Services for a spec and a gateway beside them, on the real broker: (bus, controller, gateway URL)."""
     bus = KafkaBus(settings)
     spec = load_spec(spec_file, bus.store)
-    async with deployment(bus, spec) as (_, ctl), gateway(KafkaBus(settings, bus.store), [spec]) as base:
+    async with deployment(bus, spec) as (_, ctl), gateway(KafkaBus(settings, bus.store), [spec], limits) as base:
         yield bus, ctl, base
 
 

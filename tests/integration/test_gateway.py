@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from trialog.controller import join_link as link
+from services.gateway.door import Limits
 from tests.gateway.kit import people_deployment, seat_url, socket
 from tests.integration.test_trials import read_trial
 from trialog.events import Action, ActorJoined, Reward
@@ -120,15 +121,19 @@ async def test_one_holder_per_seat_and_an_explicit_takeover(running):
         async with socket(seat_url(url, "phone")) as second:
             refused = await second.next("refused")
             assert refused["held"] and "held by another page" in refused["reason"]
-        # ...which it does: the first page is told, and the second plays on.
+        # ...but not while the holder's page is still there.
         async with socket(seat_url(url, "phone", takeover=True)) as second:
-            await second.next("welcome")
-            assert "took seat bob over" in (await first.next("replaced"))["reason"]
-            await play(second, "PAPER", until_tick=4)
+            refused = await second.next("refused")
+            assert refused["held"] and "still connected" in refused["reason"]
+    # Once the holder's page is closed and silent (10 s by default), the takeover goes through.
+    await asyncio.sleep(Limits().takeover_after_s + 0.5)
+    async with socket(seat_url(url, "phone", takeover=True)) as second:
+        await second.next("welcome")
+        await play(second, "PAPER", until_tick=4)
     await ctl.terminate(tid, hard=True)
     events = await read_trial(bus, tid)
     joins = [e for e in events if isinstance(e, ActorJoined)]
-    assert len(joins) == 2  # the first holder's join and the takeover; the refused page wrote nothing
+    assert len(joins) == 2  # the first holder's join and the takeover; the refused pages wrote nothing
 
 
 async def test_trial_start_prints_the_join_links_before_it_waits(running, kafka_settings):
