@@ -535,6 +535,11 @@ class Authenticator:
             del self._seats[(trial_id, actor)]
             self._forget_plans(trial_id)
 
+    def holder(self, trial_id: str, actor: str) -> str | None:
+        """Who this process writes a seat's records for (None: it plays no such seat)."""
+        seat = self._seats.get((trial_id, actor))
+        return seat.holder if seat is not None else None
+
     def actor_key(self, trial_id: str, actor: str) -> str | None:
         """The key id an actor of a trial writes with, if the trial is known."""
         if (trial_id, actor) in self._seats:
