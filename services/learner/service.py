@@ -42,7 +42,7 @@ import numpy as np
 from trialog import models
 from trialog.bus.base import Record
 from trialog.datalog.samples import TrialFold
-from trialog.events import Action, ActorTimeout, Event, Observation, Reward, TrialEnded, TrialStarted
+from trialog.events import Action, ActorJoined, ActorTimeout, Event, Observation, Reward, TrialEnded, TrialPending, TrialStarted
 from trialog.learn.memory import Transitions, transitions
 from trialog.logs import get_logger
 from trialog.runtime.service import Handler
@@ -65,7 +65,8 @@ class _Folding:
 
 
 class LearnerHandler(Handler):
-    kinds = frozenset({TrialStarted.KIND, Observation.KIND, Action.KIND, ActorTimeout.KIND, Reward.KIND, TrialEnded.KIND})
+    # trial.pending and actor.joined too: who holds a client seat decides which of its actions count (the fold's seat rule).
+    kinds = frozenset({TrialPending.KIND, TrialStarted.KIND, ActorJoined.KIND, Observation.KIND, Action.KIND, ActorTimeout.KIND, Reward.KIND, TrialEnded.KIND})
     batched = True  # off the tick path
 
     def __init__(self, implementation: str, policy_class: type, config: dict[str, Any], *, experiment: str = "", model_store: str = ""):
@@ -111,7 +112,7 @@ class LearnerHandler(Handler):
 
     # --- folding -----------------------------------------------------------------------------
     def wants(self, record: Record, kind: str | None) -> bool:
-        if kind in (TrialStarted.KIND, Reward.KIND) or not self.restored.is_set():
+        if kind in (TrialPending.KIND, TrialStarted.KIND, Reward.KIND) or not self.restored.is_set():
             return True
         return record.trial_id in self.trials
 
@@ -119,17 +120,18 @@ class LearnerHandler(Handler):
         if not self.restored.is_set():
             self._waiting.append((record, event))
             return
-        if isinstance(event, TrialStarted):
+        if isinstance(event, TrialPending | TrialStarted) and event.trial_id not in self.trials:
+            # From trial.pending when the trial has client seats: their joins come before its start.
             ours = tuple(a.name for a in event.actors if a.implementation == self.implementation)
-            if ours and event.phase in LEARN_PHASES and (not self.experiment or event.experiment == self.experiment) and event.trial_id not in self.trials:
+            if ours and event.phase in LEARN_PHASES and (not self.experiment or event.experiment == self.experiment):
                 folding = _Folding(TrialFold(event.trial_id, self.loop.bus.store), record.partition, record.offset, ours)
-                folding.fold.add(event)
+                folding.fold.add(event, record.headers)
                 self.trials[event.trial_id] = folding
             return
         folding = self.trials.get(event.trial_id) or (self.recent.get(event.trial_id) if isinstance(event, Reward) else None)
         if folding is None:
             return
-        folding.fold.add(event)
+        folding.fold.add(event, record.headers)
         if isinstance(event, Observation) and not self.on_policy and event.actor in folding.actors:
             self._stepped(record, folding, event.actor, event.tick - 1)
         elif isinstance(event, Reward):

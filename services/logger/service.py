@@ -82,7 +82,7 @@ class LoggerHandler(Handler):
         if trial is None:
             trial = self.trials[tid] = _Trial(TrialFold(tid, self.archive.store), record.partition, record.offset, record.timestamp_ms, record.timestamp_ms)
         trial.last_event_ms = max(trial.last_event_ms, record.timestamp_ms)
-        trial.fold.add(event)
+        trial.fold.add(event, record.headers)
         if isinstance(event, TrialEnded) and trial.ended_ms is None:
             trial.ended_ms = record.timestamp_ms
 

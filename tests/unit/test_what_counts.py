@@ -7,6 +7,7 @@ seat and restart parts on Kafka (tests/integration/test_what_counts.py)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 from pathlib import Path
 
@@ -20,15 +21,17 @@ from tests.unit.test_analytics_jobs import State
 from tests.unit.test_datalog import events_of
 from trialog.actor import EndEvent, MessageEvent, ObservationEvent, RewardEvent
 from trialog.bus.memory import MemoryBus
+from trialog.client import join
 from trialog.datalog.replay import read_trial
-from trialog.datalog.samples import RewardSource, Sample, apply_rewards
+from trialog.datalog.samples import RewardSource, Sample, TrialFold, apply_rewards
 from trialog.deadletters import message_problem, reward_problem
 from trialog.errors import TrialError
-from trialog.events import DeadLetter, Message, Reward
+from trialog.events import Action, DeadLetter, Message, Reward
 from trialog.rewards import MAX_CONFIDENCE, MAX_REWARD_VALUE, aggregate, reward_bounds_problem
 from trialog.runtime.trial import matches, reaches
 from trialog.spec import load_spec
 from trialog.topics import DEAD_LETTERS, EVENTS
+from trialog.trust import MAC_PREFIX, compute_tag, mac_input
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -246,3 +249,109 @@ async def test_an_environment_reward_out_of_bounds_ends_its_trial_with_the_reaso
         ended = await ctl.wait_ended(tid, timeout=20)
     assert ended.reason == "error" and "environment reward at tick 1 cannot count: reward value 2000000000000.0" in ended.details, ended
     assert not [e for e in events_of(bus, tid) if isinstance(e, Reward) and abs(e.value) > MAX_REWARD_VALUE]
+
+
+# --- the datalog counts exactly what the environment applied ---------------------------------------------
+
+SEAT_SPEC = f"""
+name: seat
+actor_classes:
+  player:
+    observation: {ROOT / "examples" / "rps_observation.avsc"}
+    action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
+    default_action: ROCK
+environments:
+  rps: {{entry: "services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
+actors:
+  random: {{entry: "services.actors.agents.rps_random:RandomPlayer"}}
+  human: {{client: true}}
+trial:
+  environment: rps
+  actors:
+    - {{name: alice, class: player, implementation: random}}
+    - {{name: bob, class: player, implementation: human}}
+  max_ticks: 6
+  response_timeout_ms: 400
+  timeout_policy: default_action
+  inactivity_timeout_ms: 20000
+  join_timeout_ms: 20000
+"""
+
+
+def holderless(bus, tid: str, tick: int, move: str) -> tuple:
+    """Bob's action for ``tick`` tagged with his seat's key but without the ``holder`` header:
+    genuine, yet not from the seat's holder (what the environment refuses)."""
+    action = Action(tid, tick=tick, actor="bob", payload=bus.store.encode("rps.Move", move))
+    value, headers = bus.codec.encode(action), action.headers()
+    tag = compute_tag(bus.trust.keyring.key("seat.bob", tid), mac_input(tid.encode(), dict(headers), value))
+    return (EVENTS, tid.encode(), value, [*headers, (MAC_PREFIX + "seat.bob", tag)])
+
+
+def applied_by_the_environment(samples: dict) -> dict[int, str]:
+    """Bob's move at each tick as the environment applied it: alice's next observation says it."""
+    return {t: samples[(t + 1, "alice")].observation["their_last_move"] for (t, a) in samples if a == "alice" and (t + 1, "alice") in samples}
+
+
+async def play_seat(bus, tid: str, refused_at: set[int], sent: list) -> str:
+    """Bob joins with holder bob-1 and plays PAPER, but at ``refused_at`` ticks his action
+    goes out without the holder header (and no proper one follows: the timeout decides)."""
+    async with join(bus, tid, "bob", holder="bob-1", timeout=20) as session:
+        async for event in session:
+            match event:
+                case ObservationEvent(final=False, tick=tick) if tick in refused_at:
+                    sent.extend(await bus.send_many([holderless(bus, tid, tick, "SCISSORS")]))
+                case ObservationEvent(final=False):
+                    session.act("PAPER")
+                case EndEvent(reason=reason):
+                    return reason
+    return "left"
+
+
+async def test_a_seat_action_the_environment_refused_is_no_played_action(bus, tmp_path):
+    (tmp_path / "seat.yaml").write_text(SEAT_SPEC)
+    spec = load_spec(tmp_path / "seat.yaml", bus.store)
+    sent: list = []
+    async with deployment(bus, spec) as (_, ctl):
+        tid = await ctl.start_trial("seat")
+        assert await play_seat(bus, tid, {1, 3}, sent) == "max_ticks"
+        await ctl.wait_ended(tid, timeout=20)
+        await wait_for(lambda: len(letters(bus, tid)) >= 2, timeout=10, what="the refused actions' letters")
+    assert [(d.offset, d.service) for d in letters(bus, tid)] == [(s.offset, "environment") for s in sent]
+    assert all("refused: action at tick" in d.reason and "holder" in d.reason for d in letters(bus, tid))
+    fold = await read_trial(bus, tid)
+    samples = {(s.tick, s.actor): s for s in fold.samples()}
+    bob = {t: (s.action, s.timed_out) for (t, a), s in samples.items() if a == "bob" and t < 6}
+    assert bob == {t: ("ROCK", True) if t in (1, 3) else ("PAPER", False) for t in range(6)}
+    assert {t: m for t, (m, _) in bob.items()} == applied_by_the_environment(samples)
+    assert fold.check() == []
+
+
+async def test_the_fold_applies_the_environments_action_rules(bus):
+    spec = load_spec(ROOT / "examples" / "rps.yaml", bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tid = await ctl.start_trial("rps", seed=4, max_ticks=6)
+        ended = await ctl.wait_ended(tid, timeout=20)
+    records = [r for r in bus.records(EVENTS) if r.trial_id == tid]
+    events = [(bus.codec.decode(r.value, r.header("kind")), r.headers) for r in records]
+
+    def at(kind, tick, actor):
+        return next(i for i, (e, _) in enumerate(events) if e.KIND == kind and (e.tick, e.actor) == (tick, actor))
+
+    real = events[at("action", 2, "alice")][0]
+    # Right after alice's observation of tick 2, an action whose payload does not decode in
+    # her class's schema; and after the last (final) observations, an answer to them.
+    events.insert(at("observation", 2, "alice") + 1, (dataclasses.replace(real, payload=b"\xc3\x01garbage"), ()))
+    final = events[at("observation", ended.tick, "bob")][0]
+    assert final.final
+    events.insert(at("observation", ended.tick, "bob") + 1, (Action(tid, tick=ended.tick, actor="bob", payload=real.payload), ()))
+    fold = TrialFold(tid, bus.store)
+    for event, headers in events:
+        fold.add(event, headers)
+    samples = {(s.tick, s.actor): s for s in fold.samples()}
+    assert samples[(2, "alice")].action_avro == real.payload and not samples[(2, "alice")].timed_out
+    assert samples[(ended.tick, "bob")].action_avro is None
+    assert fold.problems == [] and fold.check() == []
+    # What the environment applied, tick by tick (the other player's next observation says it).
+    for me, other in (("alice", "bob"), ("bob", "alice")):
+        for t in range(ended.tick):
+            assert samples[(t, me)].action == samples[(t + 1, other)].observation["their_last_move"]

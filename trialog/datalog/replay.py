@@ -99,7 +99,7 @@ def feed(fold: TrialFold, bus: Bus, record: Record) -> None:
         return
     if isinstance(event, ResolvedTrial):
         bus.trust.learn(event)  # who plays whom: what the trial's next records are checked against
-    fold.add(event)
+    fold.add(event, record.headers)
 
 
 async def read_trial(bus: Bus, trial_id: str) -> TrialFold:

@@ -14,10 +14,17 @@ an event for an actor the trial does not have — each becomes a line in
 The fold keeps what the runtime applied, by the same rules:
 
 - the action of (tick, actor) is the first ``action`` or ``actor.timeout`` logged
-  *after* the actor's observation of that tick (an action sent early is not an
-  answer; the environment dead-letters it); a timeout with the
+  *after* the actor's observation of that tick that the environment applies, by
+  the environment's rules (:meth:`trialog.runtime.environment.EnvironmentHandler._on_action`):
+  an action sent early, a second one, one answering a ``final`` observation (the
+  actor has left, or the trial is over), one whose payload does not decode in the
+  class's action schema, and — for a client seat — one without the ``holder``
+  header of the seat's current holder (:class:`trialog.trust.SeatBook`, from the
+  ``actor.joined`` records) is not an answer: the environment dead-letters it and
+  later applies the timeout policy, which the sample shows. A timeout with the
   ``default_action`` policy stands for the class's default action
-  (``timed_out=True`` on the sample);
+  (``timed_out=True`` on the sample). So :meth:`TrialFold.add` takes each record's
+  headers with its event;
 - a reward or message counts if it passes the owner's rules
   (:func:`trialog.deadletters.reward_problem`, ``message_problem``): a reward
   for a tick to come, out of bounds, naming its sender, or for an address that
@@ -35,7 +42,7 @@ nothing (I-8).
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,6 +53,7 @@ from trialog.deadletters import message_problem, reward_problem
 from trialog.errors import CodecError
 from trialog.events import (
     Action,
+    ActorJoined,
     ActorTimeout,
     Event,
     Message,
@@ -57,6 +65,7 @@ from trialog.events import (
 )
 from trialog.rewards import aggregate
 from trialog.runtime.trial import ClassSchemas, class_schemas, reaches
+from trialog.trust import SeatBook, seat_headers
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +193,8 @@ class TrialFold:
         self.schemas: dict[str, ClassSchemas] = {}
         self._classes: dict[str, str] = {}
         self._impls: dict[str, str] = {}
+        self._clients: frozenset[str] = frozenset()  # client seats: their actions count only from their holder
+        self._seats = SeatBook()  # who holds each seat, from the actor.joined records (as the environment keeps it)
         self._observations: dict[tuple[int, str], Observation] = {}
         self._actions: dict[tuple[int, str], Action | ActorTimeout] = {}
         self._expected_at: dict[int, list[str]] = {}  # tick -> actors observed then (not finally): the barrier
@@ -196,7 +207,10 @@ class TrialFold:
         self.events = 0  # records of this trial read, duplicates included
 
     # --- input -------------------------------------------------------------------------
-    def add(self, event: Event) -> None:
+    def add(self, event: Event, headers: Sequence[tuple[str, bytes]] = ()) -> None:
+        """Fold one event, read in log order; ``headers``: its record's headers (the seat
+        rule reads the ``holder`` of ``actor.joined`` and of a client seat's actions: an
+        action folded without them does not count for a seat)."""
         self.events += 1
         if self.ended is not None and not isinstance(event, Reward | TrialEnded):
             return  # after the end only (retroactive) rewards count
@@ -214,9 +228,12 @@ class TrialFold:
                         self._expected_at.setdefault(event.tick, []).append(event.actor)
                     self.tick = max(self.tick, event.tick)
             case Action() | ActorTimeout():
-                if self._known(event.actor, event) and (event.tick, event.actor) in self._observations:
-                    self._actions.setdefault((event.tick, event.actor), event)
+                key = (event.tick, event.actor)
+                if self._known(event.actor, event) and key not in self._actions and self._answers(key, event, headers):
+                    self._actions[key] = event
                     self._maybe_stepped(event.tick)
+            case ActorJoined():
+                self._seats.joined(self.trial_id, event.actor, *seat_headers(headers))
             case ParametersChanged():
                 self._parameters(event)
             case Reward():
@@ -226,6 +243,27 @@ class TrialFold:
             case Message():
                 if message_problem(event, self.tick, self._classes if self.started is not None else None) is None:
                     self._messages.setdefault(event.tick, {}).setdefault(event.identity, event)
+
+    def _answers(self, key: tuple[int, str], event: Action | ActorTimeout, headers: Sequence[tuple[str, bytes]]) -> bool:
+        """Does the environment apply this action (or timeout) as the actor's answer at its
+        tick? Its observation is logged before it and is not final; an action from a seat
+        carries its holder; an action's payload decodes in the class's schema."""
+        observation = self._observations.get(key)
+        if observation is None or observation.final:
+            return False
+        if isinstance(event, ActorTimeout):
+            return True
+        actor = event.actor
+        if actor in self._clients and self._seats.refuses(self.trial_id, actor, seat_headers(headers)[0]) is not None:
+            return False
+        schemas = self.schemas.get(self._classes[actor])
+        if schemas is None:
+            return False
+        try:
+            self.store.decode(event.payload, schemas.action)
+        except CodecError:
+            return False
+        return True
 
     def _cut_after(self, last: int) -> None:
         """The end's tick is the trial's last. An orchestrator ending a trial (wall clock,
@@ -269,6 +307,7 @@ class TrialFold:
         self.started = started
         self._classes = {a.name: a.actor_class for a in started.actors}
         self._impls = {a.name: a.implementation for a in started.actors}
+        self._clients = frozenset(a.name for a in started.actors if a.client)
         self.tick = max(self.tick, 0)  # rewards and messages may address tick 0 from the start, as the orchestrator judges
         try:
             self.schemas = class_schemas(self.store, started)
