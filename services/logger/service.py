@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 from trialog.bus.base import Record
 from trialog.datalog.archive import Archive
+from trialog.datalog.replay import recall_start
 from trialog.datalog.samples import TrialFold
 from trialog.errors import TrialogError
-from trialog.events import Event, Reward, TrialEnded, TrialPending, TrialStarted
+from trialog.events import HEADER_SENDER, Event, Reward, TrialEnded, TrialPending, TrialStarted
 from trialog.logs import get_logger
 from trialog.runtime.service import Handler
 from trialog.topics import EVENTS
@@ -71,6 +72,21 @@ class LoggerHandler(Handler):
             return kind == Reward.KIND and record.offset >= entry["cut_offset"]
         # A trial that started before our resume point was archived; other records are not trials.
         return record.trial_id in self.trials or kind in _FIRST
+
+    def recall(self, record: Record, kind: str | None):
+        """A late reward from an actor of an archived trial whose actors this process has not
+        read (it was archived before this process took the partition): learn them from the
+        trial's ``trial.started`` first, or the reward's tag could not be checked and the
+        archive would miss a reward that replay counts (I-7)."""
+        if kind != Reward.KIND:
+            return None
+        entry = self.archive.entry(record.trial_id)
+        if entry is None or record.offset < entry["cut_offset"]:
+            return None
+        sender = record.header(HEADER_SENDER)
+        if all(a["name"] != sender for a in entry["actors"]) or self.loop.bus.trust.actor_key(record.trial_id, sender) is not None:
+            return None
+        return recall_start(self.loop.bus, record.trial_id, entry["partition"], entry["start_offset"], entry["cut_offset"])
 
     def handle(self, record: Record, event: Event) -> None:
         tid = record.trial_id

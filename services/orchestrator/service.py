@@ -8,7 +8,9 @@ environment's word, max ticks, terminate requests, inactivity and wall-clock
 limits — each with its reason in ``trial.ended``.
 
 It keeps a few numbers per live trial (no spec, no payloads), and rebuilds them
-from the log when it takes over a partition (I-7). It owns the dead letters of
+from the log when it takes over a partition (I-7); a trial that ended before that is
+recalled from the log when a late reward for it comes (:meth:`OrchestratorHandler.recall`),
+so that the reward is judged as it was before. It owns the dead letters of
 ``control``, of lifecycle kinds, rewards and messages, of unknown kinds and of
 every record of a trial that is not running (:mod:`trialog.deadletters`).
 """
@@ -24,10 +26,12 @@ from services.orchestrator.resolve import resolve
 from trialog import metrics
 from trialog.bus.base import Record
 from trialog.deadletters import ORCHESTRATOR, message_problem, owner_of, reward_problem
-from trialog.errors import BadRecord, CodecError, TrialError
+from trialog.datalog.replay import recall_end, recall_start
+from trialog.errors import BadRecord, CodecError, TopicMissingError, TrialError
 from trialog.events import (
     BY_KIND,
     HEADER_RECEIVER,
+    HEADER_SENDER,
     HEADER_TICK,
     Action,
     ActorJoined,
@@ -55,7 +59,8 @@ from trialog.trust import SeatBook, seat_headers
 
 log = get_logger(__name__)
 
-_RECENTLY_ENDED = 10_000  # ended trials remembered (ID -> last tick): late rewards, duplicates, stragglers
+_RECENTLY_ENDED = 10_000  # ended trials remembered (ID -> last tick, actors): late rewards, duplicates, stragglers
+_ENDED_OFFSETS_KEPT = 1_000_000  # ended trials whose offsets are remembered (to recall one from the log: two ints each)
 ENVIRONMENT_TIMEOUT_S = 30.0  # a running trial with no observation by then has no environment service
 
 
@@ -109,6 +114,12 @@ class OrchestratorHandler(Handler):
         self.ended: OrderedDict[str, tuple[int, Mapping[str, str]]] = OrderedDict()
         self.deferred: dict[int, list[tuple[Record, Event]]] = {}
         self.seats = SeatBook()
+        # Ended trials of our partitions -> (offset of their first resolved record, of their trial.ended):
+        # where to recall one from the log when a late reward comes for a trial not in `ended`
+        # (it ended before this process took its partition, or long ago). From the `trials`
+        # index, read again after each assignment when first needed, and from the ends we read.
+        self.ended_at: dict[str, tuple[int, int]] = {}
+        self.index_read = False
 
     def owns(self, record: Record, kind: str | None) -> bool:
         if record.role == CONTROL or owner_of(kind) == ORCHESTRATOR:
@@ -117,6 +128,63 @@ class OrchestratorHandler(Handler):
         if trial is None or trial.status == "pending":
             return True  # not running: nobody else hosts it
         return kind == Observation.KIND and record.header(HEADER_RECEIVER) not in trial.served
+
+    def recall(self, record: Record, kind: str | None):
+        """A late reward for a trial we do not hold: recall the trial from the log first (I-7),
+        so that it is judged as it was before this process took the partition."""
+        if kind != Reward.KIND or record.role != EVENTS:
+            return None
+        tid = record.trial_id
+        if tid in self.live_trials or tid in self.requested:
+            return None
+        ended = self.ended.get(tid)
+        if ended is not None:
+            sender = record.header(HEADER_SENDER)
+            if sender not in ended[1] or self.loop.bus.trust.actor_key(tid, sender) is not None:
+                return None  # known, and so are the keys of its actors
+        elif self.index_read and tid not in self.ended_at:
+            return None  # not a trial that ended in our partitions (an unknown trial ID)
+        return self._recall(record.partition, tid)
+
+    async def _recall(self, partition: int, tid: str) -> None:
+        bus = self.loop.bus
+        if not self.index_read:
+            await self._read_index()
+        where = self.ended_at.get(tid)
+        if where is None:
+            return
+        start, end = where
+        started = await recall_start(bus, tid, partition, start, end + 1)
+        ended = await recall_end(bus, tid, partition, end)
+        if ended is None:
+            log.warning("the trials index names an end the log does not hold", trial=tid, partition=partition, offset=end)
+            return
+        actors = {a.name: a.actor_class for a in started.actors} if started is not None else {}
+        self._remember_ended(tid, ended.tick if started is not None else -1, actors)
+        log.info("ended trial recalled from the log for a late reward", trial=tid, tick=ended.tick)
+
+    async def _read_index(self) -> None:
+        """Where the ended trials of our partitions lie in ``events``, from the ``trials`` index."""
+        ours = {p for role, p in self.loop.parts if role == EVENTS}
+        codec = self.loop.bus.codec
+        try:
+            async for r in self.loop.bus.read_to_end(TRIALS):
+                try:
+                    entry = codec.decode(r.value, TrialRecord.KIND) if r.value else None
+                except CodecError:
+                    continue
+                if entry is None:
+                    self.ended_at.pop(r.trial_id, None)
+                elif entry.status == "ended" and entry.partition in ours and entry.start_offset is not None and entry.end_offset is not None:
+                    self._ended_offsets(r.trial_id, entry.start_offset, entry.end_offset)
+        except TopicMissingError:
+            pass
+        self.index_read = True
+
+    def _ended_offsets(self, tid: str, start: int, end: int) -> None:
+        self.ended_at[tid] = (start, end)
+        while len(self.ended_at) > _ENDED_OFFSETS_KEPT:
+            del self.ended_at[next(iter(self.ended_at))]
 
     def glance(self, record: Record, kind: str) -> None:
         trial = self.live_trials.get(record.trial_id)
@@ -331,6 +399,7 @@ class OrchestratorHandler(Handler):
                 return  # a repeat: changes nothing
             raise BadRecord(f"trial.ended for trial {event.trial_id!r}, which is not running ({self._why_not(event.trial_id)})")
         self._remember_ended(event.trial_id, event.tick if trial.status != "pending" else -1, trial.actors)
+        self._ended_offsets(event.trial_id, trial.start_offset, record.offset)
         if self.loop.is_live(EVENTS, record.partition):
             metrics.TRIALS_ENDED.labels(event.reason).inc()
             log.info("trial ended", trial=event.trial_id, spec=trial.spec, reason=event.reason, tick=event.tick, details=event.details)
@@ -367,6 +436,10 @@ class OrchestratorHandler(Handler):
                 self._end(tid, trial, "wall_clock", trial.tick, f"ran longer than {trial.wall_clock_ms} ms")
             elif trial.inactivity_ms is not None and self._inactive(trial, mono):
                 self._end(tid, trial, "inactivity", trial.tick, f"no event for {trial.inactivity_ms} ms")
+
+    def assigned(self, role: str, partition: int) -> None:
+        if role == EVENTS:
+            self.index_read = False  # trials may have ended in it under another instance: read the index again when needed
 
     def live(self, role: str, partition: int) -> None:
         if role == EVENTS:

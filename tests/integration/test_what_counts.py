@@ -5,15 +5,21 @@ never both (tests/unit/test_what_counts.py has the rules in memory)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from tests.conftest import wait_for
 from tests.harness import deployment
 from tests.integration.fixtures import rps_with_a_seat
 from trialog.actor import EndEvent, ObservationEvent
 from trialog.bus.kafka import KafkaBus
+from trialog.campaign import start_service, stop_services, wait_ready
 from trialog.client import join
+from trialog.controller import Controller
+from trialog.datalog.archive import Archive
 from trialog.datalog.replay import read_trial
-from trialog.events import Action
+from trialog.events import Action, Reward
 from trialog.spec import load_spec
 from trialog.topics import EVENTS
 from trialog.trust import MAC_PREFIX, Authenticator, Keyring, compute_tag, mac_input, mint_join_token
@@ -92,3 +98,69 @@ async def wait_for_letters(bus: KafkaBus, tid: str, count: int) -> list[dict]:
             return found
     raise AssertionError(f"{len(found)} dead letters for {tid}, wanted {count}: {found}")
 
+
+
+# --- a late reward after an orchestrator restart ---------------------------------------------------------
+
+SPEC = str(Path(__file__).resolve().parent / "trialtest.yaml")
+
+
+def late_rewards(tid: str, tick: int) -> list[Reward]:
+    """Retroactive rewards for ``tick`` of an ended trial: two that count (from an actor of the
+    trial, and from a judge outside it) and two that do not (naming a stranger, out of bounds)."""
+    return [
+        Reward(tid, tick=tick, receiver="bob", value=2.0, sender="alice"),
+        Reward(tid, tick=tick, receiver="alice", value=3.0, sender="judge"),
+        Reward(tid, tick=tick, receiver="carol", value=5.0, sender="judge"),
+        Reward(tid, tick=tick, receiver="*", value=1e13, sender="judge"),
+    ]
+
+
+def counted(samples, tick: int) -> set[tuple[str, str, float]]:
+    """The rewards of samples at ``tick`` (but the environment's): (sender, receiver, value)."""
+    return {(r.sender, r.receiver, r.value) for s in samples if s.tick == tick for r in s.reward_sources if r.sender != "env"}
+
+
+async def test_a_late_reward_after_a_restart_is_judged_and_archived_as_before_it(kafka_settings, tmp_path):
+    """A trial ends; the orchestrator and the logger processes restart (each resumes past the
+    ended trial and no longer holds it); retroactive rewards for a past tick then come, from
+    an actor of the trial and from a judge. The orchestrator letters exactly what it lettered
+    before the restart and nothing else; replay and the archive count exactly the rest."""
+    bus = KafkaBus(kafka_settings)
+    await bus.create_topics()
+    archive_dir = tmp_path / "archive"
+    services = {"orchestrator": ["orchestrator"], "environment": ["environment"], "actors": ["actors"],
+                "logger": ["logger", "--archive-dir", str(archive_dir), "--grace", "0.5"]}  # fmt: skip
+    procs, ports = {}, {}
+    for name, args in services.items():
+        procs[name], ports[name] = start_service(kafka_settings, SPEC, args, tmp_path / f"{name}.log")
+    try:
+        wait_ready(procs, ports, tmp_path)
+        async with Controller(bus) as ctl:
+            tid = await ctl.start_trial("trialtest", seed=2, max_ticks=5)
+            assert (await ctl.wait_ended(tid, timeout=60)).tick == 5
+            before = await bus.publish_all(EVENTS, late_rewards(tid, 1))  # judged by the processes that saw the trial
+            letters = await wait_for_letters(bus, tid, 2)
+            archive = Archive(archive_dir)
+            await wait_for(lambda: archive.refresh() or archive.entry(tid) is not None, timeout=30, what="the trial archived")
+            for name in ("orchestrator", "logger"):  # they resume past the ended trial, which they no longer hold
+                procs[name].terminate()
+                procs[name].wait(timeout=30)
+                procs[name], ports[name] = start_service(kafka_settings, SPEC, services[name], tmp_path / f"{name}-2.log")
+            wait_ready(procs, ports, tmp_path)
+            after = await bus.publish_all(EVENTS, late_rewards(tid, 2))
+            letters = await wait_for_letters(bus, tid, 4)
+            await wait_for(lambda: archive.refresh() or len(counted(archive.read(tid).samples, 2)) >= 2, timeout=20, what="the two late rewards that count archived")
+        fold = await read_trial(bus, tid)
+    finally:
+        stop_services(procs.values())
+    by_offset = {(d["partition"], d["offset"]): d["reason"] for d in letters}
+    assert len(letters) == 4, "\n".join(f"{d['offset']}: {d['reason']}" for d in letters)
+    for delivered in (before, after):
+        assert [(d.partition, d.offset) in by_offset for d in delivered] == [False, False, True, True], by_offset
+    assert "addresses no actor" in by_offset[(after[2].partition, after[2].offset)]
+    assert "value 10000000000000.0" in by_offset[(after[3].partition, after[3].offset)]
+    # Counted exactly what was not lettered, after the restart as before it, in replay and in the archive.
+    counts = {("alice", "bob", 2.0), ("judge", "alice", 3.0)}
+    archived = archive.read(tid).samples
+    assert counted(fold.samples(), 1) == counted(fold.samples(), 2) == counted(archived, 1) == counted(archived, 2) == counts

@@ -15,6 +15,7 @@ import pytest
 
 from services.analytics.jobs import fold_trial
 from services.environment.games.rps import RockPaperScissors
+from services.orchestrator.main import loop_for as orchestrator_loop
 from tests.conftest import wait_for
 from tests.harness import deployment
 from tests.unit.test_analytics_jobs import State
@@ -355,3 +356,38 @@ async def test_the_fold_applies_the_environments_action_rules(bus):
     for me, other in (("alice", "bob"), ("bob", "alice")):
         for t in range(ended.tick):
             assert samples[(t, me)].action == samples[(t + 1, other)].observation["their_last_move"]
+
+
+# --- a late reward after an orchestrator restart ------------------------------------------------------
+
+
+async def test_a_restarted_orchestrator_judges_a_late_reward_as_before(bus):
+    spec = load_spec(ROOT / "examples" / "rps.yaml", bus.store)
+    async with deployment(bus, spec) as (d, ctl):
+        tid = await ctl.start_trial("rps", seed=9, max_ticks=4)
+        await ctl.wait_ended(tid, timeout=20)
+        # Another trial ends after it: the restarted orchestrator resumes past both.
+        other = await ctl.start_trial("rps", seed=10, max_ticks=2)
+        await ctl.wait_ended(other, timeout=20)
+        await asyncio.sleep(1.2)  # a commit
+        [old] = [loop for loop in d.loops if loop.group == "orchestrator"]
+        old.stop()
+        await d.tasks[d.loops.index(old)]
+        d.loops.remove(old)
+        [new] = d.add([orchestrator_loop(bus, [spec])])
+        await asyncio.wait_for(new.ready.wait(), 10)
+        assert tid not in new.handler.ended and tid not in new.handler.live_trials
+        late = [
+            Reward(tid, tick=2, receiver="alice", value=3.0, sender="judge"),  # counts
+            Reward(tid, tick=2, receiver="alice", value=1e13, sender="judge2"),  # out of bounds
+            Reward(tid, tick=5, receiver="bob", value=1.0, sender="judge3"),  # past the end's tick
+        ]
+        for reward in late:
+            await bus.publish(EVENTS, reward)
+        await wait_for(lambda: len(letters(bus, tid)) >= 2, timeout=10, what="the late rewards' letters")
+        await asyncio.sleep(0.3)
+    reasons = sorted(d.reason for d in letters(bus, tid))
+    assert len(reasons) == 2 and "value 10000000000000.0" in reasons[1] and "between 0 and the current one (4)" in reasons[0], reasons
+    assert new.handler.ended[tid] == (4, {"alice": "player", "bob": "player"})  # recalled from the log
+    fold = await read_trial(bus, tid)
+    assert [(r.sender, r.value) for s in fold.samples() for r in s.reward_sources if r.sender.startswith("judge")] == [("judge", 3.0)]

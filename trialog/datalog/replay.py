@@ -21,6 +21,7 @@ its sample was yielded are not reflected (replay it again, or read the archive).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable
 
 from trialog.bus.base import Bus, Record
@@ -28,26 +29,72 @@ from trialog.controller import Controller
 from trialog.datalog.samples import Sample, TrialFold
 from trialog.deadletters import check_headers
 from trialog.errors import CodecError
-from trialog.events import HEADER_KIND, HEADER_RECEIVER, HEADER_TICK, ResolvedTrial, TrialRecord
+from trialog.events import HEADER_KIND, HEADER_RECEIVER, HEADER_TICK, ResolvedTrial, TrialEnded, TrialRecord, TrialStarted
 from trialog.topics import EVENTS
 
 
-async def partition_records(bus: Bus, partition: int, start: int) -> AsyncIterator[Record]:
-    """Every record of one ``events`` partition from ``start`` to its current end."""
+async def partition_records(bus: Bus, partition: int, start: int, stop: int | None = None) -> AsyncIterator[Record]:
+    """Every record of one ``events`` partition from ``start`` to its current end (or to
+    ``stop``, excluded, if that comes first)."""
     consumer = bus.consumer([EVENTS], partitions=[partition])
     await consumer.start()
     try:
         consumer.seek(EVENTS, partition, start)
         end = (await consumer.end_offsets([(EVENTS, partition)]))[(EVENTS, partition)]
+        if stop is not None:
+            end = min(end, stop)
         position = start
         while position < end:
             for record in await consumer.poll(timeout_ms=500):
+                if stop is not None and record.offset >= end:
+                    return
                 position = record.next_offset
                 yield record
             # Offsets with no record (retention, compaction, control markers) still count as read.
             position = max(position, consumer.position_hint(EVENTS, partition) or 0)
     finally:
         await consumer.stop()
+
+
+async def recall_start(bus: Bus, trial_id: str, partition: int, start: int, stop: int | None = None) -> TrialStarted | None:
+    """The genuine ``trial.started`` of a trial, read from ``start`` (the offset of its first
+    resolved record, as the ``trials`` index has it) to ``stop``; None if the trial ended
+    before it started. ``bus.trust`` learns its actors. What a service that took a
+    partition after a trial ended needs to judge the trial's late records as it did
+    before (I-7): who its actors are, and which keys tag their rewards. Records that are
+    forged or do not decode are passed over, as every reader passes them over."""
+    async with contextlib.aclosing(partition_records(bus, partition, start, stop)) as records:
+        async for record in records:
+            if record.trial_id != trial_id or record.header(HEADER_KIND) not in (TrialStarted.KIND, TrialEnded.KIND):
+                continue
+            event = _genuine(bus, record)
+            if isinstance(event, TrialStarted):
+                bus.trust.learn(event)
+                return event
+            if isinstance(event, TrialEnded):
+                return None
+    return None
+
+
+async def recall_end(bus: Bus, trial_id: str, partition: int, end: int) -> TrialEnded | None:
+    """The genuine ``trial.ended`` of a trial at offset ``end`` (as the ``trials`` index has it), or None."""
+    async with contextlib.aclosing(partition_records(bus, partition, end, end + 1)) as records:
+        async for record in records:
+            event = _genuine(bus, record) if record.trial_id == trial_id else None
+            return event if isinstance(event, TrialEnded) else None
+    return None
+
+
+def _genuine(bus: Bus, record: Record):
+    """The record's event, if its tags and headers hold and it decodes; else None."""
+    if bus.refusal(record) is not None:
+        return None
+    try:
+        event = bus.codec.decode(record.value, record.header(HEADER_KIND))
+        check_headers(record.key, record.headers, event)
+    except CodecError:
+        return None
+    return event
 
 
 async def trial_records(bus: Bus, trial_id: str, *, follow: bool = False, start: int | None = None) -> AsyncIterator[Record]:

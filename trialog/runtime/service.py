@@ -15,6 +15,13 @@ catch-up ends, whatever was expected and never logged — the work the dead
 instance did not finish — is sent. Replayed outputs that differ from the logged
 ones are reported (the environment's determinism check).
 
+**Recalling an ended trial (I-7).** The safe point moves past a trial once it has
+ended, so a new owner of the partition never reads it; yet a retroactive reward for it
+may come any time. A handler that must judge such a record as the trial's earlier owner
+did defines :meth:`Handler.recall`: the loop awaits what it returns — reading the
+trial's ``trial.started`` and ``trial.ended`` from the log, where the ``trials`` index
+says they are — before it checks and handles the record, in log order.
+
 **Emitting.** ``emit`` buffers; one flusher sends buffered events in order in one
 round trip, so a handler that emits several events for one input costs one hop.
 
@@ -34,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 
 from trialog import metrics
@@ -91,6 +98,15 @@ class Handler:
 
     def glance(self, record: Record, kind: str) -> None:
         """A record of a kind this handler does not decode (headers only, cheap)."""
+
+    def recall(self, record: Record, kind: str | None) -> Awaitable[None] | None:
+        """Before a record is judged: if this handler must first learn something of the
+        record's trial from the log — e.g. a late reward for a trial that ended before this
+        process took the partition (I-7) — an awaitable that learns it; the loop awaits it,
+        in log order, then handles the record. None (the default, and the common case):
+        nothing to learn. Only called for handlers that define it, and not for records a
+        previous owner judged already. Runs for every record: keep the None path cheap."""
+        return None
 
     def assigned(self, role: str, partition: int) -> None:
         """A partition is ours; its catch-up begins."""
@@ -159,6 +175,7 @@ class ServiceLoop:
         # orchestrator its lifecycle records: a third of what a tick costs otherwise).
         self._echo: dict[tuple[bytes, bytes], tuple[tuple, Event]] = {}
         self._stopping = asyncio.Event()
+        self._recalls = type(handler).recall is not Handler.recall  # see Handler.recall
         self.consumer: Consumer | None = None
         self.ready = asyncio.Event()  # set once the first assignment's catch-up is done
         self.turned_at = time.monotonic()  # end of the last turn of the loop: liveness (trialog.runtime.host)
@@ -207,6 +224,8 @@ class ServiceLoop:
                 # host would otherwise move in lockstep, one side idle while the other works).
                 records = await self.consumer.poll(timeout_ms=int(self.tick_interval * 1000), max_records=BITE)
                 for record in records:
+                    if self._recalls:
+                        await self._recall(record)
                     self._process(record)
                 now = time.monotonic()
                 # A poll served from records already fetched returns without giving the event
@@ -230,6 +249,17 @@ class ServiceLoop:
             await self._drain_and_commit()
             await self.consumer.stop()
             await self.handler.close()
+
+    async def _recall(self, record: Record) -> None:
+        part = self.parts.get((record.role, record.partition))
+        if part is None or record.problem is not None or 0 <= record.offset < part.judged:
+            return  # revoked, unreadable, or judged by a previous owner: nothing to decide
+        waiting = self.handler.recall(record, record.header(HEADER_KIND))
+        if waiting is not None:
+            try:
+                await waiting
+            except Exception:  # the record is judged on what the handler knows, as before
+                log.exception("recalling a trial from the log failed", service=self.handler.service_name, trial=record.trial_id)
 
     def _process(self, record: Record) -> None:
         key = (record.role, record.partition)
