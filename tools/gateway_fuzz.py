@@ -174,6 +174,7 @@ class Report:
     seconds: float = 0.0
     commit: str = ""
     attempts: list[tuple[int, str, str, str, str]] = field(default_factory=list)  # (ms when judged, kind, verdict, label, detail)
+    log_checked: Counter = field(default_factory=Counter)  # what the log check read: trials, samples, rewards and messages counted
 
     def kind(self, name: str) -> Kind:
         return self.kinds.setdefault(name, Kind())
@@ -243,6 +244,7 @@ class Report:
             lines.append(f"{name}: seconds to the first answer (p50, max): " + ", ".join(f"{k.split('_')[0]} {v[0]}, {v[1]}" for k, v in waits.items()))
         lines.append(f"limits {'advertised by the gateway' if self.limits_advertised else 'not advertised by the gateway: judged against assumed'}: "
                      + ", ".join(f"{k} {v:g}" for k, v in sorted(self.limits.items())))  # fmt: skip
+        lines.append("read from the log: " + ", ".join(f"{n} {what}" for what, n in self.log_checked.items()))
         for tb in self.tracebacks:
             lines.append(f"  gateway log: {tb}")
         for ex in self.exited:
@@ -278,6 +280,7 @@ class Report:
             "rss_mb": self.rss_mb,
             "flood": self.flood,
             "crowds": self.crowds,
+            "log_checked": dict(self.log_checked),
             "gateway_tracebacks": self.tracebacks,
             "exited": self.exited,
             "limits": self.limits,
@@ -856,9 +859,8 @@ class Trials:
 
 
 class Attack:
-    def __init__(self, args: argparse.Namespace, settings: Settings, port: int, report: Report, bus: KafkaBus, ctl: Controller):
+    def __init__(self, args: argparse.Namespace, port: int, report: Report, bus: KafkaBus, ctl: Controller):
         self.args = args
-        self.settings = settings
         self.port = port
         self.report = report
         self.bus = bus
@@ -866,7 +868,6 @@ class Attack:
         self.within = args.answer_within
         self.tries = 2 if args.short else 5
         self.trials = Trials()
-        self.links: dict[str, str] = {}
         self.markers: dict[float, str] = {}  # reward value -> the kind that sent it
         self.pages: list[Page] = []  # kept open until the end (holders)
         self.limits = report.limits
@@ -1290,6 +1291,11 @@ async def check_trial(bus: KafkaBus, trial_id: str, refused_actions: set[int], m
         report.logged("log: unattributed", f"{trial_id}: no trial.started")
         return
     actors = {a.name: a.actor_class for a in fold.started.actors}
+    seen = report.log_checked
+    seen["trials"] += 1
+    seen["rewards counted"] += sum(len(by) for by in getattr(fold, "_rewards", {}).values())
+    seen["messages counted"] += sum(len(by) for by in getattr(fold, "_messages", {}).values())
+    seen["refused actions"] += len(refused_actions)
 
     def blame(value: float | None) -> str:
         return markers.get(value, "log: unattributed") if value is not None else "log: unattributed"
@@ -1309,6 +1315,7 @@ async def check_trial(bus: KafkaBus, trial_id: str, refused_actions: set[int], m
                         kind = "log: unattributed"
                     report.logged(kind, f"{trial_id}: message from {message.sender} to {receiver!r} at tick {tick} counts")
     samples = fold.samples()
+    seen["samples"] += len(samples)
     for s in samples:
         for source in s.reward_sources:
             if source.sender == s.actor:
@@ -1399,7 +1406,7 @@ async def run(args: argparse.Namespace, settings: Settings, folder: Path) -> Rep
     with services(settings, folder, port) as procs:
         rss = RssWatch(procs["gateway"].pid)
         async with bus, Controller(bus, name="gateway-fuzz") as ctl, contextlib.AsyncExitStack() as cleanup:
-            attack = Attack(args, settings, port, report, bus, ctl)
+            attack = Attack(args, port, report, bus, ctl)
             cleanup.callback(attack.stop_honest)
             honest = await attack.set_up(folder)
             # The attacker's own client work (300 handshakes, 20,000 frames) runs at a lower CPU
@@ -1445,10 +1452,9 @@ async def run(args: argparse.Namespace, settings: Settings, folder: Path) -> Rep
             out.write(json.dumps(dict(zip(("ms", "kind", "verdict", "label", "detail"), attempt))) + "\n")
     async with bus:
         letters = await dead_letters(bus)
-        refused = {(l.partition, l.offset) for l in letters if l.topic == settings.topic(EVENTS) and l.headers.get("kind") == b"action"}
+        refused = {(letter.key, letter.offset) for letter in letters if letter.topic == settings.topic(EVENTS) and letter.headers.get("kind") == b"action"}
         for tid in attack.trials.attacked():
-            partition = bus.partition_of(tid)
-            await check_trial(bus, tid, {o for p, o in refused if p == partition}, attack.markers, report)
+            await check_trial(bus, tid, {offset for key, offset in refused if key == tid.encode()}, attack.markers, report)
         report.honest = await honest_figures(bus, attack.trials.honest, page, yaml.safe_load(SPEC.read_text())["trial"]["tick_interval_ms"], phases)
         records = await flood_records(bus, attack.trials.flood)
     report.flood["records"] = records
