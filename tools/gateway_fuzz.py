@@ -229,7 +229,8 @@ class Report:
         h = self.honest
         during = ", ".join(f"{n} during {p}" for p, n in h.get("timeouts_during", {}).items())
         lines.append(f"honest seat: {h.get('ticks', 0)} ticks in the log, {h.get('timeouts', '?')} timed out{' (' + during + ')' if during else ''}; "
-                     f"{h.get('actions', 0)} actions sent; observation -> its action written p50 {h.get('observation_to_action_p50_ms', '-')} / "
+                     f"{h.get('actions', 0)} actions sent, {h.get('round_trips', 0)} round trips (action sent -> next observation, paced by the tick) "
+                     f"p50 {h.get('p50_ms', '-')} / p99 {h.get('p99_ms', '-')} ms; observation -> its action written p50 {h.get('observation_to_action_p50_ms', '-')} / "
                      f"p99 {h.get('observation_to_action_p99_ms', '-')} / max {h.get('observation_to_action_max_ms', '-')} ms (the tick is {h.get('tick_ms')} ms); "
                      f"drops {len(h.get('drops', []))}, errors {len(h.get('errors', []))}; load average {h.get('load_average')}")  # fmt: skip
         for name, d in h.get("by_phase", {}).items():
