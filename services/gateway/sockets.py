@@ -40,8 +40,8 @@ from trialog.events import (
     View,
 )
 from trialog.logs import get_logger
-from trialog.rewards import reward_bounds_problem
-from trialog.runtime.trial import dumps, matches
+from trialog.deadletters import message_problem, reward_problem
+from trialog.runtime.trial import dumps, reaches
 from trialog.trust import JoinToken, Seat, SeatBook, seat_headers
 
 if TYPE_CHECKING:
@@ -112,10 +112,10 @@ class _SeatState:
                 return True
             case Observation(actor=a):
                 return a == me
-            case Reward(receiver=r):
-                return matches(r, me, cls)
+            case Reward(receiver=r, sender=s):
+                return reaches(r, s, me, cls)
             case Message(sender=s, receivers=rs):
-                return s != me and any(matches(r, me, cls) for r in rs)
+                return any(reaches(r, s, me, cls) for r in rs)
             case TrialEnded():
                 return True
         return getattr(event, "actor", None) == me and event.KIND == "actor.timeout"
@@ -390,38 +390,29 @@ def _seat_record(msg: dict[str, Any], kind: str, state: _SeatState) -> Action | 
     receivers, payload = msg.get("receivers"), msg.get("payload")
     if not isinstance(payload, dict) or not isinstance(receivers, list) or not receivers or not all(isinstance(r, str) for r in receivers):
         return "a message has receivers (a list of actor names, class.* or *) and a payload (a JSON object)"
-    unknown = [r for r in receivers if r != "env" and not _reached(r, trial, sender=me)]
-    if unknown:
-        return f"no actor {unknown[0][:64]!r} to send to in this trial (a sender is never its own receiver)"
     mid = msg.get("id", "")
     if not isinstance(mid, str | int) or isinstance(mid, bool) or len(str(mid)) > 64:
         return "a message id is a string or number of at most 64 characters"
-    return Message(tid, tick=current, sender=me, receivers=tuple(receivers), message_id=f"{me}-{current}-{mid}", payload=dumps(payload))
-
-
-def _reached(receiver: str, trial: TrialView, *, sender: str) -> list[str]:
-    """The actors an address reaches from ``sender`` (never the sender itself)."""
-    return [a for a, c in trial.class_of.items() if a != sender and matches(receiver, a, c)]
+    message = Message(tid, tick=current, sender=me, receivers=tuple(receivers), message_id=f"{me}-{current}-{mid}", payload=dumps(payload))
+    return message_problem(message, current, trial.class_of) or message
 
 
 def _reward(msg: dict[str, Any], trial: TrialView, *, sender: str, current_tick: int) -> Reward | str:
-    """A reward asked for by a person, checked (or the reason it is refused): the log's rules
-    (:func:`trialog.rewards.reward_bounds_problem`; a sender never rewards itself, not even
-    through ``*`` or its class), with a person's confidence in (0, 1]."""
+    """A reward asked for by a person, checked (or the reason it is refused): the log's rule
+    (:func:`trialog.deadletters.reward_problem`: within bounds, for a tick up to the current
+    one, never to its sender, not even through ``*`` or its class), with a person's
+    confidence in (0, 1]."""
     receiver, tick, value, confidence = msg.get("receiver"), msg.get("tick"), msg.get("value"), msg.get("confidence", 1.0)
-    if not isinstance(receiver, str) or receiver == sender or not _reached(receiver, trial, sender=sender):
-        return f"no actor {str(receiver)[:64]!r} to reward in this trial (a sender never rewards itself)"
-    if _tick(tick) is None or not tick <= current_tick:
+    if not isinstance(receiver, str) or len(receiver) > 200:
+        return "a reward has a receiver: an actor's name, class.* or *"
+    if _tick(tick) is None:
         return f"tick must be a whole number from 0 to the current tick {current_tick}"
     if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in (value, confidence)):
         return "value and confidence must be numbers"
-    value, confidence = float(value), float(confidence)
-    problem = reward_bounds_problem(value, confidence)
-    if problem is not None:
-        return problem
     if not 0 < confidence <= 1:
         return "confidence must be in (0, 1]"
-    return Reward(trial.resolved.trial_id, tick=tick, receiver=receiver, value=value, confidence=confidence, sender=sender)
+    reward = Reward(trial.resolved.trial_id, tick=tick, receiver=receiver, value=float(value), confidence=float(confidence), sender=sender)
+    return reward_problem(reward, current_tick, trial.class_of) or reward
 
 
 async def watch_socket(ws: WebSocket) -> None:
