@@ -78,3 +78,18 @@ def seat_url(link: str, holder: str = "page-1", *, takeover: bool = False) -> st
     """The seat socket behind a join link, for one holder (what play.js opens)."""
     base, _, query = link.partition("/play?")
     return f"{base}/ws/seat?{query}&holder={holder}" + ("&takeover=1" if takeover else "")
+
+
+async def play(seat: Socket, move: str = "PAPER", *, until_tick: int | None = None) -> list[int]:
+    """Answer every observation with ``move`` at once; stop at the end, when the seat is
+    refused or taken over, or after ``until_tick``. Returns the ticks answered."""
+    answered = []
+    while True:
+        msg = await seat.next("observation", "end", "replaced", "refused")
+        if msg["type"] != "observation":
+            return answered
+        if not msg["final"]:
+            await seat.send({"type": "action", "tick": msg["tick"], "action": move})
+            answered.append(msg["tick"])
+            if until_tick is not None and msg["tick"] >= until_tick:
+                return answered

@@ -13,7 +13,7 @@ import pytest
 
 from trialog.controller import join_link as link
 from services.gateway.door import Limits
-from tests.gateway.kit import people_deployment, seat_url, socket
+from tests.gateway.kit import people_deployment, play, seat_url, socket
 from tests.integration.test_trials import read_trial
 from trialog.events import Action, ActorJoined, Reward
 from trialog.trust import Keyring
@@ -26,20 +26,6 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 async def running(kafka_settings):
     async with people_deployment(kafka_settings, EXAMPLES / "rps.yaml") as running:
         yield running
-
-
-async def play(seat, move: str, *, until_tick: int | None = None) -> list[int]:
-    """Answer every observation with ``move``; stop at the end (or after ``until_tick``)."""
-    answered = []
-    while True:
-        msg = await seat.next("observation", "end")
-        if msg["type"] == "end":
-            return answered
-        if not msg["final"]:
-            await seat.send({"type": "action", "tick": msg["tick"], "action": move})
-            answered.append(msg["tick"])
-            if until_tick is not None and msg["tick"] >= until_tick:
-                return answered
 
 
 async def test_a_person_plays_reconnects_and_the_log_has_their_moves(running):

@@ -17,7 +17,7 @@ import websockets
 
 from services.gateway.door import LIMITED, Limits
 from tests.conftest import free_ports
-from tests.gateway.kit import people_deployment, seat_url, socket
+from tests.gateway.kit import people_deployment, play, seat_url, socket
 from trialog.bus.kafka import KafkaBus
 from trialog.campaign import create_topics, local_services
 from trialog.controller import Controller
@@ -36,20 +36,6 @@ LIMITS = Limits(takeover_after_s=1.0, sockets_per_seat=4, watchers_per_trial=8, 
 async def running(kafka_settings):
     async with people_deployment(kafka_settings, SPEC, LIMITS) as running:
         yield running
-
-
-async def play(seat, *, until_tick: int | None = None, move: str = "PAPER") -> list[int]:
-    """Answer every observation at once; stop at the end (or after ``until_tick``)."""
-    answered = []
-    while True:
-        msg = await seat.next("observation", "end", "replaced", "refused")
-        if msg["type"] != "observation":
-            return answered
-        if not msg["final"]:
-            await seat.send({"type": "action", "tick": msg["tick"], "action": move})
-            answered.append(msg["tick"])
-            if until_tick is not None and msg["tick"] >= until_tick:
-                return answered
 
 
 async def seat_link(bus, ctl, base, **start) -> tuple[str, str]:
