@@ -22,6 +22,8 @@ WORKDIR /src
 # docs or the chart never rebuild the image.
 COPY pyproject.toml README.md ./
 COPY schemas ./schemas
+COPY examples ./examples
+COPY presets ./presets
 COPY services ./services
 COPY trialog ./trialog
 RUN /opt/trialog/bin/pip install --no-cache-dir ".[envs,datalog,learn]"

@@ -28,7 +28,7 @@ pip_install \
     "helm-python-sdk>=0.2.2,<0.3" \
     "kubernetes-validate>=1.30" \
     "jsonschema>=4.18" \
-    "hatchling>=1.21" \
+    "setuptools>=69" \
     "pyyaml>=6.0" \
     "pytest>=8" \
     "pytest-asyncio>=0.23"

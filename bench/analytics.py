@@ -32,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # runnable as `python bench/analytics.py` from anywhere
 
-from services.analytics.app import build  # noqa: E402
-from services.analytics.jobs import KINDS  # noqa: E402
+from trialog.services.analytics.app import build  # noqa: E402
+from trialog.services.analytics.jobs import KINDS  # noqa: E402
 from trialog import metrics  # noqa: E402
 from trialog.analytics import quix_connection, read_results  # noqa: E402
 from trialog.bus.kafka import KafkaBus  # noqa: E402

@@ -146,7 +146,7 @@ def orchestrator_bytes_per_trial(bus: Bus, spec, trials: int) -> tuple[float, in
     ``trials`` trials driven through start request → trial.started (records and
     emitted events are dropped before the second snapshot, so only the handler's
     own state is counted). Returns (bytes per trial, live trials)."""
-    from services.orchestrator.service import OrchestratorHandler
+    from trialog.services.orchestrator.service import OrchestratorHandler
 
     handler = OrchestratorHandler({spec.name: spec})
     handler.loop = loop = _DiscardingLoop(bus)

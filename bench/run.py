@@ -133,8 +133,8 @@ async def bench_overcooked(settings: Settings, args, logdir: Path, out: dict) ->
     try:
         from cogrid.envs.registry import make  # noqa: F401
 
-        import services.actors.agents.random_agent
-        import services.environment.adapters.pettingzoo  # noqa: F401
+        import trialog.services.actors.agents.random_agent
+        import trialog.services.environment.adapters.pettingzoo  # noqa: F401
     except ImportError as exc:
         out["overcooked"] = {"error": f"n/a (adapter not available: {exc})"}
         return

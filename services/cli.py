@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import argparse
 
-from services.actors import cli as actors
-from services.analytics import cli as analytics
-from services.environment import cli as environment
-from services.gateway import cli as gateway
-from services.learner import cli as learner
-from services.logger import cli as logger
-from services.orchestrator import cli as orchestrator
+from trialog.services.actors import cli as actors
+from trialog.services.analytics import cli as analytics
+from trialog.services.environment import cli as environment
+from trialog.services.gateway import cli as gateway
+from trialog.services.learner import cli as learner
+from trialog.services.logger import cli as logger
+from trialog.services.orchestrator import cli as orchestrator
 
 
 def add_commands(sub: argparse._SubParsersAction, serve: argparse._SubParsersAction) -> None:

@@ -7,9 +7,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from services.actors.host import loops_for as actor_loops
-from services.environment.host import loops_for as env_loops
-from services.orchestrator.main import loop_for as orchestrator_loop
+from trialog.services.actors.host import loops_for as actor_loops
+from trialog.services.environment.host import loops_for as env_loops
+from trialog.services.orchestrator.main import loop_for as orchestrator_loop
 from trialog.bus.base import Bus
 from trialog.controller import Controller
 from trialog.runtime.service import ServiceLoop

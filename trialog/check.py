@@ -7,7 +7,7 @@ before serving it, and see what would break (in the spirit of PettingZoo's
     from trialog.check import check_environment
 
     report = check_environment(
-        "services.environment.adapters.pettingzoo:PettingZooEnvironment",
+        "trialog.services.environment.adapters.pettingzoo:PettingZooEnvironment",
         {"env": "pettingzoo.classic.rps_v2:parallel_env"},
     )
     print(report)               # one line per check, PASS or FAIL with the reason

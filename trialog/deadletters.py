@@ -29,7 +29,7 @@ them, so the table resolves to one service per record. The only gap is a
 running trial whose environment (or actor implementation) no service hosts:
 its environment-owned records have no owner until the orchestrator ends the
 trial for want of an environment (see ``environment_timeout_s`` in
-:mod:`services.orchestrator.service`).
+:mod:`trialog.services.orchestrator.service`).
 
 **Headers are never trusted without the body.** Headers only let a service
 skip records cheaply; a record a service acts on is decoded, and its headers

@@ -18,7 +18,14 @@ from pathlib import Path
 
 from trialog.settings import Settings
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+def _examples_dir() -> Path:
+    """The shipped examples: inside the package when installed from a wheel, at the top of
+    the repository in a checkout (as the schemas, trialog.codec.schemas_dir)."""
+    here = Path(__file__).resolve().parent
+    return next((d for d in (here / "examples", here.parent / "examples") if d.is_dir()), here.parent / "examples")
+
+
+EXAMPLES = _examples_dir()
 
 # spec file -> implementation pairings compared by the campaign
 DEMOS = {

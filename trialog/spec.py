@@ -17,7 +17,7 @@ what is wrong.
       rps: {entry: "trialog.examples.rps:RockPaperScissors", config: {rounds: 10},
             overridable: [rounds]}   # config keys a start request may set (none by default)
     actors:                          # actor implementations
-      random: {entry: "services.actors.agents.random_agent:RandomAgent"}
+      random: {entry: "trialog.services.actors.agents.random_agent:RandomAgent"}
       human: {client: true}          # joins from outside (a browser, a script)
       go_bot: {external: true}       # served by another process (any language, docs/protocol.md)
     trial:                           # defaults; a start request may override them
@@ -131,6 +131,8 @@ def load_entry(entry: str, *, what: str = "entry") -> Any:
     module_name, sep, attr = entry.partition(":")
     if not sep or not module_name or not attr:
         raise SpecError(f"{what} {entry!r} must look like 'package.module:Name'")
+    if module_name == "services" or module_name.startswith("services."):
+        raise SpecError(f"{what} {entry!r}: the shipped services install as trialog.services now; name it 'trialog.{entry}'")
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:

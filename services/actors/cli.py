@@ -6,7 +6,7 @@ from trialog.commands import add_implementation_host
 
 
 def _main():
-    from services.actors.host import main
+    from trialog.services.actors.host import main
 
     return main
 

@@ -1,4 +1,4 @@
-"""The analytics service: the shipped jobs (:mod:`services.analytics.jobs`) wired on Quix Streams.
+"""The analytics service: the shipped jobs (:mod:`trialog.services.analytics.jobs`) wired on Quix Streams.
 
 One Quix ``Application`` (consumer group ``<prefix>analytics``) runs both stages:
 ``events`` → per-trial fold → ``analytics.trials``; ``analytics.trials`` → re-keyed by
@@ -22,7 +22,7 @@ from trialog.settings import Settings
 from trialog.topics import EVENTS
 from trialog.trust import Authenticator, Keyring
 
-from services.analytics.jobs import KINDS, SUMMARY_JOBS, contributions, fold_group, fold_trial, group_key
+from trialog.services.analytics.jobs import KINDS, SUMMARY_JOBS, contributions, fold_group, fold_trial, group_key
 
 log = get_logger(__name__)
 

@@ -21,7 +21,7 @@ def add_cli(serve) -> None:
 
 def _run(args) -> int:
     require_extra("quixstreams", "analytics", "trialog serve analytics")
-    from services.analytics.app import main
+    from trialog.services.analytics.app import main
 
     main(from_args(args), state_dir=args.state_dir, window=args.window, guarantee=args.guarantee, health_port=args.health_port)
     return 0

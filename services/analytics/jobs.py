@@ -1,5 +1,5 @@
 """The shipped analytics jobs, as plain functions over Quix Streams state (the wiring is in
-:mod:`services.analytics.app`; these run and are tested without Kafka).
+:mod:`trialog.services.analytics.app`; these run and are tested without Kafka).
 
 Two stages:
 

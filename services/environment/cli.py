@@ -6,7 +6,7 @@ from trialog.commands import add_implementation_host
 
 
 def _main():
-    from services.environment.host import main
+    from trialog.services.environment.host import main
 
     return main
 

@@ -5,7 +5,7 @@ read in an afternoon, served by one asyncio event loop (uvloop) like every other
 Trialog service — so a socket handler awaits Kafka directly, with no thread hop.
 
 JSON on the sockets, Avro on Kafka, Kafka credentials on the server only. The
-gateway keeps nothing the log cannot rebuild (see :mod:`services.gateway.feed`):
+gateway keeps nothing the log cannot rebuild (see :mod:`trialog.services.gateway.feed`):
 run as many instances as you like behind one address.
 """
 
@@ -17,11 +17,11 @@ from collections.abc import Mapping
 
 from starlette.applications import Starlette
 
-from services.gateway.dashboard import Dashboard
-from services.gateway.door import Door, Limits
-from services.gateway.feed import CAUGHT_UP, Feed
-from services.gateway.messages import Decoded
-from services.gateway.routes import ROUTES
+from trialog.services.gateway.dashboard import Dashboard
+from trialog.services.gateway.door import Door, Limits
+from trialog.services.gateway.feed import CAUGHT_UP, Feed
+from trialog.services.gateway.messages import Decoded
+from trialog.services.gateway.routes import ROUTES
 from trialog.bus.base import Bus
 from trialog.controller import Controller
 from trialog.controller import join_link as link

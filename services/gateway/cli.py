@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from services.gateway.door import Limits
+from trialog.services.gateway.door import Limits
 from trialog.commands import add_health_port, command, require_extra, run_async, spec_files
 from trialog.settings import from_args
 
@@ -19,7 +19,7 @@ def add_cli(serve_subparsers) -> None:
     def do_gateway(args) -> int:
         require_extra("starlette", "gateway", "trialog serve gateway")
         require_extra("uvicorn", "gateway", "trialog serve gateway")
-        from services.gateway.app import main
+        from trialog.services.gateway.app import main
         from trialog.bus import connect
         from trialog.spec import load_spec
 

@@ -1,7 +1,7 @@
 """The live dashboard's data: trials, ticks/s, returns per pairing, dead letters — all read
 from the log, like everything the gateway shows.
 
-* trials: the ``trials`` index the feed keeps (:mod:`services.gateway.feed`);
+* trials: the ``trials`` index the feed keeps (:mod:`trialog.services.gateway.feed`);
 * ticks/s: counted from the observations on the feed's shared tail of ``events``
   (authenticated records only), sampled every second;
 * returns: the analytics jobs' compacted topics (``analytics.trials``,

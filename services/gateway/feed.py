@@ -11,11 +11,11 @@ Ordering: a subscriber is registered on the tail *before* its catch-up reader
 measures the partition's end; records below that end come from the catch-up,
 records at or above it from the tail. Nothing is seen twice or missed.
 
-Bounds (:class:`~services.gateway.door.Limits`): catch-up reads run a few at a time
-per process, one per partition at a time on a reader kept for that partition, each
+Bounds (:class:`~trialog.services.gateway.door.Limits`): catch-up reads run a few at a time
+per process, one per partition at a time on a reader kept while they queue, each
 within :data:`CATCHUP_WITHIN_S`; a subscriber's queue of live
 records is bounded, and a subscriber that falls further behind is dropped
-(:class:`~services.gateway.door.Refused` with the ``SLOW`` close code) rather than
+(:class:`~trialog.services.gateway.door.Refused` with the ``SLOW`` close code) rather than
 buffered without bound.
 """
 
@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from services.gateway.door import LIMITED, SLOW, Limits, Refused
+from trialog.services.gateway.door import LIMITED, SLOW, Limits, Refused
 from trialog.bus.base import Bus, Consumer, Record
 from trialog.errors import TrialError
 from trialog.events import TrialRecord
@@ -77,6 +77,7 @@ class Feed:
         self._catchups = asyncio.Semaphore(self.limits.catchups)
         self._readers: dict[int, Consumer] = {}  # partition -> its catch-up reader (one catch-up at a time each)
         self._reader_locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._queued: dict[int, int] = defaultdict(int)  # partition -> catch-ups under way or waiting for its reader
         self.index: dict[str, TrialRecord] = {}
         self._index_changed = asyncio.Condition()
         self._subscribers: dict[str, set[_Subscriber]] = defaultdict(set)
@@ -159,8 +160,10 @@ class Feed:
                         sub.put(record)  # (before the catch-up ends: kept until it decides)
 
     async def _reader(self, partition: int) -> Consumer:
-        """The catch-up reader of one ``events`` partition, started once and kept: a catch-up
-        seeks it rather than paying for a new Kafka consumer (connections, metadata) each time."""
+        """The catch-up reader of one ``events`` partition, kept while catch-ups of that
+        partition queue for it: a crowd of sockets to one trial seeks one reader rather than
+        paying for a new Kafka consumer (connections, metadata) each; stopped when none
+        waits, since an idle consumer goes on fetching."""
         reader = self._readers.get(partition)
         if reader is None:
             reader = self.bus.consumer([EVENTS], partitions=[partition])
@@ -196,6 +199,7 @@ class Feed:
     async def _records(self, sub: _Subscriber, indexed: TrialRecord) -> AsyncIterator[Record | None]:
         partition = indexed.partition
         lock = self._reader_locks[partition]
+        self._queued[partition] += 1
         try:
             await asyncio.wait_for(self._catchups.acquire(), self.limits.catchup_wait_s)
             try:
@@ -204,7 +208,11 @@ class Feed:
                 self._catchups.release()
                 raise
         except TimeoutError:
+            self._queued[partition] -= 1
             raise Refused(f"this gateway is busy reading other trials for other pages (waited {self.limits.catchup_wait_s:g} s); try again", LIMITED) from None
+        except BaseException:
+            self._queued[partition] -= 1
+            raise
         try:
             deadline = asyncio.get_running_loop().time() + CATCHUP_WITHIN_S
             reader = await self._reader(partition)
@@ -226,6 +234,10 @@ class Feed:
             await self._drop_reader(partition)  # a fresh one for the next catch-up
             raise
         finally:
+            self._queued[partition] -= 1
+            if not self._queued[partition]:
+                # No catch-up waits for this partition: an idle reader would go on fetching.
+                await self._drop_reader(partition)
             lock.release()
             self._catchups.release()
         # From here on the tail: drop what it queued that the catch-up already gave.

@@ -15,12 +15,12 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from trialog.controller import join_link as link
-from services.gateway.door import Refused
-from services.gateway.sockets import seat_socket, watch_socket
+from trialog.services.gateway.door import Refused
+from trialog.services.gateway.sockets import seat_socket, watch_socket
 from trialog.errors import TrialogError
 
 if TYPE_CHECKING:
-    from services.gateway.app import Gateway
+    from trialog.services.gateway.app import Gateway
 
 STATIC = Path(__file__).resolve().parent / "static"
 
@@ -106,7 +106,7 @@ async def _json(request: Request) -> dict | Response:
 
 
 async def dashboard(request: Request) -> JSONResponse:
-    """The live dashboard's data (see :mod:`services.gateway.dashboard`)."""
+    """The live dashboard's data (see :mod:`trialog.services.gateway.dashboard`)."""
     gw: Gateway = request.app.state.gateway
     return JSONResponse(gw.dashboard.snapshot(gw.feed.index), headers={"Cache-Control": "no-store"})
 

@@ -1,12 +1,12 @@
 """The two WebSockets: a **seat** (a person playing one client actor) and a
 **watch** (a person following a trial, live or from the log, and judging it).
 
-Both read the trial through :class:`~services.gateway.feed.Feed` from its first
+Both read the trial through :class:`~trialog.services.gateway.feed.Feed` from its first
 event, so a socket opened on any gateway instance, at any time, knows what the
 log knows: a reconnecting player gets the observation still waiting for an
 answer; a watcher of an ended trial gets the whole trial.
 
-Every socket passes :class:`~services.gateway.door.Door` first, and every message
+Every socket passes :class:`~trialog.services.gateway.door.Door` first, and every message
 it sends gets one answer: applied, an ``error`` with the reason (the socket stays
 open), or a close with a code and a reason (docs/humans.md#limits lists them).
 Nothing a page sends reaches the ASGI server as an exception.
@@ -24,10 +24,10 @@ import orjson
 from starlette.responses import PlainTextResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from services.gateway.door import INTERNAL, LIMITED, REFUSED, SLOW, Refused
-from services.gateway.feed import CAUGHT_UP
-from services.gateway.messages import TrialView
-from services.gateway.seats import verify
+from trialog.services.gateway.door import INTERNAL, LIMITED, REFUSED, SLOW, Refused
+from trialog.services.gateway.feed import CAUGHT_UP
+from trialog.services.gateway.messages import TrialView
+from trialog.services.gateway.seats import verify
 from trialog.errors import CodecError, TrialogError
 from trialog.events import (
     Action,
@@ -45,7 +45,7 @@ from trialog.runtime.trial import dumps, reaches
 from trialog.trust import JoinToken, Seat, SeatBook, seat_headers
 
 if TYPE_CHECKING:
-    from services.gateway.app import Gateway
+    from trialog.services.gateway.app import Gateway
 
 log = get_logger(__name__)
 

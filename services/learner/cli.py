@@ -17,7 +17,7 @@ def add_cli(serve) -> None:
 
 def _run(args) -> int:
     require_extra("jax", "learn", "trialog serve learner")
-    from services.learner.main import main
+    from trialog.services.learner.main import main
     from trialog.bus import connect
     from trialog.spec import load_spec
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from services.learner.service import LearnerHandler
+from trialog.services.learner.service import LearnerHandler
 from trialog.actor import Policy
 from trialog.bus.base import Bus
 from trialog.errors import SpecError

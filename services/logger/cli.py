@@ -20,7 +20,7 @@ def add_cli(serve) -> None:
 
 def _run(args) -> int:
     require_extra("pyarrow", "datalog", "trialog serve logger")
-    from services.logger.main import main
+    from trialog.services.logger.main import main
     from trialog.bus import connect
 
     if not args.archive_dir:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.logger.service import LoggerHandler
+from trialog.services.logger.service import LoggerHandler
 from trialog.bus.base import Bus
 from trialog.datalog.archive import Archive
 from trialog.runtime.host import serve

@@ -13,7 +13,7 @@ def add_cli(serve) -> None:
 
 
 def _run(args) -> int:
-    from services.orchestrator.main import main
+    from trialog.services.orchestrator.main import main
     from trialog.bus import connect
     from trialog.spec import load_spec
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.orchestrator.service import OrchestratorHandler
+from trialog.services.orchestrator.service import OrchestratorHandler
 from trialog.bus.base import Bus
 from trialog.runtime.host import serve
 from trialog.runtime.service import ServiceLoop

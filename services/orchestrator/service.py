@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from services.orchestrator.resolve import resolve
+from trialog.services.orchestrator.resolve import resolve
 from trialog import metrics
 from trialog.bus.base import Record
 from trialog.deadletters import ORCHESTRATOR, message_problem, owner_of, reward_problem

@@ -3,7 +3,7 @@
 The tools come from PyPI and work offline once installed: helm-python-sdk
 (Helm's Go SDK as a shared library: load, lint, render, schema checks),
 kubernetes-validate (the Kubernetes OpenAPI schemas, per version), jsonschema
-and hatchling. ``.ci/deploy-checks.sh`` installs them. A missing tool fails
+and setuptools (the build backend). ``.ci/deploy-checks.sh`` installs them. A missing tool fails
 the tests that need it with the install command; nothing is skipped.
 """
 

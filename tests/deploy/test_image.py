@@ -112,7 +112,7 @@ def _builder_copy_sources() -> list[str]:
 def test_the_context_holds_everything_the_builder_copies() -> None:
     context = _context_files()
     sources = _builder_copy_sources()
-    assert {"pyproject.toml", "trialog", "services", "schemas"} <= set(sources)
+    assert {"pyproject.toml", "trialog", "services", "schemas", "examples", "presets"} <= set(sources)
     for source in sources:
         assert (ROOT / source).exists(), f"the Dockerfile copies {source}, which is not in the repository"
         assert any(f == source or f.startswith(source + "/") for f in context), (
@@ -123,7 +123,7 @@ def test_the_context_holds_everything_the_builder_copies() -> None:
 
 
 def test_the_builder_stage_makes_a_complete_wheel_from_that_context(tmp_path: Path) -> None:
-    need("hatchling", "hatchling")
+    need("setuptools", "setuptools")
     context = tmp_path / "context"
     for relative in _context_files():
         target = context / relative
@@ -140,12 +140,14 @@ def test_the_builder_stage_makes_a_complete_wheel_from_that_context(tmp_path: Pa
     (wheel,) = (tmp_path / "dist").glob("trialog-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "trialog/health.py" in names
-    assert any(n.startswith("services/") for n in names), "the services package is not in the wheel"
+    assert any(n.startswith("trialog/services/") for n in names), "the services are not in the wheel"
+    assert {n.split("/")[0] for n in names if ".dist-info" not in n} == {"trialog"}, "the wheel installs a top-level package besides trialog"
+    assert "trialog/examples/rps.yaml" in names, "the examples are not in the wheel"
     assert any(n.startswith("trialog/_schemas/") and n.endswith(".avsc") for n in names), "no Avro schemas in the wheel"
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     entry_text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "trialog = trialog.cli:main" in entry_text
-    assert "[trialog.commands]" in entry_text and "services = services.cli:add_commands" in entry_text, "`trialog serve` would list no service"
+    assert "[trialog.commands]" in entry_text and "services = trialog.services.cli:add_commands" in entry_text, "`trialog serve` would list no service"
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     for extra in ("envs", "datalog"):
         assert f"Provides-Extra: {extra}" in metadata, f"the image installs the extra {extra}, which the package lacks"

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import uvicorn
 import websockets
 
-from services.gateway.app import build_app, server_config
-from services.gateway.door import Limits
+from trialog.services.gateway.app import build_app, server_config
+from trialog.services.gateway.door import Limits
 from tests.conftest import free_ports
 from tests.harness import deployment
 from trialog.bus.base import Bus

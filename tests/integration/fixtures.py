@@ -6,7 +6,7 @@ import dataclasses
 import dataclasses
 import time
 
-from services.environment.games.rps import RockPaperScissors
+from trialog.services.environment.games.rps import RockPaperScissors
 from trialog.actor import Agent, EndEvent, MessageEvent, ObservationEvent, Policy
 from trialog.environment import Environment, MessageOut
 
@@ -120,9 +120,9 @@ actor_classes:
     action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
     default_action: ROCK
 environments:
-  rps: {{entry: "services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
+  rps: {{entry: "trialog.services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
 actors:
-  random: {{entry: "services.actors.agents.rps_random:RandomPlayer"}}
+  random: {{entry: "trialog.services.actors.agents.rps_random:RandomPlayer"}}
   human: {{client: true}}
 trial:
   environment: rps

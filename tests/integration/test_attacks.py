@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from services.actors.host import loops_for as actor_loops
-from services.environment.host import loops_for as env_loops
+from trialog.services.actors.host import loops_for as actor_loops
+from trialog.services.environment.host import loops_for as env_loops
 from tests.conftest import wait_for
 from tests.harness import deployment
 from tests.integration.fixtures import rps_with_a_seat
@@ -36,13 +36,13 @@ name: attacks-hosted
 actor_classes:
   player: {observation: auto, action: auto, default_action: 0}
 environments:
-  pz: {entry: "services.environment.adapters.pettingzoo:PettingZooEnvironment", config: {env: "pettingzoo.classic.rps_v2:parallel_env", kwargs: {max_cycles: 3}}}
+  pz: {entry: "trialog.services.environment.adapters.pettingzoo:PettingZooEnvironment", config: {env: "pettingzoo.classic.rps_v2:parallel_env", kwargs: {max_cycles: 3}}}
   open:
-    entry: "services.environment.adapters.pettingzoo:PettingZooEnvironment"
+    entry: "trialog.services.environment.adapters.pettingzoo:PettingZooEnvironment"
     config: {env: "pettingzoo.classic.rps_v2:parallel_env", kwargs: {max_cycles: 3}}
     overridable: [env, kwargs, rewards]
 actors:
-  pzrandom: {entry: "services.actors.agents.random_agent:RandomAgent"}
+  pzrandom: {entry: "trialog.services.actors.agents.random_agent:RandomAgent"}
 trial:
   environment: pz
   actors:

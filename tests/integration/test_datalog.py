@@ -12,8 +12,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from services.environment.games.rps import RockPaperScissors
-from services.logger.main import loop_for as logger_loop
+from trialog.services.environment.games.rps import RockPaperScissors
+from trialog.services.logger.main import loop_for as logger_loop
 from tests.conftest import wait_for
 from tests.harness import deployment
 from trialog import cli
@@ -36,12 +36,12 @@ actor_classes:
     action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
     default_action: ROCK
 environments:
-  rps: {{entry: "services.environment.games.rps:RockPaperScissors", config: {{target_score: 5}}}}
+  rps: {{entry: "trialog.services.environment.games.rps:RockPaperScissors", config: {{target_score: 5}}}}
   slow: {{entry: "tests.integration.fixtures:SlowRps", config: {{target_score: 1000, delay_s: 0.05}}}}
   flaky: {{entry: "tests.integration.test_datalog:FlakyRps", config: {{target_score: 5}}}}
 actors:
-  random: {{entry: "services.actors.agents.rps_random:RandomPlayer"}}
-  counter: {{entry: "services.actors.agents.scripted:CounterPlayer"}}
+  random: {{entry: "trialog.services.actors.agents.rps_random:RandomPlayer"}}
+  counter: {{entry: "trialog.services.actors.agents.scripted:CounterPlayer"}}
 trial:
   environment: rps
   actors:

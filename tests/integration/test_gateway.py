@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from trialog.controller import join_link as link
-from services.gateway.door import Limits
+from trialog.services.gateway.door import Limits
 from tests.gateway.kit import people_deployment, play, seat_url, socket
 from tests.integration.test_trials import read_trial
 from trialog.events import Action, ActorJoined, Reward

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import websockets
 
-from services.gateway.door import LIMITED, Limits
+from trialog.services.gateway.door import LIMITED, Limits
 from tests.conftest import free_ports
 from tests.gateway.kit import people_deployment, play, seat_url, socket
 from trialog.bus.kafka import KafkaBus

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from services.logger.main import loop_for as logger_loop
-from services.orchestrator.service import OrchestratorHandler
+from trialog.services.logger.main import loop_for as logger_loop
+from trialog.services.orchestrator.service import OrchestratorHandler
 from tests.conftest import wait_for
 from tests.harness import deployment
 from tests.integration.test_dead_letters import read_letters

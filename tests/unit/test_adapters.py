@@ -16,9 +16,9 @@ import pytest
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from services.environment.adapters.gymnasium import GymnasiumEnvironment
-from services.environment.adapters.pettingzoo import PettingZooEnvironment
-from services.environment.adapters.spaces import SPACE_PROPERTY, avro_name, space_codec
+from trialog.services.environment.adapters.gymnasium import GymnasiumEnvironment
+from trialog.services.environment.adapters.pettingzoo import PettingZooEnvironment
+from trialog.services.environment.adapters.spaces import SPACE_PROPERTY, avro_name, space_codec
 from trialog.check import _same, sample_action
 from trialog.codec import SchemaStore
 from trialog.environment import ActorInfo, TrialInfo

@@ -15,8 +15,8 @@ from trialog.cli import main as cli_main
 from trialog.environment import Environment, Step
 from trialog.errors import TrialogError
 
-PETTINGZOO = "services.environment.adapters.pettingzoo:PettingZooEnvironment"
-GYMNASIUM = "services.environment.adapters.gymnasium:GymnasiumEnvironment"
+PETTINGZOO = "trialog.services.environment.adapters.pettingzoo:PettingZooEnvironment"
+GYMNASIUM = "trialog.services.environment.adapters.gymnasium:GymnasiumEnvironment"
 
 
 @pytest.mark.parametrize("entry, config", [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from services.orchestrator.resolve import resolve
+from trialog.services.orchestrator.resolve import resolve
 from trialog import cli, logs
 from trialog.bus.memory import MemoryBus
 from trialog.campaign import campaign_overrides, wait_indexed

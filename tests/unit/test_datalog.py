@@ -11,8 +11,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from services.environment.games.rps import RockPaperScissors
-from services.logger.main import loop_for as logger_loop
+from trialog.services.environment.games.rps import RockPaperScissors
+from trialog.services.logger.main import loop_for as logger_loop
 from tests.conftest import wait_for
 from tests.harness import deployment
 from trialog.bus.memory import MemoryBus

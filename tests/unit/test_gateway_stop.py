@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from services.gateway import app
+from trialog.services.gateway import app
 
 
 class _Part:

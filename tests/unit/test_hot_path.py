@@ -129,7 +129,7 @@ def _written(bus, role, event, offset=0):
 def test_the_orchestrator_checks_the_record_that_moves_a_trial_and_the_rest_only_when_it_looks_inactive(memory_settings):
     from pathlib import Path
 
-    from services.orchestrator.service import OrchestratorHandler
+    from trialog.services.orchestrator.service import OrchestratorHandler
     from trialog.events import Action, StartRequest
     from trialog.spec import load_spec
     from trialog.topics import CONTROL

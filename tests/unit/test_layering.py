@@ -13,8 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _module_name(path: Path) -> str:
-    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-    return name.removesuffix(".__init__")
+    """The import name: services/ at the top of the repository installs as trialog.services."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    if parts[0] == "services":
+        parts = ("trialog", *parts)
+    return ".".join(parts).removesuffix(".__init__")
 
 
 def _runtime_nodes(tree: ast.AST):
@@ -52,7 +55,7 @@ def _package(top: str) -> dict[str, set[str]]:
 
 
 def test_the_sdk_never_imports_a_service():
-    offenders = {m: sorted(i for i in deps if i == "services" or i.startswith("services.")) for m, deps in _package("trialog").items()}
+    offenders = {m: sorted(i for i in deps if i == "trialog.services" or i.startswith("trialog.services.")) for m, deps in _package("trialog").items()}
     offenders = {m: deps for m, deps in offenders.items() if deps}
     assert not offenders, f"trialog/ must not import services/ (register commands through the entry point instead): {offenders}"
 
@@ -105,10 +108,10 @@ def test_sdk_modules_import_each_other_without_cycles():
 def test_a_service_folder_imports_no_other_service():
     for module, deps in _package("services").items():
         parts = module.split(".")
-        if len(parts) < 3:  # services/cli.py registers every service's commands
+        if len(parts) < 4:  # services/cli.py registers every service's commands
             continue
-        own = ".".join(parts[:2])
-        foreign = sorted(d for d in deps if d.startswith("services.") and not (d == own or d.startswith(own + ".")))
+        own = ".".join(parts[:3])
+        foreign = sorted(d for d in deps if d.startswith("trialog.services.") and not (d == own or d.startswith(own + ".")))
         assert not foreign, f"{module} imports another service: {foreign} (what two services share belongs in trialog/)"
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from services.learner.service import LearnerHandler
+from trialog.services.learner.service import LearnerHandler
 from tests.harness import deployment
 from trialog.actor import DecideRequest
 from trialog.bus.base import Record
@@ -279,7 +279,7 @@ def test_behaviour_cloning_learns_the_demonstrated_mapping(tmp_path):
 
 
 def test_on_policy_learner_keeps_the_current_version_and_counts_what_it_discards():
-    from services.learner.service import LearnerHandler, _Folding
+    from trialog.services.learner.service import LearnerHandler, _Folding
 
     class OnPolicy:
         on_policy = True
@@ -321,7 +321,7 @@ async def test_an_off_policy_learner_slower_than_its_samples_publishes_after_eac
     """In-process the next step acts with the latest round's weights: through the log an
     off-policy learner with rounds still owed publishes after each one, not once it has
     caught up (a learner slower than its samples would otherwise hardly publish)."""
-    from services.learner.service import ROUNDS_PER_VERSION, LearnerHandler
+    from trialog.services.learner.service import ROUNDS_PER_VERSION, LearnerHandler
 
     class Behind:
         on_policy = False

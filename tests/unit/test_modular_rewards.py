@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from services.actors.agents.overcooked import OvercookedPlanner
-from services.environment.adapters.pettingzoo import PettingZooEnvironment
+from trialog.services.actors.agents.overcooked import OvercookedPlanner
+from trialog.services.environment.adapters.pettingzoo import PettingZooEnvironment
 from trialog.environment import ActorInfo, RewardOut, TrialInfo
 from trialog.errors import SpecError, TrialError
 from trialog.rewards_modular import (

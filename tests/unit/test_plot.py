@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.logger.main import loop_for as logger_loop
+from trialog.services.logger.main import loop_for as logger_loop
 from tests.conftest import wait_for
 from tests.harness import deployment
 from trialog.bus.memory import MemoryBus

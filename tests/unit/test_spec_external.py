@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.actors.host import loops_for as actor_loops
-from services.environment.host import loops_for as environment_loops
+from trialog.services.actors.host import loops_for as actor_loops
+from trialog.services.environment.host import loops_for as environment_loops
 from trialog.bus.memory import MemoryBus
 from trialog.errors import SpecError
 from trialog.settings import Settings

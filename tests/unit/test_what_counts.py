@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from services.analytics.jobs import fold_trial
-from services.environment.games.rps import RockPaperScissors
-from services.orchestrator.main import loop_for as orchestrator_loop
+from trialog.services.analytics.jobs import fold_trial
+from trialog.services.environment.games.rps import RockPaperScissors
+from trialog.services.orchestrator.main import loop_for as orchestrator_loop
 from tests.conftest import wait_for
 from tests.harness import deployment
 from tests.unit.test_analytics_jobs import State
@@ -44,11 +44,11 @@ actor_classes:
     action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
     default_action: ROCK
 environments:
-  rps: {{entry: "services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
+  rps: {{entry: "trialog.services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
   huge: {{entry: "tests.unit.test_what_counts:HugeRewardRps", config: {{target_score: 1000}}}}
 actors:
   wildcard: {{entry: "tests.unit.test_what_counts:wildcard_player"}}
-  random: {{entry: "services.actors.agents.rps_random:RandomPlayer"}}
+  random: {{entry: "trialog.services.actors.agents.rps_random:RandomPlayer"}}
 trial:
   environment: rps
   actors:
@@ -262,9 +262,9 @@ actor_classes:
     action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
     default_action: ROCK
 environments:
-  rps: {{entry: "services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
+  rps: {{entry: "trialog.services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
 actors:
-  random: {{entry: "services.actors.agents.rps_random:RandomPlayer"}}
+  random: {{entry: "trialog.services.actors.agents.rps_random:RandomPlayer"}}
   human: {{client: true}}
 trial:
   environment: rps

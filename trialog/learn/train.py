@@ -90,9 +90,20 @@ class Preset:
     file: str = ""  # set by load_preset
 
 
+def shipped_presets() -> Path:
+    """The presets shipped with Trialog: inside the package when installed from a wheel, at
+    the top of the repository in a checkout."""
+    package = Path(__file__).resolve().parents[1]
+    return next((d for d in (package / "presets", package.parent / "presets") if d.is_dir()), package.parent / "presets")
+
+
 def load_preset(path: str | Path) -> Preset:
-    """Import a preset file and return its ``preset``; its spec path is made absolute."""
-    path = Path(path).resolve()
+    """Import a preset file and return its ``preset``; its spec path is made absolute. A
+    name that is no file names a shipped preset (``dqn_cartpole``, from any folder)."""
+    path = Path(path)
+    if not path.exists() and (shipped := shipped_presets() / f"{path.stem}.py").exists() and path.parent == Path("."):
+        path = shipped
+    path = path.resolve()
     module_spec = importlib.util.spec_from_file_location(f"trialog_preset_{path.stem}", path)
     if module_spec is None or module_spec.loader is None:
         raise TrialogError(f"{path}: not a Python file")
@@ -303,7 +314,7 @@ def add_cli(sub) -> None:
     from trialog.commands import command
 
     p = command(sub, "train", "Run a training preset: heatup, train and evaluate phases over trials, a learner, a table and a plot.")
-    p.add_argument("preset", metavar="PRESET", help="the preset file (Python, defining `preset = Preset(...)`)")
+    p.add_argument("preset", metavar="PRESET", help="the preset file (Python, defining `preset = Preset(...)`), or a shipped preset's name (dqn_cartpole, ppo_cartpole)")
     p.add_argument("--out", default="", help="folder for the plot, its data, the derived spec and the services' logs (default: train-<experiment>)")
     p.add_argument("--total-steps", type=int, help="override the schedule's budget (e.g. a short run)")
 

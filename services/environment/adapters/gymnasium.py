@@ -7,7 +7,7 @@ has exactly one actor; it plays the env's only agent, named ``agent``::
 
     environments:
       cartpole:
-        entry: "services.environment.adapters.gymnasium:GymnasiumEnvironment"
+        entry: "trialog.services.environment.adapters.gymnasium:GymnasiumEnvironment"
         config: {env: CartPole-v1}
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import gymnasium
 
-from services.environment.adapters.hosting import HostConfig, HostedEnvironment
+from trialog.services.environment.adapters.hosting import HostConfig, HostedEnvironment
 from trialog.errors import SpecError
 from trialog.spec import load_entry
 

@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from services.environment.adapters.spaces import SpaceCodec, infer_space, space_codec
-from services.environment.views import VIEWS
+from trialog.services.environment.adapters.spaces import SpaceCodec, infer_space, space_codec
+from trialog.services.environment.views import VIEWS
 from trialog.environment import ActorInfo, Environment, Step, TrialInfo
 from trialog.errors import SpecError, TrialError
 from trialog.rewards_modular import RewardSet, StepView

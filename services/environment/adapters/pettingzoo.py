@@ -8,11 +8,11 @@ others' actions are ignored). Spec snippet::
 
     environments:
       rps:
-        entry: "services.environment.adapters.pettingzoo:PettingZooEnvironment"
+        entry: "trialog.services.environment.adapters.pettingzoo:PettingZooEnvironment"
         config: {env: "pettingzoo.classic.rps_v2:parallel_env", kwargs: {num_actions: 3}}
 
 Everything else — actors onto agents, spaces onto Avro schemas, rewards — is
-:class:`~services.environment.adapters.hosting.HostedEnvironment`.
+:class:`~trialog.services.environment.adapters.hosting.HostedEnvironment`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 from pettingzoo import AECEnv
 from pettingzoo.utils.conversions import aec_to_parallel, turn_based_aec_to_parallel
 
-from services.environment.adapters.hosting import HostConfig, HostedEnvironment
+from trialog.services.environment.adapters.hosting import HostConfig, HostedEnvironment
 from trialog.errors import SpecError
 from trialog.spec import load_entry
 
