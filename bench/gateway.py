@@ -46,7 +46,7 @@ SPEC = ROOT / "bench" / "gateway.yaml"
 TICK_MS = 150
 # Every simulated person connects from this one address: the gateway's per-address limits
 # (sized for people behind one NAT, docs/humans.md#limits) are raised to what the load needs.
-ONE_ADDRESS = ["--connections-per-address", "100000", "--messages-per-s-address", "100000"]
+ONE_ADDRESS = ["--connections-per-address", "100000", "--connections-per-s-address", "100000", "--messages-per-s-address", "100000"]
 
 
 def seat_socket(url: str, holder: str) -> str:

@@ -143,12 +143,111 @@ async def _stop(part) -> None:
         log.warning("a part of the gateway did not stop in time; left to the process exit", part=type(part).__name__, seconds=STOP_WITHIN_S)
 
 
+CLOSE_WITHIN_S = 1.0  # after the gateway's close frame, how long a page has to read it before the connection is closed
+
+
+def _socket_protocol():
+    """uvicorn's wsproto protocol, parsing a page's frames one message at a time as the
+    gateway reads them. uvicorn parsed every frame of a chunk it read at once: 256 KB of
+    tiny frames from a flooding page took the event loop for a tenth of a second, in which
+    other trials' pages missed their deadlines. Here the frames wait, unparsed, in wsproto's
+    buffer (and the rest in the kernel's) until the gateway reads the next message. And the
+    connection closes :data:`CLOSE_WITHIN_S` after the gateway's close frame, not 10 s, and
+    nothing the page sends after it is parsed or read: a page closed for a flood goes on
+    sending (the close frame, code and reason, is written first and read by the page). The overridden methods are uvicorn's (tests/integration/test_gateway_limits.py
+    floods a socket through them)."""
+    from uvicorn.protocols.websockets.wsproto_impl import WSProtocol
+    from wsproto import events
+
+    class GatewaySocket(WSProtocol):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.close_timeout = CLOSE_WITHIN_S
+
+        def data_received(self, data: bytes) -> None:
+            if self.close_sent:
+                # The gateway closed this socket: what the page still sends is not parsed, and
+                # no more is read (the page still reads the close frame, code and reason).
+                self.transport.pause_reading()
+                return
+            super().data_received(data)
+
+        def handle_events(self) -> None:  # uvicorn's dispatch, stopping once a message waits for the gateway
+            for event in self.conn.events():
+                if self.close_sent:
+                    if isinstance(event, events.CloseConnection):
+                        self.handle_close(event)
+                    continue
+                if isinstance(event, events.Request):
+                    self.handle_connect(event)
+                elif isinstance(event, events.TextMessage | events.BytesMessage):
+                    self.handle_message(event)
+                    if self.read_paused:
+                        return  # the rest stays in wsproto's buffer until the gateway reads on
+                elif isinstance(event, events.CloseConnection):
+                    self.handle_close(event)
+                elif isinstance(event, events.Ping):
+                    self.handle_ping(event)
+                elif isinstance(event, events.Pong):
+                    self.handle_pong(event)
+
+        async def receive(self):
+            message = await super().receive()
+            if self.queue.empty() and not self.close_sent:
+                self.handle_events()  # the next message from the buffer, if one is there
+            return message
+
+    return GatewaySocket
+
+
+def _http_protocol(door: Door):
+    """uvicorn's h11 protocol behind the door's connection rate: a connection from an address
+    over its rate is answered 429 with the reason as soon as its request head has arrived,
+    unparsed — a crowd of handshakes costs a few bytes' search each instead of an HTTP and a
+    WebSocket handshake, so it does not take the event loop other trials' pages need. (The
+    head is read before the answer: closing a socket with unread data resets the connection,
+    and the answer with it.)"""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GatewayHTTP(H11Protocol):
+        refusal: bytes | None = None
+        head = b""
+
+        def connection_made(self, transport) -> None:
+            peer = transport.get_extra_info("peername")
+            reason = door.connect(peer[0] if peer else "?")
+            if reason is None:
+                super().connection_made(transport)
+                return
+            body = reason.encode()
+            self.refusal = b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            if self.refusal is None:
+                super().data_received(data)
+                return
+            self.head = (self.head + data)[-4:]
+            if b"\r\n\r\n" in self.head or b"\r\n\r\n" in data:
+                self.transport.write(self.refusal)
+                self.transport.close()
+
+        def connection_lost(self, exc) -> None:
+            if self.refusal is None:
+                super().connection_lost(exc)
+
+    return GatewayHTTP
+
+
 def server_config(app: Starlette, *, host: str, port: int, limits: Limits):
-    """uvicorn's settings for the gateway: sockets through wsproto (a handshake of any size gets
-    an HTTP status; see pyproject.toml), frames over the limit close 1009."""
+    """uvicorn's settings for the gateway: HTTP through h11 behind the door's connection rate
+    (:func:`_http_protocol`); h11 bounds a request's head
+    (httptools, when installed, takes a megabyte of headers), sockets through wsproto (a
+    handshake of any size gets an HTTP status; see pyproject.toml), frames over the limit
+    close 1009."""
     import uvicorn
 
-    return uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", ws="wsproto", ws_max_size=limits.frame_bytes,
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", http=_http_protocol(app.state.gateway.door), ws=_socket_protocol(), ws_max_size=limits.frame_bytes,
                           timeout_graceful_shutdown=STOP_WITHIN_S)  # fmt: skip
 
 

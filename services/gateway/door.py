@@ -30,6 +30,7 @@ class Limits:
     """What one gateway process lets people use; each is a flag of ``trialog serve gateway``."""
 
     connections_per_address: int = 64  # open sockets from one client address (NAT: a classroom shares one)
+    connections_per_s_address: float = 32.0  # new connections from one address per second (bursts of twice that)
     sockets_per_seat: int = 4  # open sockets to one seat (a person's tabs), all holders together
     watchers_per_trial: int = 32  # watch sockets following one trial (more: another gateway instance)
     messages_per_s_seat: float = 20.0  # what one seat's sockets may send together (a tick every 50 ms)
@@ -108,6 +109,13 @@ class Door:
         self.refused: dict[str, int] = defaultdict(int)  # reason kind -> count, for /metrics and the fuzz suite
 
     # --- connections -------------------------------------------------------------------------
+    def connect(self, address: str) -> str | None:
+        """May ``address`` open one more connection now (HTTP or WebSocket)? None, or why not."""
+        if self._bucket(("connect", address), self.limits.connections_per_s_address).take(time.monotonic()):
+            return None
+        self._refuse("connections_per_s_address")
+        return f"too many new connections from your address (at most {self.limits.connections_per_s_address:g} per second)"
+
     def enter(self, address: str) -> None:
         """One more socket from ``address``; :class:`Refused` past the limit."""
         if self._by_address[address] >= self.limits.connections_per_address:

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")  # a judge's name, a page's holder id
-FLOOD = 50  # messages over the rate in a row: the socket is closed instead of answered again
+FLOOD = 20  # messages over the rate in a row: the socket is closed instead of answered again
 MAX_TICK = 2**31 - 1  # ticks travel as Avro ints
 MAX_TRIAL_ID = 128  # longer is no trial's ID: refused before any lookup
 
@@ -131,10 +131,14 @@ class Page:
 
     async def send(self, message: dict[str, Any]) -> None:
         """Send one message; a page that does not take it within the limit is dropped."""
+        if self.ws.application_state != WebSocketState.CONNECTED:
+            raise WebSocketDisconnect(1006)  # closed meanwhile (a frame over the limit, the page left): nothing to send to
         try:
             await asyncio.wait_for(self.ws.send_text(orjson.dumps(message).decode()), self.gw.door.limits.send_timeout_s)
         except TimeoutError:
             raise Refused(f"this page did not read for {self.gw.door.limits.send_timeout_s:g} s", SLOW) from None
+        except RuntimeError:  # the server closed the socket between the check and the send
+            raise WebSocketDisconnect(1006) from None
 
     async def error(self, reason: str) -> None:
         await self.send({"type": "error", "reason": reason})
