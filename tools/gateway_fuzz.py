@@ -86,6 +86,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
+from tools.fuzz import letters as fuzz_letters  # noqa: E402  (every dead letter, once they settle)
 from websockets.asyncio.client import ClientConnection  # noqa: E402
 from websockets.asyncio.client import connect as ws_connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus  # noqa: E402
@@ -94,10 +95,9 @@ from trialog.bus.kafka import KafkaBus  # noqa: E402
 from trialog.campaign import start_service, stop_services, wait_ready  # noqa: E402
 from trialog.controller import Controller  # noqa: E402
 from trialog.datalog.replay import read_trial, trial_records  # noqa: E402
-from trialog.events import DeadLetter  # noqa: E402
 from trialog.runtime.trial import matches  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
-from trialog.topics import DEAD_LETTERS, EVENTS  # noqa: E402
+from trialog.topics import EVENTS  # noqa: E402
 from trialog.trust import Keyring, mint_join_token  # noqa: E402
 
 SPEC = ROOT / "tools" / "gateway_fuzz.yaml"
@@ -1264,23 +1264,6 @@ class Attack:
 # --- the log -------------------------------------------------------------------------------------------
 
 
-async def dead_letters(bus: KafkaBus, settle_s: float = 3.0, max_wait_s: float = 30.0) -> list[DeadLetter]:
-    consumer = bus.consumer([DEAD_LETTERS])
-    await consumer.start()
-    out: list[DeadLetter] = []
-    try:
-        deadline = time.monotonic() + max_wait_s
-        quiet_since = time.monotonic()
-        while time.monotonic() - quiet_since < settle_s and time.monotonic() < deadline:
-            records = await consumer.poll(timeout_ms=500)
-            if records:
-                quiet_since = time.monotonic()
-            out.extend(DeadLetter(**bus.store.decode(r.value, DeadLetter.SCHEMA)) for r in records)
-        return out
-    finally:
-        await consumer.stop()
-
-
 def finite_in_bounds(value: float, confidence: float) -> bool:
     return math.isfinite(value) and math.isfinite(confidence) and abs(value) <= BOUNDS[0] and 0 <= confidence <= BOUNDS[1]
 
@@ -1452,7 +1435,7 @@ async def run(args: argparse.Namespace, settings: Settings, folder: Path) -> Rep
         for attempt in report.attempts:
             out.write(json.dumps(dict(zip(("ms", "kind", "verdict", "label", "detail"), attempt))) + "\n")
     async with bus:
-        letters = await dead_letters(bus)
+        letters = await fuzz_letters(bus, settle_s=3.0, max_wait_s=30.0)
         refused = {(letter.key, letter.offset) for letter in letters if letter.topic == settings.topic(EVENTS) and letter.headers.get("kind") == b"action"}
         for tid in attack.trials.attacked():
             await check_trial(bus, tid, {offset for key, offset in refused if key == tid.encode()}, attack.markers, report)

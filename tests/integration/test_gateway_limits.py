@@ -24,7 +24,7 @@ from trialog.controller import Controller
 from tests.integration.test_trials import read_trial as read_events
 from trialog.controller import join_link as link
 from trialog.datalog.replay import read_trial
-from trialog.events import Action, ActorTimeout, Message, Reward
+from trialog.events import ActorTimeout, Message, Reward
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,7 +105,6 @@ async def crowd(urls: list[str]) -> dict[str, int]:
 async def test_floods_of_sockets_are_refused_at_the_door_and_another_trial_keeps_its_pace(kafka_settings):
     """As deployed: the services and the gateway are processes of their own (default limits),
     the crowd another; the honest seat plays in real time (150 ms ticks) throughout."""
-    limits = Limits()
     port = free_ports(1)[0]
     base = f"http://127.0.0.1:{port}"
     await create_topics(kafka_settings)
@@ -127,8 +126,8 @@ async def test_floods_of_sockets_are_refused_at_the_door_and_another_trial_keeps
             events = await read_events(bus, honest_tid)
     # A few sockets at a time fit the seat (4 per seat, the victim's included) and are refused
     # as another holder's; 32 at a time fit the trial as watchers; every other socket is
-    # refused for its limit (by seat, trial or address: 64 sockets per address) at the door,
-    # with HTTP 429 and the reason. None is left unanswered, none gets the seat.
+    # refused for its limit (by connection rate, seat, trial or address) at the door, with
+    # HTTP 429 and the reason. None is left unanswered, none gets the seat.
     assert sum(seats.values()) == 300 and set(seats) <= {"refused 4403", "http 429"} and seats["http 429"] >= 200, seats
     assert sum(watchers.values()) == 300 and set(watchers) <= {"trial", "http 429"} and watchers["http 429"] >= 200, watchers
     timeouts = [(e.tick, e.actor) for e in events if isinstance(e, ActorTimeout)]
