@@ -141,16 +141,16 @@ async def wait_moving(ctl: Controller, ids: list[str], ticks: int, services: Ser
     start = {t: ctl.last_tick(t) for t in ids}
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        stopped = [f"{n} (exit {p.returncode})" for n, p in trialog.services.procs.items() if p.poll() is not None]
+        stopped = [f"{n} (exit {p.returncode})" for n, p in services.procs.items() if p.poll() is not None]
         if stopped:
-            raise SystemExit(f"a service stopped: {', '.join(stopped)} (logs in {trialog.services.logs})")
+            raise SystemExit(f"a service stopped: {', '.join(stopped)} (logs in {services.logs})")
         running = [t for t in ids if not ctl._watch(t).ended.done()]
         if not running:
             return False
         if all(ctl.last_tick(t) >= start[t] + ticks for t in running):
             return True
         await asyncio.sleep(0.2)
-    for p in trialog.services.procs.values():  # each logs what its tasks wait on: the tails printed below show it
+    for p in services.procs.values():  # each logs what its tasks wait on: the tails printed below show it
         p.send_signal(signal.SIGUSR1)
     await asyncio.sleep(2.0)
     raise SystemExit(f"trials did not move {ticks} ticks on within {timeout:g} s after a kill (see the service logs)")
@@ -162,8 +162,8 @@ async def campaign(settings: Settings, broker: Broker, services: Services, *, tr
     bus = KafkaBus(settings)
     await bus.create_topics()
     for name in SERVICES:
-        trialog.services.start(name)
-    trialog.services.ready()
+        services.start(name)
+    services.ready()
     async with bus, Controller(bus, name="chaos") as ctl:
         reference = {s: await ctl.start_trial("chaos", seed=s, max_ticks=ticks) for s in seeds}
         for tid in reference.values():
@@ -180,12 +180,12 @@ async def campaign(settings: Settings, broker: Broker, services: Services, *, tr
                     await asyncio.sleep(broker_down)  # the services keep trying meanwhile
                     broker.start()
                 else:
-                    trialog.services.ready([target])  # the one instance: it owns every partition of the trials
-                    trialog.services.kill(target)
-                    trialog.services.ready([target])  # taken over (after the dead one's session expired) and caught up
+                    services.ready([target])  # the one instance: it owns every partition of the trials
+                    services.kill(target)
+                    services.ready([target])  # taken over (after the dead one's session expired) and caught up
                 report.kills.append(target)
         ends = [await ctl.wait_ended(t, timeout=900) for t in ids]
-        crashed = [f"{n} exited with {p.returncode}" for n, p in trialog.services.procs.items() if p.poll() is not None]
+        crashed = [f"{n} exited with {p.returncode}" for n, p in services.procs.items() if p.poll() is not None]
         if crashed:
             report.differences.append(f"services stopped: {', '.join(crashed)}")
         for s in seeds:
@@ -195,7 +195,7 @@ async def campaign(settings: Settings, broker: Broker, services: Services, *, tr
             else:
                 report.differences.append(f"seed {s}: {first_difference(before, after)}")
         report.differences += [f"{t} ended with {e.reason}" for t, e in zip(ids, ends) if e.reason != "max_ticks"]
-        await judge_archive(bus, trialog.services.archive, ids, report)
+        await judge_archive(bus, services.archive, ids, report)
     return report
 
 
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         print_log_tails(work)  # the logs live in a temporary folder: say here why it stopped
         raise
     finally:
-        trialog.services.stop()
+        services.stop()
         broker.stop()
     for d in report.differences[:20]:
         print(f"  {d}")

@@ -79,7 +79,7 @@ async def test_a_trial_on_the_secured_broker_each_role_with_its_own_principal(se
     }
     procs, ports = {}, {}
     try:
-        for role, (args, ring) in trialog.services.items():
+        for role, (args, ring) in services.items():
             procs[role], ports[role] = start_service(role_settings(folder, role, keyring=str(ring)), str(spec_file), args, tmp_path / f"{role}.log")
         await asyncio.to_thread(wait_ready, procs, ports, tmp_path, 180)
 

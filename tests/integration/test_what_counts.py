@@ -132,7 +132,7 @@ async def test_a_late_reward_after_a_restart_is_judged_and_archived_as_before_it
     services = {"orchestrator": ["orchestrator"], "environment": ["environment"], "actors": ["actors"],
                 "logger": ["logger", "--archive-dir", str(archive_dir), "--grace", "0.5"]}  # fmt: skip
     procs, ports = {}, {}
-    for name, args in trialog.services.items():
+    for name, args in services.items():
         procs[name], ports[name] = start_service(kafka_settings, SPEC, args, tmp_path / f"{name}.log")
     try:
         wait_ready(procs, ports, tmp_path)

@@ -57,4 +57,4 @@ const services = values.serve.map((s) => {
   const key = loadActorKey(impl, values.keyring, brokers);
   return new ActorService({ brokers, topicPrefix: values["topic-prefix"], implementation: impl, store, key, newAgent: AGENTS[agent] });
 });
-await Promise.all(trialog.services.map((s) => s.run(stop.signal)));
+await Promise.all(services.map((s) => s.run(stop.signal)));
