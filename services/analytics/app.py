@@ -11,8 +11,10 @@ of the group share the partitions (state moves with them).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
+import time
 from pathlib import Path
 
 from trialog import metrics
@@ -69,11 +71,29 @@ def build(settings: Settings, *, state_dir: str | Path, window: int = 20, guaran
 def main(settings: Settings, *, state_dir: str, window: int, guarantee: str, health_port: int) -> None:
     """Run the jobs until SIGTERM/SIGINT (Quix handles both), serving health and metrics."""
     app = build(settings, state_dir=state_dir, window=window, guarantee=guarantee)
+    asyncio.run(_wait_for_events_topic(settings))
     if health_port:
         threading.Thread(target=_serve_health, args=(health_port,), daemon=True, name="health").start()
     log.info("analytics starting", group=settings.group("analytics"), state_dir=state_dir, guarantee=guarantee, window=window)
     app.run()
     log.info("analytics stopped")
+
+
+async def _wait_for_events_topic(settings: Settings, within_s: float = 60.0) -> None:
+    """Wait until the broker knows the events topic: Quix stops for good on a subscribed topic
+    it does not find, and topics created a moment before (a deployment starting, a test) may
+    not be in the broker's answers yet. After ``within_s`` Quix's own error says what is missing."""
+    from trialog.bus.kafka import KafkaBus
+
+    bus = KafkaBus(settings)
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            if settings.topic(EVENTS) in await bus.describe_topics():
+                return
+        except Exception as exc:  # the broker not reachable yet: the same wait
+            log.info("waiting for the events topic", reason=str(exc))
+        await asyncio.sleep(0.5)
 
 
 def _serve_health(port: int) -> None:
