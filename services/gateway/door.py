@@ -106,20 +106,17 @@ class Door:
         self._watchers: dict[str, int] = defaultdict(int)
         self._seat_sockets: dict[tuple[str, str], dict[str, int]] = {}  # (trial, actor) -> holder -> open sockets
         self._rates: dict[object, Bucket] = {}
-        self.refused: dict[str, int] = defaultdict(int)  # reason kind -> count, for /metrics and the fuzz suite
 
     # --- connections -------------------------------------------------------------------------
     def connect(self, address: str) -> str | None:
         """May ``address`` open one more connection now (HTTP or WebSocket)? None, or why not."""
         if self._bucket(("connect", address), self.limits.connections_per_s_address).take(time.monotonic()):
             return None
-        self._refuse("connections_per_s_address")
         return f"too many new connections from your address (at most {self.limits.connections_per_s_address:g} per second)"
 
     def enter(self, address: str) -> None:
         """One more socket from ``address``; :class:`Refused` past the limit."""
         if self._by_address[address] >= self.limits.connections_per_address:
-            self._refuse("connections_per_address")
             raise Refused(f"too many connections from your address (at most {self.limits.connections_per_address} at once)", LIMITED)
         self._by_address[address] += 1
 
@@ -128,7 +125,6 @@ class Door:
 
     def watch(self, trial_id: str) -> None:
         if self._watchers[trial_id] >= self.limits.watchers_per_trial:
-            self._refuse("watchers_per_trial")
             raise Refused(f"trial {trial_id} has as many watchers as this gateway allows ({self.limits.watchers_per_trial}); try again later", LIMITED)
         self._watchers[trial_id] += 1
 
@@ -142,10 +138,8 @@ class Door:
         taken from a page that is still there."""
         holders = self._seat_sockets.setdefault((trial_id, actor), {})
         if sum(holders.values()) >= self.limits.sockets_per_seat:
-            self._refuse("sockets_per_seat")
             raise Refused(f"seat {actor} has as many open pages as this gateway allows ({self.limits.sockets_per_seat}); close one", LIMITED)
         if takeover and any(h != holder for h in holders):
-            self._refuse("takeover_while_connected")
             raise Refused(f"seat {actor} is played by another page that is still connected; it can be taken over once that page is closed",
                           REFUSED, held=True)  # fmt: skip
         holders[holder] = holders.get(holder, 0) + 1
@@ -165,19 +159,13 @@ class Door:
             del self._seat_sockets[(trial_id, actor)]
         return True
 
-    def connected(self, trial_id: str, actor: str) -> set[str]:
-        """The holders with a socket open to a seat here."""
-        return set(self._seat_sockets.get((trial_id, actor), ()))
-
     # --- messages ----------------------------------------------------------------------------
     def speak(self, address: str, seat: tuple[str, str] | None) -> str | None:
         """May one more message from ``address`` (and ``seat``) go through now? None, or why not."""
         now = time.monotonic()
         if seat is not None and not self._bucket(seat, self.limits.messages_per_s_seat).take(now):
-            self._refuse("messages_per_s_seat")
             return f"too many messages: a seat may send {self.limits.messages_per_s_seat:g} per second"
         if not self._bucket(address, self.limits.messages_per_s_address).take(now):
-            self._refuse("messages_per_s_address")
             return f"too many messages: one address may send {self.limits.messages_per_s_address:g} per second"
         return None
 
@@ -190,9 +178,6 @@ class Door:
                 self._rates.clear()
             bucket = self._rates[key] = Bucket(rate)
         return bucket
-
-    def _refuse(self, kind: str) -> None:
-        self.refused[kind] += 1
 
     @staticmethod
     def _drop(counts: dict[str, int], key: str) -> None:

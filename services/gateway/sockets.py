@@ -31,6 +31,7 @@ from trialog.services.gateway.seats import verify
 from trialog.errors import CodecError, TrialogError
 from trialog.events import (
     Action,
+    Event,
     ActorJoined,
     Message,
     Observation,
@@ -142,6 +143,19 @@ class Page:
 
     async def error(self, reason: str) -> None:
         await self.send({"type": "error", "reason": reason})
+
+    async def write(self, record: Event | str) -> bool:
+        """Write what the page asked for to the log, or answer why not: ``record`` is the
+        checked record, or the reason it was refused. True when it was written."""
+        if isinstance(record, str):
+            await self.error(record)
+            return False
+        try:
+            await self.gw.publish(record)
+        except TrialogError as exc:
+            await self.error(f"not written: {exc}")
+            return False
+        return True
 
     async def refuse(self, reason: str, code: int = REFUSED, *, held: bool = False) -> None:
         """Tell the page why (shown as it is), then close with ``code`` and the reason. Over a
@@ -364,15 +378,7 @@ async def _from_person(page: Page, gw: Gateway, state: _SeatState) -> None:
             await page.error(f"seat {me} is not held by this page")
             continue
         answer = _seat_record(msg, kind, state)
-        if isinstance(answer, str):
-            await page.error(answer)
-            continue
-        try:
-            await gw.publish(answer)
-        except TrialogError as exc:
-            await page.error(f"not written: {exc}")
-            continue
-        if isinstance(answer, Action):
+        if await page.write(answer) and isinstance(answer, Action):
             state.answered.add(answer.tick)
 
 
@@ -478,12 +484,5 @@ async def _judge(page: Page, gw: Gateway, state: _Watched) -> None:
             await page.error("give your name (letters, digits, . _ -; up to 64) to judge")
             continue
         reward = _reward(msg, state.trial, sender=f"person:{name}", current_tick=state.tick)
-        if isinstance(reward, str):
-            await page.error(reward)
-            continue
-        try:
-            await gw.publish(reward)
-        except TrialogError as exc:
-            await page.error(f"not written: {exc}")
-            continue
-        await page.send({"type": "rewarded", "tick": reward.tick, "receiver": reward.receiver, "value": reward.value})
+        if await page.write(reward):
+            await page.send({"type": "rewarded", "tick": reward.tick, "receiver": reward.receiver, "value": reward.value})
