@@ -21,13 +21,13 @@ echo "sdk: TypeScript library — unit tests and build"
 ts_actors="node sdk/typescript/dist/src/cmd/trialog-actors.js --schemas schemas"
 
 echo "sdk: conformance of the Go actor service"
-trialog conformance --spec examples/rps.yaml --implementation go --command "$go_actors --serve go=rps-counter"
+trialog conformance --spec examples/rps/spec.yaml --implementation go --command "$go_actors --serve go=rps-counter"
 echo "sdk: conformance of the Go client seat (joins with a join token)"
-trialog conformance --spec examples/rps.yaml --implementation human --command "$go_actors --seat rps-counter"
+trialog conformance --spec examples/rps/spec.yaml --implementation human --command "$go_actors --seat rps-counter"
 echo "sdk: conformance of the TypeScript actor service"
-trialog conformance --spec examples/rps.yaml --implementation ts --command "$ts_actors --serve ts=rps-counter"
+trialog conformance --spec examples/rps/spec.yaml --implementation ts --command "$ts_actors --serve ts=rps-counter"
 echo "sdk: conformance of the TypeScript client seat"
-trialog conformance --spec examples/rps.yaml --implementation human --command "$ts_actors --seat rps-counter"
+trialog conformance --spec examples/rps/spec.yaml --implementation human --command "$ts_actors --seat rps-counter"
 
 pids=()
 stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
@@ -63,10 +63,10 @@ mixed() {
   unset TRIALOG_TOPIC_PREFIX
 }
 
-mixed "rock-paper-scissors, Python vs Go" examples/rps.yaml 3 --implementation bob=go -- "$go_actors --serve go=rps-counter"
-mixed "Overcooked, Python planner vs Go" examples/overcooked.yaml 1 --implementation cook_b=go --max-ticks 60 -- "$go_actors --serve go=overcooked-cook"
-mixed "rock-paper-scissors, TypeScript vs Go" examples/rps.yaml 3 --implementation alice=ts --implementation bob=go -- \
+mixed "rock-paper-scissors, Python vs Go" examples/rps/spec.yaml 3 --implementation bob=go -- "$go_actors --serve go=rps-counter"
+mixed "Overcooked, Python planner vs Go" examples/overcooked/spec.yaml 1 --implementation cook_b=go --max-ticks 60 -- "$go_actors --serve go=overcooked-cook"
+mixed "rock-paper-scissors, TypeScript vs Go" examples/rps/spec.yaml 3 --implementation alice=ts --implementation bob=go -- \
   "$ts_actors --serve ts=rps-counter" "$go_actors --serve go=rps-counter"
-mixed "Overcooked, TypeScript vs Go" examples/overcooked.yaml 1 --implementation cook_a=ts --implementation cook_b=go --max-ticks 60 -- \
+mixed "Overcooked, TypeScript vs Go" examples/overcooked/spec.yaml 1 --implementation cook_a=ts --implementation cook_b=go --max-ticks 60 -- \
   "$ts_actors --serve ts=overcooked-cook" "$go_actors --serve go=overcooked-cook"
 echo "sdk: all checks passed"

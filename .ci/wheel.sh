@@ -14,7 +14,7 @@ import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
 assert tops == {"trialog"}, f"the wheel installs {sorted(tops)}: only trialog is Trialog's"
-for needed in ("trialog/services/gateway/static/play.html", "trialog/examples/rps.yaml", "trialog/presets/dqn_cartpole.py", "trialog/_schemas/action.avsc"):
+for needed in ("trialog/services/gateway/static/play.html", "trialog/examples/rps/spec.yaml", "trialog/presets/dqn_cartpole.py", "trialog/_schemas/action.avsc"):
     assert needed in names, f"the wheel lacks {needed}"
 print(f"{sys.argv[1].rsplit('/', 1)[-1]}: {len(names)} files, one top-level package: trialog")
 PY

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from trialog.bus.base import Bus, Record
 from trialog.controller import Controller
 from trialog.datalog.replay import read_trials
-from trialog.events import HEADER_KIND, Action, Observation, StartRequest
-from trialog.topics import CONTROL, EVENTS
+from trialog.protocol.events import HEADER_KIND, Action, Observation, StartRequest
+from trialog.protocol.topics import CONTROL, EVENTS
 
 
 class IncompleteRun(AssertionError):
@@ -146,7 +146,7 @@ def orchestrator_bytes_per_trial(bus: Bus, spec, trials: int) -> tuple[float, in
     ``trials`` trials driven through start request → trial.started (records and
     emitted events are dropped before the second snapshot, so only the handler's
     own state is counted). Returns (bytes per trial, live trials)."""
-    from trialog.services.orchestrator.service import OrchestratorHandler
+    from trialog.services.orchestrator.handler import OrchestratorHandler
 
     handler = OrchestratorHandler({spec.name: spec})
     handler.loop = loop = _DiscardingLoop(bus)

@@ -13,7 +13,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from trialog.bus.base import Record
 from trialog.bus.kafka import FETCH_MAX_WAIT_MS
-from trialog.codec import HEADER_SIZE, SchemaStore
+from trialog.protocol.codec import HEADER_SIZE, SchemaStore
 from trialog.settings import Settings
 
 

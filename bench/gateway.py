@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 from bench.core import percentile, read_records  # noqa: E402
 from bench.floor import two_hop  # noqa: E402
 from trialog.bus import connect  # noqa: E402
-from trialog.campaign import create_topics, local_services  # noqa: E402
-from trialog.commands import run_async  # noqa: E402
+from trialog.tools.campaign import create_topics, local_services  # noqa: E402
+from trialog.commands.parts import run_async  # noqa: E402
 from trialog.controller import Controller  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
 
@@ -75,7 +75,7 @@ async def person(url: str, holder: str, round_trips: list[float] | None = None) 
 
 def spec_file(folder: Path, tick_interval_ms: int | None) -> Path:
     raw = yaml.safe_load(SPEC.read_text())
-    raw["actor_classes"]["player"]["observation"] = str(ROOT / "examples" / "rps_observation.avsc")
+    raw["actor_classes"]["player"]["observation"] = str(ROOT / "examples" / "rps" / "observation.avsc")
     if tick_interval_ms:
         raw["trial"]["tick_interval_ms"] = tick_interval_ms
     path = folder / f"gw-bench-{tick_interval_ms or 0}.yaml"

@@ -43,7 +43,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # runnable as `python bench/learning.py` from anywhere
 
-from trialog.campaign import campaign, create_topics, local_services  # noqa: E402
+from trialog.tools.campaign import campaign, create_topics, local_services  # noqa: E402
 from trialog.learn.dqn import DQNConfig, train_in_process  # noqa: E402
 from trialog.learn.train import load_preset, plot, table, train  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
@@ -110,7 +110,7 @@ def dqn(settings: Settings, out: Path, seeds: list[int], total_steps: int, short
 
 def behaviour_cloning(settings: Settings, out: Path, demo_trials: int, eval_trials: int, max_ticks: int, epochs: int) -> dict:
     asyncio.run(create_topics(settings))  # run alone (--only bc), nothing else has made them
-    spec_file = ROOT / "examples" / "overcooked.yaml"
+    spec_file = ROOT / "examples" / "overcooked" / "spec.yaml"
     spec = load_spec(spec_file)
     work = out / "bc-overcooked"
     (work / "logs").mkdir(parents=True, exist_ok=True)
@@ -141,7 +141,7 @@ def behaviour_cloning(settings: Settings, out: Path, demo_trials: int, eval_tria
 
 
 def _env(settings: Settings) -> dict[str, str]:
-    from trialog.campaign import _settings_env
+    from trialog.tools.campaign import _settings_env
 
     return _settings_env(settings)
 

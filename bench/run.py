@@ -37,7 +37,7 @@ from trialog.settings import Settings
 from trialog.spec import load_spec
 
 TRIVIAL = ROOT / "bench" / "trivial.yaml"
-OVERCOOKED = ROOT / "examples" / "overcooked.yaml"
+OVERCOOKED = ROOT / "examples" / "overcooked" / "spec.yaml"
 TARGETS = {
     "tick_p50": "≤ 1.5 × floor",
     "events_64": "≥ 0.5 × floor",
@@ -133,13 +133,13 @@ async def bench_overcooked(settings: Settings, args, logdir: Path, out: dict) ->
     try:
         from cogrid.envs.registry import make  # noqa: F401
 
-        import trialog.services.actors.agents.random_agent
-        import trialog.services.environment.adapters.pettingzoo  # noqa: F401
+        import trialog.agents.random_agent
+        import trialog.adapters.pettingzoo  # noqa: F401
     except ImportError as exc:
         out["overcooked"] = {"error": f"n/a (adapter not available: {exc})"}
         return
     if not OVERCOOKED.exists():
-        out["overcooked"] = {"error": "n/a (adapter not available: no examples/overcooked.yaml)"}
+        out["overcooked"] = {"error": "n/a (adapter not available: no examples/overcooked/spec.yaml)"}
         return
     ticks = 50 if args.quick else 200
     floor_steps = _overcooked_in_process(400 if args.quick else 2000)

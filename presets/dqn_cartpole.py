@@ -18,7 +18,7 @@ from trialog.learn.train import Preset, Schedule, Validation
 
 preset = Preset(
     name="dqn-cartpole",
-    spec="../examples/cartpole.yaml",
+    spec="../examples/cartpole/spec.yaml",
     implementation="dqn",
     agent={"learning_rate": 2.3e-3, "learning_rate_decay_steps": 50_000, "batch_size": 64, "learning_starts": 1_000,
            "train_frequency": 256, "gradient_steps": 512, "target_update_interval": 512, "n_step": 3, "tau": 1.0, "double": True, "huber": False, "max_grad_norm": 10.0,

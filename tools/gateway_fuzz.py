@@ -92,12 +92,12 @@ from websockets.asyncio.client import connect as ws_connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus  # noqa: E402
 
 from trialog.bus.kafka import KafkaBus  # noqa: E402
-from trialog.campaign import start_service, stop_services, wait_ready  # noqa: E402
+from trialog.tools.campaign import start_service, stop_services, wait_ready  # noqa: E402
 from trialog.controller import Controller  # noqa: E402
 from trialog.datalog.replay import read_trial, trial_records  # noqa: E402
-from trialog.runtime.trial import matches  # noqa: E402
+from trialog.protocol.trial import matches  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
-from trialog.topics import EVENTS  # noqa: E402
+from trialog.protocol.topics import EVENTS  # noqa: E402
 from trialog.trust import Keyring, mint_join_token  # noqa: E402
 
 SPEC = ROOT / "tools" / "gateway_fuzz.yaml"
@@ -314,7 +314,7 @@ def attack_spec(folder: Path) -> Path:
     """The attacked trials' spec: the honest one without a tick interval (see the yaml)."""
     raw = yaml.safe_load(SPEC.read_text())
     raw["name"] = ATTACK_SPEC
-    raw["actor_classes"]["player"]["observation"] = str(ROOT / "examples" / "rps_observation.avsc")
+    raw["actor_classes"]["player"]["observation"] = str(ROOT / "examples" / "rps" / "observation.avsc")
     raw["trial"].pop("tick_interval_ms", None)
     path = folder / "gateway_fuzz_attack.yaml"
     path.write_text(yaml.safe_dump(raw))

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script from a checkout, installed or not
     sys.path.insert(0, str(ROOT))
 
-from trialog import events as ev  # noqa: E402
-from trialog.codec import SUPPORTED_DTYPES, TENSOR, Schema, SchemaStore, record_to_tensor  # noqa: E402
+from trialog.protocol import events as ev  # noqa: E402
+from trialog.protocol.codec import SUPPORTED_DTYPES, TENSOR, Schema, SchemaStore, record_to_tensor  # noqa: E402
 
 FORMAT = "trialog-vectors/1"
 CONVENTIONS = {

@@ -13,7 +13,7 @@ import argparse
 import time
 from collections.abc import Callable
 
-from trialog.events import Action, ActorSpec, EventCodec, Observation, Reward, TrialStarted
+from trialog.protocol.events import Action, ActorSpec, EventCodec, Observation, Reward, TrialStarted
 from trialog.trust import Authenticator, Keyring
 
 TRIAL = "trial-cost"

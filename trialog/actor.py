@@ -50,7 +50,7 @@ from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialogError
 
 if TYPE_CHECKING:
-    from trialog.models import ModelVersion
+    from trialog.model_registry import ModelVersion
 
 
 @dataclass(frozen=True, slots=True)

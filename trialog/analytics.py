@@ -34,9 +34,9 @@ from typing import Any
 
 import orjson
 
-from trialog.codec import SchemaStore
+from trialog.protocol.codec import SchemaStore
 from trialog.errors import CodecError, TopicMissingError, TrialogError
-from trialog.events import BY_KIND, HEADER_KIND, Event, EventCodec, ResolvedTrial
+from trialog.protocol.events import BY_KIND, HEADER_KIND, Event, EventCodec, ResolvedTrial
 from trialog.settings import Settings
 
 # The shipped jobs' result topics, `<prefix>analytics.<job>`, and what each is keyed by.
@@ -155,7 +155,7 @@ async def read_results(bus, job: str) -> dict[str, Any]:
 
 
 def add_cli(sub) -> None:
-    from trialog.commands import command
+    from trialog.commands.parts import command
 
     p = command(sub, "analytics", "Show the latest results of the analytics jobs (trialog serve analytics) from their topics.")
     p.add_argument("job", nargs="?", choices=list(RESULT_TOPICS), help="one job (default: every summary job)")
@@ -165,7 +165,7 @@ def add_cli(sub) -> None:
 
 def _show(args) -> int:
     from trialog.bus import connect
-    from trialog.commands import run_async
+    from trialog.commands.parts import run_async
     from trialog.settings import from_args
 
     jobs = [args.job] if args.job else [job for job in RESULT_TOPICS if job != "trials"]

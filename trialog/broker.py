@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from trialog.errors import BrokerError
-from trialog.logs import get_logger
+from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 
@@ -765,7 +765,7 @@ def _cli_stop(args: argparse.Namespace) -> int:
 def _cli_status(args: argparse.Namespace) -> int:
     found = status(_config_from_args(args))
     if args.json:
-        from trialog.commands import fields_of, json_line
+        from trialog.commands.parts import fields_of, json_line
 
         print(json_line(fields_of(found)))
     else:

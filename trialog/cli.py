@@ -4,7 +4,7 @@ Every command that talks to Kafka takes the connection settings as flags, as
 ``TRIALOG_*`` variables or from a ``--settings`` file (see :mod:`trialog.settings`).
 
 The SDK stands below the services and never imports them: the services add their
-commands (``trialog serve orchestrator`` …) through the ``trialog.commands`` entry
+commands (``trialog serve orchestrator`` …) through the ``trialog.commands.parts`` entry
 point that the package declares (pyproject.toml). Commands that need an optional
 extra are always listed and say how to install it when run.
 """
@@ -16,8 +16,8 @@ import os
 import sys
 from importlib.metadata import entry_points
 
-from trialog import logs
-from trialog.commands import add_trial_overrides, command, fields_of, json_line, positive_int, run_async, trial_overrides
+from trialog.telemetry import logs
+from trialog.commands.parts import add_trial_overrides, command, fields_of, json_line, positive_int, run_async, trial_overrides
 from trialog.errors import TrialError, TrialogError
 from trialog.settings import from_args
 
@@ -50,9 +50,11 @@ def main(argv: list[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trialog", description="Trials of AI agents and humans, carried and logged by Apache Kafka.")
     sub = parser.add_subparsers(title="commands", metavar="COMMAND")
-    from trialog import analytics, broker, check, conformance, deadletters, demo, plot
+    from trialog import analytics, broker
+    from trialog.tools import check, conformance, demo, plot
+    from trialog.protocol import owners as deadletters
     from trialog.learn import train
-    from trialog.datalog import cli as datalog_cli
+    from trialog.commands import datalog as datalog_cli
 
     broker.add_cli(sub)
     from trialog import trust
@@ -131,7 +133,7 @@ def _add_topics(sub) -> None:
 
 
 def _add_serve(sub):
-    """``trialog serve``: its subcommands come from the services (entry point ``trialog.commands``)."""
+    """``trialog serve``: its subcommands come from the services (entry point ``trialog.commands.parts``)."""
     serve = sub.add_parser("serve", help="Run a Trialog service (orchestrator, environment, actors, logger, gateway, learner).")
 
     def no_service(args) -> int:
@@ -227,7 +229,7 @@ def _add_trial(sub) -> None:
     def do_watch(args) -> int:
         from trialog.bus import connect
         from trialog.controller import Controller
-        from trialog.events import TrialEnded
+        from trialog.protocol.events import TrialEnded
 
         async def go():
             async with Controller(connect(from_args(args))) as ctl:
@@ -281,7 +283,7 @@ def _add_run(sub) -> None:
     add_trial_overrides(p, seed_help="trial i of the campaign gets seed N+i (default: each trial's seed is the spec's, else derived from its trial ID)")
 
     def do_run(args) -> int:
-        from trialog.campaign import run_from_cli
+        from trialog.tools.campaign import run_from_cli
 
         return run_from_cli(args, from_args(args))
 

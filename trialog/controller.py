@@ -27,9 +27,9 @@ from typing import Any
 import orjson
 
 from trialog.bus.base import Bus, Consumer, Record
-from trialog.deadletters import reward_problem
+from trialog.protocol.owners import reward_problem
 from trialog.errors import TrialError, TrialTimeout
-from trialog.events import (
+from trialog.protocol.events import (
     HEADER_KIND,
     HEADER_TICK,
     Event,
@@ -47,8 +47,8 @@ from trialog.events import (
     trial_id_problem,
 )
 from trialog.rewards import aggregate, reward_bounds_problem
-from trialog.runtime.trial import reaches
-from trialog.topics import CONTROL, EVENTS, TRIALS
+from trialog.protocol.trial import reaches
+from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
 from trialog.trust import Keyring, mint_join_token
 
 LIFECYCLE = frozenset({TrialPending.KIND, TrialStarted.KIND, TrialRejected.KIND, TrialEnded.KIND})

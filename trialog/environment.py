@@ -1,13 +1,13 @@
 """What a user implements to be a Trialog environment.
 
 An environment implementation owns the state of the world for one trial. The
-environment runtime (``trialog.runtime.environment``) creates one instance per
+environment runtime (``trialog.runtime.environment_runtime``) creates one instance per
 trial, calls :meth:`Environment.start` once, then :meth:`Environment.update` once
 per tick with the actions of every active actor, and :meth:`Environment.end`
 when the trial is over. The runtime does everything else: the tick barrier,
 response timeouts, writing observations and rewards to the log, recovery.
 
-The contract (checked by ``trialog.check.check_environment``):
+The contract (checked by ``trialog.tools.check.check_environment``):
 
 - ``start`` MUST return an observation for every actor of the trial.
 - ``update`` MUST return an observation for every actor still in the trial.

@@ -87,5 +87,5 @@ class RecordsTooLarge(TrialError):
 class BadRecord(TrialogError):
     """A record its owning service cannot apply (wrong tick, unknown actor, invalid value…).
 
-    Raised by a handler for a record it owns (see :mod:`trialog.deadletters`): the
+    Raised by a handler for a record it owns (see :mod:`trialog.protocol.owners`): the
     service loop dead-letters the record with this message as the reason."""

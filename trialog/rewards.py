@@ -4,7 +4,7 @@
 a reward counts only if its value is a finite number with ``|value| ≤ MAX_REWARD_VALUE``
 (10¹²) and its confidence a finite number with ``0 ≤ confidence ≤ MAX_CONFIDENCE``
 (10⁶). :func:`reward_bounds_problem` says why a pair breaks the rule. The orchestrator
-dead-letters such a reward (:func:`trialog.deadletters.reward_problem`), and everything
+dead-letters such a reward (:func:`trialog.protocol.owners.reward_problem`), and everything
 that counts rewards — the datalog's fold, controllers' returns, the analytics jobs —
 skips the same record; the SDKs refuse to send one. Within the bounds the sums below
 cannot overflow: each cᵢvᵢ is at most 10¹⁸, so Σcᵢvᵢ stays finite for up to about

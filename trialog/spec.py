@@ -17,7 +17,7 @@ what is wrong.
       rps: {entry: "trialog.examples.rps:RockPaperScissors", config: {rounds: 10},
             overridable: [rounds]}   # config keys a start request may set (none by default)
     actors:                          # actor implementations
-      random: {entry: "trialog.services.actors.agents.random_agent:RandomAgent"}
+      random: {entry: "trialog.agents.random_agent:RandomAgent"}
       human: {client: true}          # joins from outside (a browser, a script)
       go_bot: {external: true}       # served by another process (any language, docs/protocol.md)
     trial:                           # defaults; a start request may override them
@@ -50,7 +50,7 @@ from typing import Any
 
 import yaml
 
-from trialog.codec import SchemaStore
+from trialog.protocol.codec import SchemaStore
 from trialog.errors import CodecError, SpecError
 
 TIMEOUT_POLICIES = ("default_action", "drop")
@@ -126,13 +126,36 @@ class Spec:
         return [name for name, impl in chosen.items() if impl in self.actors and self.actors[impl].client]
 
 
+# Where the shipped modules that specs name went when Trialog became one import package
+# (the services under trialog.services; the adapters, agents and games where users import them).
+_MOVED = {
+    "services.environment.adapters": "trialog.adapters",
+    "services.environment.views": "trialog.adapters.views",
+    "services.environment.games.rps": "trialog.examples.rps.game",
+    "services.actors.agents.overcooked": "trialog.examples.overcooked.cooks",
+    "services.actors.agents.rps_random": "trialog.examples.rps.players",
+    "services.actors.agents": "trialog.agents",
+    "services": "trialog.services",
+}
+
+
+def _moved(module_name: str) -> str | None:
+    """The new name of a module a spec names by its old one, or None if it has not moved."""
+    name = module_name.removeprefix("trialog.") if module_name.startswith("trialog.services.") else module_name
+    for old in sorted(_MOVED, key=len, reverse=True):
+        if name == old or name.startswith(old + "."):
+            new = _MOVED[old] + name[len(old):]
+            return new if new != module_name else None
+    return None
+
+
 def load_entry(entry: str, *, what: str = "entry") -> Any:
     """Import ``module:attribute`` (dots allowed in the attribute)."""
     module_name, sep, attr = entry.partition(":")
     if not sep or not module_name or not attr:
         raise SpecError(f"{what} {entry!r} must look like 'package.module:Name'")
-    if module_name == "services" or module_name.startswith("services."):
-        raise SpecError(f"{what} {entry!r}: the shipped services install as trialog.services now; name it 'trialog.{entry}'")
+    if (moved := _moved(module_name)) is not None:
+        raise SpecError(f"{what} {entry!r}: that module has moved; name it '{moved}:{attr}'")
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:

@@ -104,7 +104,7 @@ import orjson
 from trialog.errors import TrialogError
 
 if TYPE_CHECKING:
-    from trialog.events import ResolvedTrial
+    from trialog.protocol.events import ResolvedTrial
     from trialog.settings import Settings
 
 # --- names ---------------------------------------------------------------------------------

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from trialog.commands import add_implementation_host
+from trialog.commands.parts import add_implementation_host
 
 
 def _main():
-    from trialog.services.actors.host import main
+    from trialog.services.actors.main import main
 
     return main
 

@@ -17,11 +17,11 @@ import threading
 import time
 from pathlib import Path
 
-from trialog import metrics
+from trialog.telemetry import metrics
 from trialog.analytics import EventDeserializer, quix_connection, result_topic
-from trialog.logs import get_logger
+from trialog.telemetry.logs import get_logger
 from trialog.settings import Settings
-from trialog.topics import EVENTS
+from trialog.protocol.topics import EVENTS
 from trialog.trust import Authenticator, Keyring
 
 from trialog.services.analytics.jobs import KINDS, SUMMARY_JOBS, contributions, fold_group, fold_trial, group_key
@@ -102,7 +102,7 @@ def _serve_health(port: int) -> None:
     trialog_analytics_records_total)."""
     import asyncio
 
-    from trialog.health import Health, serve_health
+    from trialog.telemetry.health import Health, serve_health
 
     async def serve() -> None:
         health = Health()

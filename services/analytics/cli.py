@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from trialog.commands import add_health_port, command, require_extra
+from trialog.commands.parts import add_health_port, command, require_extra
 from trialog.settings import from_args
 
 

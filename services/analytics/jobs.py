@@ -14,10 +14,10 @@ Two stages:
    revised (a late reward) is never counted twice.
 
 Rewards follow the datalog (docs/datalog.md): a reward the orchestrator dead-letters
-(:func:`trialog.deadletters.reward_problem`: out of bounds, for a tick to come, naming its
+(:func:`trialog.protocol.owners.reward_problem`: out of bounds, for a tick to come, naming its
 sender, reaching nobody but its sender…) counts for nothing; one reward per (tick,
 sender, receiver), the first in the log; a reward reaches the actors
-:func:`trialog.runtime.trial.reaches` says (a wildcard leaves its sender out); the reward
+:func:`trialog.protocol.trial.reaches` says (a wildcard leaves its sender out); the reward
 of (actor, tick) is the confidence-weighted mean of its rewards (I-4); a trial's return
 for an actor is the sum over its ticks up to the final tick. The rolling means order trials by the time their ``trial.ended`` was logged (then
 by trial ID), so they do not depend on which partition was read first.
@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trialog.events import Event, Observation, Reward, TrialEnded, TrialStarted
-from trialog.deadletters import reward_problem
-from trialog.runtime.trial import reaches
+from trialog.protocol.events import Event, Observation, Reward, TrialEnded, TrialStarted
+from trialog.protocol.owners import reward_problem
+from trialog.protocol.trial import reaches
 
 NO_PHASE = "(no phase)"
 KINDS = frozenset({TrialStarted.KIND, Observation.KIND, Reward.KIND, TrialEnded.KIND})

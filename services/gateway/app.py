@@ -26,11 +26,11 @@ from trialog.bus.base import Bus
 from trialog.controller import Controller
 from trialog.controller import join_link as link
 from trialog.errors import TrialError
-from trialog.events import HEADER_KIND, ActorJoined
-from trialog.health import Health, serve_health
-from trialog.logs import get_logger
+from trialog.protocol.events import HEADER_KIND, ActorJoined
+from trialog.telemetry.health import Health, serve_health
+from trialog.telemetry.logs import get_logger
 from trialog.spec import Spec
-from trialog.topics import EVENTS
+from trialog.protocol.topics import EVENTS
 from trialog.trust import GATEWAY, Authenticator
 
 log = get_logger(__name__)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from trialog.services.gateway.door import Limits
-from trialog.commands import add_health_port, command, require_extra, run_async, spec_files
+from trialog.commands.parts import add_health_port, command, require_extra, run_async, spec_files
 from trialog.settings import from_args
 
 

@@ -21,11 +21,11 @@ from collections.abc import Callable
 import orjson
 
 from trialog.bus.base import Bus, Record
-from trialog.deadletters import letter_json
+from trialog.protocol.owners import letter_json
 from trialog.errors import TopicMissingError
-from trialog.events import HEADER_KIND, HEADER_TICK, DeadLetter, TrialRecord
-from trialog.logs import get_logger
-from trialog.topics import DEAD_LETTERS
+from trialog.protocol.events import HEADER_KIND, HEADER_TICK, DeadLetter, TrialRecord
+from trialog.telemetry.logs import get_logger
+from trialog.protocol.topics import DEAD_LETTERS
 
 log = get_logger(__name__)
 

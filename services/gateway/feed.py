@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from trialog.services.gateway.door import LIMITED, SLOW, Limits, Refused
 from trialog.bus.base import Bus, Consumer, Record
 from trialog.errors import TrialError
-from trialog.events import TrialRecord
-from trialog.logs import get_logger
-from trialog.topics import EVENTS, TRIALS
+from trialog.protocol.events import TrialRecord
+from trialog.telemetry.logs import get_logger
+from trialog.protocol.topics import EVENTS, TRIALS
 
 log = get_logger(__name__)
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from trialog.bus.base import Bus, Record
 from trialog.errors import CodecError
-from trialog.events import (
+from trialog.protocol.events import (
     HEADER_KIND,
     Action,
     ActorJoined,
@@ -29,7 +29,7 @@ from trialog.events import (
     TrialEnded,
     View,
 )
-from trialog.runtime.trial import ClassSchemas, class_schemas, loads
+from trialog.protocol.trial import ClassSchemas, class_schemas, loads
 
 
 def plain(value: Any) -> Any:

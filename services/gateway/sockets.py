@@ -29,7 +29,7 @@ from trialog.services.gateway.feed import CAUGHT_UP
 from trialog.services.gateway.messages import TrialView
 from trialog.services.gateway.seats import verify
 from trialog.errors import CodecError, TrialogError
-from trialog.events import (
+from trialog.protocol.events import (
     Action,
     Event,
     ActorJoined,
@@ -40,9 +40,9 @@ from trialog.events import (
     TrialEnded,
     View,
 )
-from trialog.logs import get_logger
-from trialog.deadletters import message_problem, reward_problem
-from trialog.runtime.trial import dumps, reaches
+from trialog.telemetry.logs import get_logger
+from trialog.protocol.owners import message_problem, reward_problem
+from trialog.protocol.trial import dumps, reaches
 from trialog.trust import JoinToken, Seat, SeatBook, seat_headers
 
 if TYPE_CHECKING:
@@ -409,7 +409,7 @@ def _seat_record(msg: dict[str, Any], kind: str, state: _SeatState) -> Action | 
 
 def _reward(msg: dict[str, Any], trial: TrialView, *, sender: str, current_tick: int) -> Reward | str:
     """A reward asked for by a person, checked (or the reason it is refused): the log's rule
-    (:func:`trialog.deadletters.reward_problem`: within bounds, for a tick up to the current
+    (:func:`trialog.protocol.owners.reward_problem`: within bounds, for a tick up to the current
     one, never to its sender, not even through ``*`` or its class), with a person's
     confidence in (0, 1]."""
     receiver, tick, value, confidence = msg.get("receiver"), msg.get("tick"), msg.get("value"), msg.get("confidence", 1.0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trialog.commands import add_health_port, command, require_extra, run_async
+from trialog.commands.parts import add_health_port, command, require_extra, run_async
 from trialog.errors import TrialogError
 from trialog.settings import from_args
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import inspect
 
-from trialog.services.learner.service import LearnerHandler
+from trialog.services.learner.handler import LearnerHandler
 from trialog.actor import Policy
 from trialog.bus.base import Bus
 from trialog.errors import SpecError
-from trialog.runtime.host import serve
+from trialog.runtime.process import serve
 from trialog.runtime.service import ServiceLoop
 from trialog.spec import Spec, load_entry
 

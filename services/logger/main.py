@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trialog.services.logger.service import LoggerHandler
+from trialog.services.logger.handler import LoggerHandler
 from trialog.bus.base import Bus
 from trialog.datalog.archive import Archive
-from trialog.runtime.host import serve
+from trialog.runtime.process import serve
 from trialog.runtime.service import ServiceLoop
 
 GROUP = "logger"

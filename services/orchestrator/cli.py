@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trialog.commands import add_health_port, command, run_async, spec_files
+from trialog.commands.parts import add_health_port, command, run_async, spec_files
 from trialog.settings import from_args
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trialog.services.orchestrator.service import OrchestratorHandler
+from trialog.services.orchestrator.handler import OrchestratorHandler
 from trialog.bus.base import Bus
-from trialog.runtime.host import serve
+from trialog.runtime.process import serve
 from trialog.runtime.service import ServiceLoop
 from trialog.spec import Spec
 

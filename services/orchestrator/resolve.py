@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from trialog.errors import SpecError, TrialError
-from trialog.events import ActorClassSpec, ActorSpec, StartRequest, TrialStarted, trial_id_problem
+from trialog.protocol.events import ActorClassSpec, ActorSpec, StartRequest, TrialStarted, trial_id_problem
 from trialog.spec import ActorDefault, Implementation, Spec, _Reader, load_entry, parse_actor_list
 
 

@@ -210,7 +210,7 @@ def exposed_metric_names() -> set[str]:
     NAME_bucket/_count/_sum), whether or not it has samples yet."""
     from prometheus_client import REGISTRY
 
-    import trialog.metrics  # noqa: F401  (registers the definitions)
+    import trialog.telemetry.metrics  # noqa: F401  (registers the definitions)
 
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"], "gauge": [""]}
     return {family.name + suffix for family in REGISTRY.collect() for suffix in suffixes.get(family.type, [""])}

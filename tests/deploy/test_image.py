@@ -139,15 +139,15 @@ def test_the_builder_stage_makes_a_complete_wheel_from_that_context(tmp_path: Pa
     assert build.returncode == 0, build.stdout + build.stderr
     (wheel,) = (tmp_path / "dist").glob("trialog-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "trialog/health.py" in names
+    assert "trialog/telemetry/health.py" in names
     assert any(n.startswith("trialog/services/") for n in names), "the services are not in the wheel"
     assert {n.split("/")[0] for n in names if ".dist-info" not in n} == {"trialog"}, "the wheel installs a top-level package besides trialog"
-    assert "trialog/examples/rps.yaml" in names, "the examples are not in the wheel"
+    assert "trialog/examples/rps/spec.yaml" in names, "the examples are not in the wheel"
     assert any(n.startswith("trialog/_schemas/") and n.endswith(".avsc") for n in names), "no Avro schemas in the wheel"
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     entry_text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "trialog = trialog.cli:main" in entry_text
-    assert "[trialog.commands]" in entry_text and "services = trialog.services.cli:add_commands" in entry_text, "`trialog serve` would list no service"
+    assert "[trialog.commands.parts]" in entry_text and "services = trialog.services.cli:add_commands" in entry_text, "`trialog serve` would list no service"
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     for extra in ("envs", "datalog"):
         assert f"Provides-Extra: {extra}" in metadata, f"the image installs the extra {extra}, which the package lacks"

@@ -6,7 +6,7 @@ import dataclasses
 import dataclasses
 import time
 
-from trialog.services.environment.games.rps import RockPaperScissors
+from trialog.examples.rps.game import RockPaperScissors
 from trialog.actor import Agent, EndEvent, MessageEvent, ObservationEvent, Policy
 from trialog.environment import Environment, MessageOut
 
@@ -111,7 +111,7 @@ def rps_with_a_seat(name: str, *, max_ticks: int) -> str:
     client seat (bob), with timeouts long enough for a person or a slow machine."""
     from pathlib import Path
 
-    observation = Path(__file__).resolve().parents[2] / "examples" / "rps_observation.avsc"
+    observation = Path(__file__).resolve().parents[2] / "examples" / "rps" / "observation.avsc"
     return f"""
 name: {name}
 actor_classes:
@@ -120,9 +120,9 @@ actor_classes:
     action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
     default_action: ROCK
 environments:
-  rps: {{entry: "trialog.services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
+  rps: {{entry: "trialog.examples.rps.game:RockPaperScissors", config: {{target_score: 1000}}}}
 actors:
-  random: {{entry: "trialog.services.actors.agents.rps_random:RandomPlayer"}}
+  random: {{entry: "trialog.examples.rps.players:RandomPlayer"}}
   human: {{client: true}}
 trial:
   environment: rps

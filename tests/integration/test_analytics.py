@@ -19,7 +19,7 @@ import pytest
 
 from trialog.analytics import read_results
 from trialog.bus.kafka import KafkaBus
-from trialog.campaign import start_service, stop_services, wait_archived, wait_ready
+from trialog.tools.campaign import start_service, stop_services, wait_archived, wait_ready
 from trialog.controller import Controller, run_campaign
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from trialog.services.actors.host import loops_for as actor_loops
-from trialog.services.environment.host import loops_for as env_loops
+from trialog.services.actors.main import loops_for as actor_loops
+from trialog.services.environment.main import loops_for as env_loops
 from tests.conftest import wait_for
 from tests.harness import deployment
 from tests.integration.fixtures import rps_with_a_seat
@@ -19,10 +19,10 @@ from trialog import cli
 from trialog.actor import EndEvent, ObservationEvent
 from trialog.bus.base import Delivered
 from trialog.bus.kafka import KafkaBus
-from trialog.client import TAKEN_OVER, join
+from trialog.client_actor import TAKEN_OVER, join
 from trialog.datalog.replay import read_trial
 from trialog.errors import TrialError
-from trialog.events import Action, ActorClassSpec, ActorSpec, Reward, TrialEnded, TrialStarted
+from trialog.protocol.events import Action, ActorClassSpec, ActorSpec, Reward, TrialEnded, TrialStarted
 from trialog.spec import load_spec
 from trialog.trust import MAC_PREFIX, Authenticator, Keyring, Seat, compute_tag, mac_input, mint_join_token, read_join_token
 
@@ -36,13 +36,13 @@ name: attacks-hosted
 actor_classes:
   player: {observation: auto, action: auto, default_action: 0}
 environments:
-  pz: {entry: "trialog.services.environment.adapters.pettingzoo:PettingZooEnvironment", config: {env: "pettingzoo.classic.rps_v2:parallel_env", kwargs: {max_cycles: 3}}}
+  pz: {entry: "trialog.adapters.pettingzoo:PettingZooEnvironment", config: {env: "pettingzoo.classic.rps_v2:parallel_env", kwargs: {max_cycles: 3}}}
   open:
-    entry: "trialog.services.environment.adapters.pettingzoo:PettingZooEnvironment"
+    entry: "trialog.adapters.pettingzoo:PettingZooEnvironment"
     config: {env: "pettingzoo.classic.rps_v2:parallel_env", kwargs: {max_cycles: 3}}
     overridable: [env, kwargs, rewards]
 actors:
-  pzrandom: {entry: "trialog.services.actors.agents.random_agent:RandomAgent"}
+  pzrandom: {entry: "trialog.agents.random_agent:RandomAgent"}
 trial:
   environment: pz
   actors:

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from trialog.services.environment.games.rps import RockPaperScissors
+from trialog.examples.rps.game import RockPaperScissors
 from trialog.services.logger.main import loop_for as logger_loop
 from tests.conftest import wait_for
 from tests.harness import deployment
@@ -20,9 +20,9 @@ from trialog import cli
 from trialog.bus.kafka import KafkaBus
 from trialog.datalog.archive import Archive, file_name
 from trialog.datalog.replay import partition_records, replay
-from trialog.events import Observation, Reward
+from trialog.protocol.events import Observation, Reward
 from trialog.rewards import aggregate
-from trialog.runtime.trial import matches
+from trialog.protocol.trial import matches
 from trialog.spec import load_spec
 
 pytestmark = pytest.mark.integration
@@ -32,16 +32,16 @@ SPEC = f"""
 name: datatest
 actor_classes:
   player:
-    observation: {ROOT / "examples" / "rps_observation.avsc"}
+    observation: {ROOT / "examples" / "rps" / "observation.avsc"}
     action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
     default_action: ROCK
 environments:
-  rps: {{entry: "trialog.services.environment.games.rps:RockPaperScissors", config: {{target_score: 5}}}}
+  rps: {{entry: "trialog.examples.rps.game:RockPaperScissors", config: {{target_score: 5}}}}
   slow: {{entry: "tests.integration.fixtures:SlowRps", config: {{target_score: 1000, delay_s: 0.05}}}}
   flaky: {{entry: "tests.integration.test_datalog:FlakyRps", config: {{target_score: 5}}}}
 actors:
-  random: {{entry: "trialog.services.actors.agents.rps_random:RandomPlayer"}}
-  counter: {{entry: "trialog.services.actors.agents.scripted:CounterPlayer"}}
+  random: {{entry: "trialog.examples.rps.players:RandomPlayer"}}
+  counter: {{entry: "trialog.agents.scripted:CounterPlayer"}}
 trial:
   environment: rps
   actors:

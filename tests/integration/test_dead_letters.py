@@ -18,7 +18,7 @@ from tests.harness import deployment
 from trialog.bus.kafka import KafkaBus
 from trialog.datalog.replay import read_trial, trial_records
 from trialog.errors import CodecError
-from trialog.events import (
+from trialog.protocol.events import (
     Action,
     ActorClassSpec,
     ActorSpec,
@@ -31,7 +31,7 @@ from trialog.events import (
     TrialStarted,
 )
 from trialog.spec import load_spec
-from trialog.topics import CONTROL, DEAD_LETTERS, EVENTS
+from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent

@@ -9,7 +9,7 @@ import pytest
 from tests.harness import deployment
 from trialog.bus.kafka import KafkaBus
 from trialog.datalog.replay import read_trial
-from trialog.events import TrialStarted
+from trialog.protocol.events import TrialStarted
 from trialog.spec import load_spec
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ from trialog.controller import join_link as link
 from trialog.services.gateway.door import Limits
 from tests.gateway.kit import people_deployment, play, seat_url, socket
 from tests.integration.test_trials import read_trial
-from trialog.events import Action, ActorJoined, Reward
+from trialog.protocol.events import Action, ActorJoined, Reward
 from trialog.trust import Keyring
 
 pytestmark = pytest.mark.integration
@@ -24,7 +24,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 @pytest.fixture
 async def running(kafka_settings):
-    async with people_deployment(kafka_settings, EXAMPLES / "rps.yaml") as running:
+    async with people_deployment(kafka_settings, EXAMPLES / "rps" / "spec.yaml") as running:
         yield running
 
 
@@ -127,7 +127,7 @@ async def test_trial_start_prints_the_join_links_before_it_waits(running, kafka_
     trial waits for the person, who needs the link), then the end."""
     bus, ctl, base = running
     env = {**os.environ, "TRIALOG_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers, "TRIALOG_TOPIC_PREFIX": kafka_settings.topic_prefix,
-           "TRIALOG_PARTITIONS": str(kafka_settings.partitions), "TRIALOG_GATEWAY_URL": base, "TRIALOG_SPEC": str(EXAMPLES / "rps.yaml")}  # fmt: skip
+           "TRIALOG_PARTITIONS": str(kafka_settings.partitions), "TRIALOG_GATEWAY_URL": base, "TRIALOG_SPEC": str(EXAMPLES / "rps" / "spec.yaml")}  # fmt: skip
     cli = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "trialog.cli", "trial", "start", "rps", "--implementation", "bob=human", "--max-ticks", "5", "--wait",
         stdout=asyncio.subprocess.PIPE, env=env,

@@ -26,7 +26,7 @@ from tests.gateway.kit import people_deployment
 from tests.integration.test_trials import read_trial
 from trialog.datalog.replay import read_trial as read_fold
 from trialog.datalog.replay import trial_records
-from trialog.events import Action, ActorTimeout, View
+from trialog.protocol.events import Action, ActorTimeout, View
 
 pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -94,7 +94,7 @@ def refused_page(url: str) -> str:
 
 @pytest.fixture
 async def overcooked(kafka_settings):
-    async with people_deployment(kafka_settings, EXAMPLES / "overcooked_people.yaml") as running:
+    async with people_deployment(kafka_settings, EXAMPLES / "overcooked" / "people.yaml") as running:
         yield running
 
 
@@ -192,7 +192,7 @@ def play_rps(url: str) -> dict:
 
 
 async def test_a_person_plays_rock_paper_scissors_and_exports_the_demonstration(kafka_settings, tmp_path):
-    async with people_deployment(kafka_settings, EXAMPLES / "rps.yaml") as (bus, ctl, base):
+    async with people_deployment(kafka_settings, EXAMPLES / "rps" / "spec.yaml") as (bus, ctl, base):
         tid = await ctl.start_trial("rps", implementations={"bob": "human"}, max_ticks=12)
         (url,) = ctl.join_links(tid, ["bob"]).values()
         page = await asyncio.to_thread(play_rps, url.replace("http://127.0.0.1:8000", base))

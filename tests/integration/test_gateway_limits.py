@@ -19,12 +19,12 @@ from trialog.services.gateway.door import LIMITED, Limits
 from tests.conftest import free_ports
 from tests.gateway.kit import people_deployment, play, seat_url, socket
 from trialog.bus.kafka import KafkaBus
-from trialog.campaign import create_topics, local_services
+from trialog.tools.campaign import create_topics, local_services
 from trialog.controller import Controller
 from tests.integration.test_trials import read_trial as read_events
 from trialog.controller import join_link as link
 from trialog.datalog.replay import read_trial
-from trialog.events import ActorTimeout, Message, Reward
+from trialog.protocol.events import ActorTimeout, Message, Reward
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

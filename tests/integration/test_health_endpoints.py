@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import wait_for
 from trialog.bus.kafka import KafkaBus
-from trialog.campaign import start_service, stop_services
+from trialog.tools.campaign import start_service, stop_services
 
 pytestmark = pytest.mark.integration
 SPEC = str(Path(__file__).resolve().parent / "trialtest.yaml")

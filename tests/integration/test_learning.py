@@ -14,9 +14,9 @@ import pytest
 
 from tests.harness import deployment
 from tests.integration import fixtures
-from trialog import models
+from trialog import model_registry
 from trialog.bus.kafka import KafkaBus
-from trialog.campaign import local_services, start_service, wait_ready
+from trialog.tools.campaign import local_services, start_service, wait_ready
 from trialog.controller import Controller
 from trialog.datalog.replay import read_trials
 from trialog.learn.memory import transitions
@@ -60,13 +60,13 @@ async def test_slow_batched_decide_of_one_implementation_does_not_slow_another(k
 
 
 async def _latest(bus, model: str):
-    return (await models.latest_versions(bus)).get(model)
+    return (await model_registry.latest_versions(bus)).get(model)
 
 
 async def test_phases_versions_and_a_learner_killed_mid_training_resumes(kafka_settings, tmp_path):
     preset = Preset(
         name="itest-dqn",
-        spec=str(ROOT / "examples" / "cartpole.yaml"),
+        spec=str(ROOT / "examples" / "cartpole" / "spec.yaml"),
         implementation="dqn",
         agent={"learning_starts": 200, "train_frequency": 100, "gradient_steps": 10, "hidden": [16, 16], "exploration_steps": 1000},
         schedule=Schedule(heatup_steps=200, steps_between_evaluations=600, evaluation_trials=2, total_steps=1200, concurrency=4),
@@ -125,12 +125,12 @@ def test_trialog_train_runs_a_preset_and_its_exit_code_is_the_validation_rule(ka
     import subprocess
     import sys
 
-    from trialog.campaign import _settings_env
+    from trialog.tools.campaign import _settings_env
 
     preset = tmp_path / "tiny.py"
     preset.write_text(f"""
 from trialog.learn.train import Preset, Schedule, Validation
-preset = Preset(name="tiny", spec={str(ROOT / "examples" / "cartpole.yaml")!r}, implementation="dqn",
+preset = Preset(name="tiny", spec={str(ROOT / "examples" / "cartpole" / "spec.yaml")!r}, implementation="dqn",
                 agent={{"learning_starts": 100, "train_frequency": 100, "gradient_steps": 5, "hidden": [8]}},
                 schedule=Schedule(heatup_steps=100, steps_between_evaluations=300, evaluation_trials=2, total_steps=300, concurrency=4),
                 validation=Validation(min_reward_threshold=5))

@@ -24,7 +24,7 @@ def trialog(settings, *args: str, timeout: float = 240) -> subprocess.CompletedP
 
 def test_run_ends_with_the_plot_of_its_campaign(kafka_settings, tmp_path):
     out = tmp_path / "plots" / "rps.png"
-    done = trialog(kafka_settings, "run", "examples/rps.yaml", "--serve", "--trials", "4", "--concurrency", "2", "--plot", str(out))
+    done = trialog(kafka_settings, "run", "examples/rps/spec.yaml", "--serve", "--trials", "4", "--concurrency", "2", "--plot", str(out))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == f"plot: {out}"
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -33,7 +33,7 @@ def test_run_ends_with_the_plot_of_its_campaign(kafka_settings, tmp_path):
 
 
 def test_json_outputs_of_settings_broker_trials_and_dead_letters(kafka_settings, tmp_path):
-    from trialog.campaign import local_services
+    from trialog.tools.campaign import local_services
 
     settings_json = json.loads(trialog(kafka_settings, "settings", "--json").stdout)
     assert settings_json["topic_prefix"]["value"] == kafka_settings.topic_prefix and "help" in settings_json["partitions"]
@@ -41,7 +41,7 @@ def test_json_outputs_of_settings_broker_trials_and_dead_letters(kafka_settings,
     assert set(json.loads(status.stdout)) == {"running", "data_dir", "pid", "bootstrap", "kafka_version"}
 
     assert trialog(kafka_settings, "topics", "create").returncode == 0
-    with local_services(kafka_settings, str(ROOT / "examples" / "rps.yaml"), log_dir=str(tmp_path)):
+    with local_services(kafka_settings, str(ROOT / "examples" / "rps" / "spec.yaml"), log_dir=str(tmp_path)):
         env = dict(os.environ, TRIALOG_BOOTSTRAP_SERVERS=kafka_settings.bootstrap_servers, TRIALOG_TOPIC_PREFIX=kafka_settings.topic_prefix)
         watch = subprocess.Popen([sys.executable, "-m", "trialog.cli", "trial", "watch", "--json"], env=env, stdout=subprocess.PIPE, text=True)
         try:

@@ -13,9 +13,9 @@ from tests.conftest import wait_for
 from tests.harness import deployment
 from tests.integration.test_trials import read_trial
 from trialog.bus.kafka import KafkaBus
-from trialog.events import Action, Observation, Reward, TrialStarted
+from trialog.protocol.events import Action, Observation, Reward, TrialStarted
 from trialog.rewards import aggregate
-from trialog.runtime.trial import class_schemas
+from trialog.protocol.trial import class_schemas
 from trialog.spec import load_spec
 
 pytestmark = pytest.mark.integration
@@ -42,7 +42,7 @@ async def test_logged_trial_equals_cogrid_stepped_in_process(kafka_settings):
     import cogrid.envs.registry as registry
 
     bus = KafkaBus(kafka_settings)
-    spec = load_spec(ROOT / "examples" / "overcooked.yaml", bus.store)
+    spec = load_spec(ROOT / "examples" / "overcooked" / "spec.yaml", bus.store)
     async with deployment(bus, spec) as (_, ctl):
         tid = await ctl.start_trial("overcooked", seed=17, max_ticks=60, implementations={"cook_b": "random"})
         end = await ctl.wait_ended(tid, timeout=120)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from trialog.services.logger.main import loop_for as logger_loop
-from trialog.services.orchestrator.service import OrchestratorHandler
+from trialog.services.orchestrator.handler import OrchestratorHandler
 from tests.conftest import wait_for
 from tests.harness import deployment
 from tests.integration.test_dead_letters import read_letters
@@ -19,10 +19,10 @@ from trialog.bus.kafka import KafkaBus
 from trialog.datalog.archive import Archive
 from trialog.datalog.replay import read_trial, trial_records
 from trialog.datalog.verify import verify
-from trialog.events import TrialStarted
+from trialog.protocol.events import TrialStarted
 from trialog.runtime.service import ServiceLoop
 from trialog.spec import load_spec
-from trialog.topics import EVENTS
+from trialog.protocol.topics import EVENTS
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent

@@ -21,8 +21,8 @@ from trialog import cli
 from trialog.actor import EndEvent, ObservationEvent
 from trialog.broker_secure import ROLE_ACLS
 from trialog.bus.kafka import KafkaBus
-from trialog.campaign import start_service, stop_services, wait_ready
-from trialog.client import join
+from trialog.tools.campaign import start_service, stop_services, wait_ready
+from trialog.client_actor import join
 from trialog.controller import Controller
 from trialog.datalog.archive import Archive
 from trialog.errors import TransportError

@@ -18,9 +18,9 @@ from tests.harness import deployment
 from tests.integration.test_trials import read_trial
 from trialog.bus.kafka import KafkaBus
 from trialog.errors import RecordsTooLarge, TransportError
-from trialog.events import DeadLetter, Observation, Reward, StartRequest, TrialEnded
+from trialog.protocol.events import DeadLetter, Observation, Reward, StartRequest, TrialEnded
 from trialog.spec import load_spec
-from trialog.topics import CONTROL, DEAD_LETTERS, EVENTS
+from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent

@@ -13,7 +13,7 @@ from tests.integration import fixtures
 from trialog.bus.kafka import KafkaBus
 from trialog.controller import Controller
 from trialog.errors import TrialError
-from trialog.events import (
+from trialog.protocol.events import (
     Action,
     ActorJoined,
     ActorTimeout,
@@ -171,7 +171,7 @@ async def test_actions_and_observations_alternate_per_tick(running):
 
 async def test_client_actor_joins_and_plays(running):
     from trialog.actor import EndEvent, ObservationEvent
-    from trialog.client import join
+    from trialog.client_actor import join
 
     bus, ctl = running
     tid = await ctl.start_trial("trialtest", max_ticks=6, implementations={"bob": "human"})

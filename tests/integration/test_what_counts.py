@@ -14,14 +14,14 @@ from tests.harness import deployment
 from tests.integration.fixtures import rps_with_a_seat
 from trialog.actor import EndEvent, ObservationEvent
 from trialog.bus.kafka import KafkaBus
-from trialog.campaign import start_service, stop_services, wait_ready
-from trialog.client import join
+from trialog.tools.campaign import start_service, stop_services, wait_ready
+from trialog.client_actor import join
 from trialog.controller import Controller
 from trialog.datalog.archive import Archive
 from trialog.datalog.replay import read_trial
-from trialog.events import Action, Reward
+from trialog.protocol.events import Action, Reward
 from trialog.spec import load_spec
-from trialog.topics import EVENTS
+from trialog.protocol.topics import EVENTS
 from trialog.trust import MAC_PREFIX, Authenticator, Keyring, compute_tag, mac_input, mint_join_token
 
 pytestmark = pytest.mark.integration

@@ -3,7 +3,7 @@ environments: schemas derived from spaces, observations that survive the Avro
 round trip, actors mapped onto agents, terminated and truncated kept apart.
 
 Every environment tested here encodes its observations with the schemas its
-``describe`` gave, through a real :class:`~trialog.codec.SchemaStore`, and checks
+``describe`` gave, through a real :class:`~trialog.protocol.codec.SchemaStore`, and checks
 they decode back equal.
 """
 
@@ -16,11 +16,11 @@ import pytest
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from trialog.services.environment.adapters.gymnasium import GymnasiumEnvironment
-from trialog.services.environment.adapters.pettingzoo import PettingZooEnvironment
-from trialog.services.environment.adapters.spaces import SPACE_PROPERTY, avro_name, space_codec
-from trialog.check import _same, sample_action
-from trialog.codec import SchemaStore
+from trialog.adapters.gymnasium import GymnasiumEnvironment
+from trialog.adapters.pettingzoo import PettingZooEnvironment
+from trialog.adapters.spaces import SPACE_PROPERTY, avro_name, space_codec
+from trialog.tools.check import _same, sample_action
+from trialog.protocol.codec import SchemaStore
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import SpecError, TrialError
 

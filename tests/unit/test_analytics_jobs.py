@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from trialog.services.analytics.jobs import contributions, fold_group, fold_trial, group_key
-from trialog.events import ActorSpec, Observation, Reward, TrialEnded, TrialStarted
+from trialog.protocol.events import ActorSpec, Observation, Reward, TrialEnded, TrialStarted
 
 
 class State(dict):

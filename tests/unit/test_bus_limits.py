@@ -8,8 +8,8 @@ import pytest
 from trialog.bus.base import Record
 from trialog.bus.memory import MemoryBus
 from trialog.errors import RecordsTooLarge
-from trialog.events import DeadLetter, Reward
-from trialog.topics import DEAD_LETTERS, EVENTS, RECORD_LIMIT
+from trialog.protocol.events import DeadLetter, Reward
+from trialog.protocol.topics import DEAD_LETTERS, EVENTS, RECORD_LIMIT
 
 
 async def test_an_oversized_record_is_refused_and_the_others_of_its_send_delivered(memory_settings):

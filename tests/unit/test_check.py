@@ -10,13 +10,13 @@ import pytest
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from trialog.check import check_environment
+from trialog.tools.check import check_environment
 from trialog.cli import main as cli_main
 from trialog.environment import Environment, Step
 from trialog.errors import TrialogError
 
-PETTINGZOO = "trialog.services.environment.adapters.pettingzoo:PettingZooEnvironment"
-GYMNASIUM = "trialog.services.environment.adapters.gymnasium:GymnasiumEnvironment"
+PETTINGZOO = "trialog.adapters.pettingzoo:PettingZooEnvironment"
+GYMNASIUM = "trialog.adapters.gymnasium:GymnasiumEnvironment"
 
 
 @pytest.mark.parametrize("entry, config", [

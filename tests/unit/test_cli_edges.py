@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 
 from trialog.services.orchestrator.resolve import resolve
-from trialog import cli, logs
+from trialog import cli
+from trialog.telemetry import logs
 from trialog.bus.memory import MemoryBus
-from trialog.campaign import campaign_overrides, wait_indexed
+from trialog.tools.campaign import campaign_overrides, wait_indexed
 from trialog.controller import Controller, TrialOutcome
-from trialog.commands import trial_overrides
-from trialog.demo import DEMOS, campaign_args, demo_settings
+from trialog.commands.parts import trial_overrides
+from trialog.tools.demo import DEMOS, campaign_args, demo_settings
 from trialog.errors import TrialError, TrialTimeout
-from trialog.events import StartRequest, TrialRecord
+from trialog.protocol.events import StartRequest, TrialRecord
 from trialog.spec import load_spec
-from trialog.topics import TRIALS
+from trialog.protocol.topics import TRIALS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,7 +91,7 @@ async def test_no_orchestrator_is_a_clear_timeout_not_a_bare_one(memory_settings
 
 @pytest.mark.parametrize("fields, problem", [({"trial_id": ""}, "empty"), ({"max_ticks": -4}, "at least 1"), ({"max_ticks": 0}, "at least 1")])
 def test_the_orchestrator_rejects_what_a_forged_request_could_carry(fields, problem):
-    spec = load_spec(ROOT / "examples" / "rps.yaml")
+    spec = load_spec(ROOT / "examples" / "rps" / "spec.yaml")
     request = StartRequest(**{"trial_id": "t-1", "spec": spec.name, "requested_by": "x", **fields})
     with pytest.raises(TrialError, match=problem):
         resolve(spec, request)
@@ -126,7 +127,7 @@ def test_standard_library_log_lines_stay_json(capsys):
 
 def test_a_command_whose_extra_is_missing_says_how_to_install_it():
     """Commands needing an extra are always listed; run without it, they name the extra."""
-    from trialog.commands import require_extra
+    from trialog.commands.parts import require_extra
     from trialog.errors import TrialogError
 
     with pytest.raises(TrialogError, match=r"pip install 'trialog\[datalog\]'"):
@@ -139,7 +140,7 @@ def test_a_command_whose_extra_is_missing_says_how_to_install_it():
 def test_health_ports_handed_to_two_services_differ_even_when_the_os_offers_one_twice(monkeypatch):
     import socket as socket_module
 
-    from trialog import campaign
+    from trialog.tools import campaign
 
     offered = iter([58311, 58311, 40001])
 

@@ -11,8 +11,8 @@ import fastavro
 import numpy as np
 import pytest
 
-from trialog.codec import HEADER_SIZE, SchemaStore
-from trialog.codec_flat import compile_flat
+from trialog.protocol.codec import HEADER_SIZE, SchemaStore
+from trialog.protocol.codec_flat import compile_flat
 from trialog.errors import CodecError
 
 STORE = SchemaStore.with_builtin()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from trialog.codec import HEADER_SIZE, SchemaStore, schemas_dir
+from trialog.protocol.codec import HEADER_SIZE, SchemaStore, schemas_dir
 from trialog.errors import CodecError
 
 

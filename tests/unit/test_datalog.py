@@ -11,7 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from trialog.services.environment.games.rps import RockPaperScissors
+from trialog.examples.rps.game import RockPaperScissors
 from trialog.services.logger.main import loop_for as logger_loop
 from tests.conftest import wait_for
 from tests.harness import deployment
@@ -22,12 +22,12 @@ from trialog.datalog.replay import read_trial, replay
 from trialog.datalog.samples import TrialFold
 from trialog.datalog.verify import verify
 from trialog.errors import CodecError
-from trialog.events import Observation, Reward, TrialEnded
+from trialog.protocol.events import Observation, Reward, TrialEnded
 from trialog.rewards import aggregate
 from trialog.spec import load_spec
-from trialog.topics import EVENTS, TRIALS
+from trialog.protocol.topics import EVENTS, TRIALS
 
-SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps.yaml"
+SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps" / "spec.yaml"
 
 
 class FlakyRps(RockPaperScissors):

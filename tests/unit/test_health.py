@@ -1,6 +1,6 @@
 """The health endpoints answer real HTTP requests the way Kubernetes probes expect.
 
-Each test starts :func:`trialog.health.serve_health` on a free port and talks to
+Each test starts :func:`trialog.telemetry.health.serve_health` on a free port and talks to
 it with a real HTTP client (urllib, in a worker thread so the server's event
 loop keeps running) or with raw sockets for the malformed cases.
 """
@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from trialog.health import Health, serve_health
+from trialog.telemetry.health import Health, serve_health
 
 
 class FakeClock:
@@ -188,7 +188,7 @@ def test_the_timeout_must_be_positive() -> None:
 
 
 def test_metrics_are_served_in_prometheus_text_format() -> None:
-    from trialog import metrics
+    from trialog.telemetry import metrics
 
     metrics.TRIALS_ENDED.labels("test_reason").inc()
 

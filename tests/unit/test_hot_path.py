@@ -10,10 +10,10 @@ import time
 import pytest
 
 from trialog.bus.memory import MemoryBus
-from trialog.events import Message, Observation, TrialStarted
+from trialog.protocol.events import Message, Observation, TrialStarted
 from trialog.runtime.pace import Pace
 from trialog.runtime.service import Handler, ServiceLoop
-from trialog.topics import EVENTS
+from trialog.protocol.topics import EVENTS
 from trialog.trust import MacKey, Keyring
 from tests.unit.test_trust import STARTED
 
@@ -129,13 +129,13 @@ def _written(bus, role, event, offset=0):
 def test_the_orchestrator_checks_the_record_that_moves_a_trial_and_the_rest_only_when_it_looks_inactive(memory_settings):
     from pathlib import Path
 
-    from trialog.services.orchestrator.service import OrchestratorHandler
-    from trialog.events import Action, StartRequest
+    from trialog.services.orchestrator.handler import OrchestratorHandler
+    from trialog.protocol.events import Action, StartRequest
     from trialog.spec import load_spec
-    from trialog.topics import CONTROL
+    from trialog.protocol.topics import CONTROL
 
     bus = MemoryBus(memory_settings)
-    spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "rps.yaml", bus.store)
+    spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "rps" / "spec.yaml", bus.store)
     handler = OrchestratorHandler({spec.name: spec})
     handler.loop = loop = OrchestratorLoop(bus)
     request = StartRequest("t-pace", spec="rps", requested_by="test", parameters="{}")

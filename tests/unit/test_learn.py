@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from trialog.services.learner.service import LearnerHandler
+from trialog.services.learner.handler import LearnerHandler
 from tests.harness import deployment
 from trialog.actor import DecideRequest
 from trialog.bus.base import Record
@@ -18,13 +18,13 @@ from trialog.bus.memory import MemoryBus
 from trialog.datalog.samples import Sample, TrialFold
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialogError
-from trialog.events import Reward
+from trialog.protocol.events import Reward
 from trialog.learn.dqn import DQNConfig, DQNLearner, DQNPolicy, train_in_process
 from trialog.learn.memory import ReplayMemory, flat_observation, transitions
 from trialog.learn.train import Schedule, derived_spec, load_preset
-from trialog.models import ModelVersion, from_safetensors, make_version
+from trialog.model_registry import ModelVersion, from_safetensors, make_version
 from trialog.spec import load_spec
-from trialog.topics import EVENTS
+from trialog.protocol.topics import EVENTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -241,7 +241,7 @@ def test_unknown_hyperparameter_is_refused():
 
 def test_model_version_record_matches_its_schema():
     from trialog.bus.memory import MemoryBus
-    from trialog.models import decode, encode
+    from trialog.model_registry import decode, encode
     from trialog.settings import Settings
 
     bus = MemoryBus(Settings.load({}, environ={}))
@@ -279,7 +279,7 @@ def test_behaviour_cloning_learns_the_demonstrated_mapping(tmp_path):
 
 
 def test_on_policy_learner_keeps_the_current_version_and_counts_what_it_discards():
-    from trialog.services.learner.service import LearnerHandler, _Folding
+    from trialog.services.learner.handler import LearnerHandler, _Folding
 
     class OnPolicy:
         on_policy = True
@@ -321,7 +321,7 @@ async def test_an_off_policy_learner_slower_than_its_samples_publishes_after_eac
     """In-process the next step acts with the latest round's weights: through the log an
     off-policy learner with rounds still owed publishes after each one, not once it has
     caught up (a learner slower than its samples would otherwise hardly publish)."""
-    from trialog.services.learner.service import ROUNDS_PER_VERSION, LearnerHandler
+    from trialog.services.learner.handler import ROUNDS_PER_VERSION, LearnerHandler
 
     class Behind:
         on_policy = False
@@ -364,7 +364,7 @@ async def test_learner_service_adds_each_step_as_logged_following_each_actors_se
     n-step returns follow each trial's own steps, a late reward corrects its transition,
     and a learner replaying the log after a restart counts only what its version did not."""
     bus = MemoryBus(memory_settings)
-    spec = load_spec(ROOT / "examples" / "cartpole.yaml", bus.store)
+    spec = load_spec(ROOT / "examples" / "cartpole" / "spec.yaml", bus.store)
     async with deployment(bus, spec) as (_, ctl):
         tids = [await ctl.start_trial("cartpole", seed=s, implementations={"agent": "random"}, phase="train") for s in (1, 2)]
         for tid in tids:

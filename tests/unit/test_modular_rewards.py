@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trialog.services.actors.agents.overcooked import OvercookedPlanner
-from trialog.services.environment.adapters.pettingzoo import PettingZooEnvironment
+from trialog.examples.overcooked.cooks import OvercookedPlanner
+from trialog.adapters.pettingzoo import PettingZooEnvironment
 from trialog.environment import ActorInfo, RewardOut, TrialInfo
 from trialog.errors import SpecError, TrialError
 from trialog.rewards_modular import (

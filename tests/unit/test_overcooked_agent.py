@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from trialog.services.actors.agents.overcooked import Kitchen, OvercookedPlanner
-from trialog.services.actors.agents.random_agent import RandomAgent
-from trialog.services.environment.adapters.pettingzoo import PettingZooEnvironment
+from trialog.examples.overcooked.cooks import Kitchen, OvercookedPlanner
+from trialog.agents.random_agent import RandomAgent
+from trialog.adapters.pettingzoo import PettingZooEnvironment
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialogError
 

@@ -15,10 +15,10 @@ from tests.harness import deployment
 from trialog.bus.memory import MemoryBus
 from trialog.datalog.archive import Archive
 from trialog.errors import TrialogError
-from trialog.plot import TrialReturn, plot_returns, plot_series, returns_from_archive, returns_from_log, returns_series, rolling_mean
+from trialog.tools.plot import TrialReturn, plot_returns, plot_series, returns_from_archive, returns_from_log, returns_series, rolling_mean
 from trialog.spec import load_spec
 
-SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps.yaml"
+SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps" / "spec.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

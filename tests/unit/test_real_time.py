@@ -11,9 +11,9 @@ import yaml
 
 from tests.harness import deployment
 from trialog.bus.memory import MemoryBus
-from trialog.events import Action, ActorTimeout, Observation
+from trialog.protocol.events import Action, ActorTimeout, Observation
 from trialog.spec import parse_spec
-from trialog.topics import EVENTS
+from trialog.protocol.topics import EVENTS
 
 SPEC = Path(__file__).resolve().parents[1] / "integration" / "trialtest.yaml"
 INTERVAL_MS, TICKS = 60, 6

@@ -9,10 +9,10 @@ import pytest
 from tests.harness import deployment
 from trialog.bus.memory import MemoryBus
 from trialog.errors import TrialError
-from trialog.events import Action, Observation, Reward, TrialEnded
+from trialog.protocol.events import Action, Observation, Reward, TrialEnded
 from trialog.spec import load_spec
 
-SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps.yaml"
+SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps" / "spec.yaml"
 
 
 async def test_rps_trial_runs_to_the_end(memory_settings):

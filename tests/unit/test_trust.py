@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from trialog.events import Action, ActorClassSpec, ActorSpec, Observation, Reward, TrialEnded, TrialStarted
+from trialog.protocol.events import Action, ActorClassSpec, ActorSpec, Observation, Reward, TrialEnded, TrialStarted
 from trialog.settings import Settings
 from trialog.trust import (
     Authenticator,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from trialog import events as ev
-from trialog.codec import SUPPORTED_DTYPES, SchemaStore
+from trialog.protocol import events as ev
+from trialog.protocol.codec import SUPPORTED_DTYPES, SchemaStore
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "schemas" / "vectors"

@@ -1,6 +1,6 @@
 """One rule for what counts, on the in-memory bus: rewards within bounds, wildcards that
 leave their sender out, messages for someone who exists — each rule judged once
-(trialog.deadletters) and applied alike by the orchestrator's letters, the datalog's fold,
+(trialog.protocol.owners) and applied alike by the orchestrator's letters, the datalog's fold,
 live delivery, controllers' returns and the analytics jobs. Integration tests repeat the
 seat and restart parts on Kafka (tests/integration/test_what_counts.py)."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from trialog.services.analytics.jobs import fold_trial
-from trialog.services.environment.games.rps import RockPaperScissors
+from trialog.examples.rps.game import RockPaperScissors
 from trialog.services.orchestrator.main import loop_for as orchestrator_loop
 from tests.conftest import wait_for
 from tests.harness import deployment
@@ -22,16 +22,16 @@ from tests.unit.test_analytics_jobs import State
 from tests.unit.test_datalog import events_of
 from trialog.actor import EndEvent, MessageEvent, ObservationEvent, RewardEvent
 from trialog.bus.memory import MemoryBus
-from trialog.client import join
+from trialog.client_actor import join
 from trialog.datalog.replay import read_trial
 from trialog.datalog.samples import RewardSource, Sample, TrialFold, apply_rewards
-from trialog.deadletters import message_problem, reward_problem
+from trialog.protocol.owners import message_problem, reward_problem
 from trialog.errors import TrialError
-from trialog.events import Action, DeadLetter, Message, Reward
+from trialog.protocol.events import Action, DeadLetter, Message, Reward
 from trialog.rewards import MAX_CONFIDENCE, MAX_REWARD_VALUE, aggregate, reward_bounds_problem
-from trialog.runtime.trial import matches, reaches
+from trialog.protocol.trial import matches, reaches
 from trialog.spec import load_spec
-from trialog.topics import DEAD_LETTERS, EVENTS
+from trialog.protocol.topics import DEAD_LETTERS, EVENTS
 from trialog.trust import MAC_PREFIX, compute_tag, mac_input
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,15 +40,15 @@ SPEC = f"""
 name: counts
 actor_classes:
   player:
-    observation: {ROOT / "examples" / "rps_observation.avsc"}
+    observation: {ROOT / "examples" / "rps" / "observation.avsc"}
     action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
     default_action: ROCK
 environments:
-  rps: {{entry: "trialog.services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
+  rps: {{entry: "trialog.examples.rps.game:RockPaperScissors", config: {{target_score: 1000}}}}
   huge: {{entry: "tests.unit.test_what_counts:HugeRewardRps", config: {{target_score: 1000}}}}
 actors:
   wildcard: {{entry: "tests.unit.test_what_counts:wildcard_player"}}
-  random: {{entry: "trialog.services.actors.agents.rps_random:RandomPlayer"}}
+  random: {{entry: "trialog.examples.rps.players:RandomPlayer"}}
 trial:
   environment: rps
   actors:
@@ -258,13 +258,13 @@ SEAT_SPEC = f"""
 name: seat
 actor_classes:
   player:
-    observation: {ROOT / "examples" / "rps_observation.avsc"}
+    observation: {ROOT / "examples" / "rps" / "observation.avsc"}
     action: {{type: enum, name: rps.Move, symbols: [ROCK, PAPER, SCISSORS]}}
     default_action: ROCK
 environments:
-  rps: {{entry: "trialog.services.environment.games.rps:RockPaperScissors", config: {{target_score: 1000}}}}
+  rps: {{entry: "trialog.examples.rps.game:RockPaperScissors", config: {{target_score: 1000}}}}
 actors:
-  random: {{entry: "trialog.services.actors.agents.rps_random:RandomPlayer"}}
+  random: {{entry: "trialog.examples.rps.players:RandomPlayer"}}
   human: {{client: true}}
 trial:
   environment: rps
@@ -328,7 +328,7 @@ async def test_a_seat_action_the_environment_refused_is_no_played_action(bus, tm
 
 
 async def test_the_fold_applies_the_environments_action_rules(bus):
-    spec = load_spec(ROOT / "examples" / "rps.yaml", bus.store)
+    spec = load_spec(ROOT / "examples" / "rps" / "spec.yaml", bus.store)
     async with deployment(bus, spec) as (_, ctl):
         tid = await ctl.start_trial("rps", seed=4, max_ticks=6)
         ended = await ctl.wait_ended(tid, timeout=20)
@@ -362,7 +362,7 @@ async def test_the_fold_applies_the_environments_action_rules(bus):
 
 
 async def test_a_restarted_orchestrator_judges_a_late_reward_as_before(bus):
-    spec = load_spec(ROOT / "examples" / "rps.yaml", bus.store)
+    spec = load_spec(ROOT / "examples" / "rps" / "spec.yaml", bus.store)
     async with deployment(bus, spec) as (d, ctl):
         tid = await ctl.start_trial("rps", seed=9, max_ticks=4)
         await ctl.wait_ended(tid, timeout=20)

@@ -18,11 +18,11 @@ from typing import Any
 
 from aiokafka.partitioner import murmur2  # pure function: Kafka's default key hash
 
-from trialog.codec import SchemaStore
+from trialog.protocol.codec import SchemaStore
 from trialog.errors import RecordsTooLarge
-from trialog.events import DeadLetter, Event, EventCodec, ResolvedTrial
+from trialog.protocol.events import DeadLetter, Event, EventCodec, ResolvedTrial
 from trialog.settings import Settings
-from trialog.topics import CONTROL, DEAD_LETTERS, EVENTS, record_limits
+from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS, record_limits
 from trialog.trust import Authenticator, Keyring
 
 SIGNED = frozenset({CONTROL, EVENTS})  # roles whose records carry tags (trialog.trust)

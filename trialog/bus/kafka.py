@@ -69,9 +69,9 @@ from trialog.bus.base import (
     Delivered,
     Record,
 )
-from trialog.logs import get_logger
+from trialog.telemetry.logs import get_logger
 from trialog.errors import RecordsTooLarge, TopicMissingError, TransportError
-from trialog.topics import CONTROL, EVENTS, TRIALS, TRANSACTIONAL_PREFIX, plan
+from trialog.protocol.topics import CONTROL, EVENTS, TRIALS, TRANSACTIONAL_PREFIX, plan
 
 KEYED = frozenset({CONTROL, EVENTS, TRIALS})  # partitioned by trial ID, same count (I-2)
 

@@ -22,7 +22,7 @@ from trialog.bus.base import (
     Record,
     partition_for,
 )
-from trialog.topics import plan
+from trialog.protocol.topics import plan
 
 
 class MemoryBus(Bus):

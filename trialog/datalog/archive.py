@@ -32,12 +32,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trialog.codec import SchemaStore
+from trialog.protocol.codec import SchemaStore
 from trialog.datalog.samples import RewardSource, Sample, TrialFold, apply_rewards
 from trialog.datalog.table import from_table, to_table
-from trialog.deadletters import reward_problem
+from trialog.protocol.owners import reward_problem
 from trialog.errors import TrialogError
-from trialog.events import EventCodec, Reward, TrialEnded, TrialStarted
+from trialog.protocol.events import EventCodec, Reward, TrialEnded, TrialStarted
 
 CATALOG = "catalog.jsonl"
 META_STARTED = b"trialog.trial_started"
@@ -195,7 +195,7 @@ class Archive:
 
     def counted_corrections(self, trial_id: str, started: TrialStarted, ended: TrialEnded | None, samples: list[Sample]) -> list[tuple[int, RewardSource]]:
         """(tick, reward) of the corrections that count: those that pass the orchestrator's
-        rules for a reward of the trial after its end (:func:`trialog.deadletters.reward_problem`),
+        rules for a reward of the trial after its end (:func:`trialog.protocol.owners.reward_problem`),
         as the fold judges a late reward; the others were dead-lettered."""
         last = ended.tick if ended is not None else max((s.tick for s in samples), default=-1)
         actors = {a.name: a.actor_class for a in started.actors}

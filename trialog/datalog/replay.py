@@ -27,10 +27,10 @@ from collections.abc import AsyncIterator, Callable
 from trialog.bus.base import Bus, Record
 from trialog.controller import Controller
 from trialog.datalog.samples import Sample, TrialFold
-from trialog.deadletters import check_headers
+from trialog.protocol.owners import check_headers
 from trialog.errors import CodecError
-from trialog.events import HEADER_KIND, HEADER_RECEIVER, HEADER_TICK, ResolvedTrial, TrialEnded, TrialRecord, TrialStarted
-from trialog.topics import EVENTS
+from trialog.protocol.events import HEADER_KIND, HEADER_RECEIVER, HEADER_TICK, ResolvedTrial, TrialEnded, TrialRecord, TrialStarted
+from trialog.protocol.topics import EVENTS
 
 
 async def partition_records(bus: Bus, partition: int, start: int, stop: int | None = None) -> AsyncIterator[Record]:

@@ -15,7 +15,7 @@ The fold keeps what the runtime applied, by the same rules:
 
 - the action of (tick, actor) is the first ``action`` or ``actor.timeout`` logged
   *after* the actor's observation of that tick that the environment applies, by
-  the environment's rules (:meth:`trialog.runtime.environment.EnvironmentHandler._on_action`):
+  the environment's rules (:meth:`trialog.runtime.environment_runtime.EnvironmentHandler._on_action`):
   an action sent early, a second one, one answering a ``final`` observation (the
   actor has left, or the trial is over), one whose payload does not decode in the
   class's action schema, and — for a client seat — one without the ``holder``
@@ -26,10 +26,10 @@ The fold keeps what the runtime applied, by the same rules:
   (``timed_out=True`` on the sample). So :meth:`TrialFold.add` takes each record's
   headers with its event;
 - a reward or message counts if it passes the owner's rules
-  (:func:`trialog.deadletters.reward_problem`, ``message_problem``): a reward
+  (:func:`trialog.protocol.owners.reward_problem`, ``message_problem``): a reward
   for a tick to come, out of bounds, naming its sender, or for an address that
   reaches nobody but its sender… does not; a reward or message reaches the actors
-  :func:`trialog.runtime.trial.reaches` says (never its sender);
+  :func:`trialog.protocol.trial.reaches` says (never its sender);
 - nothing but rewards counts after ``trial.ended``: an observation the
   environment wrote as the orchestrator ended the trial is not part of it.
 
@@ -48,10 +48,10 @@ from typing import Any
 
 import orjson
 
-from trialog.codec import SchemaStore
-from trialog.deadletters import message_problem, reward_problem
+from trialog.protocol.codec import SchemaStore
+from trialog.protocol.owners import message_problem, reward_problem
 from trialog.errors import CodecError
-from trialog.events import (
+from trialog.protocol.events import (
     Action,
     ActorJoined,
     ActorTimeout,
@@ -64,7 +64,7 @@ from trialog.events import (
     TrialStarted,
 )
 from trialog.rewards import aggregate
-from trialog.runtime.trial import ClassSchemas, class_schemas, reaches
+from trialog.protocol.trial import ClassSchemas, class_schemas, reaches
 from trialog.trust import SeatBook, seat_headers
 
 

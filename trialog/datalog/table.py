@@ -15,11 +15,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from trialog.codec import SchemaStore
+from trialog.protocol.codec import SchemaStore
 from trialog.datalog.samples import MessageIn, RewardSource, Sample, to_json_text
 from trialog.errors import CodecError
-from trialog.events import TrialEnded, TrialStarted
-from trialog.runtime.trial import class_schemas
+from trialog.protocol.events import TrialEnded, TrialStarted
+from trialog.protocol.trial import class_schemas
 
 REWARD_SOURCE = pa.struct(
     [("sender", pa.string()), ("receiver", pa.string()), ("value", pa.float64()), ("confidence", pa.float64()), ("user_data", pa.string())]

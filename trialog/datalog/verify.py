@@ -22,12 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trialog.codec import SchemaStore
+from trialog.protocol.codec import SchemaStore
 from trialog.datalog.samples import Sample
 from trialog.environment import RewardOut, Step
-from trialog.events import TrialStarted
+from trialog.protocol.events import TrialStarted
 from trialog.errors import TrialogError
-from trialog.runtime.trial import class_schemas, operator_code, trial_info
+from trialog.protocol.trial import class_schemas, operator_code, trial_info
 from trialog.spec import Spec, load_entry
 
 

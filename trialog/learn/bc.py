@@ -145,14 +145,14 @@ def train(cfg: BCConfig, observations: np.ndarray, actions: np.ndarray, *, log=p
 
 async def publish(settings, cfg: BCConfig, params: Mapping[str, np.ndarray], demos: int) -> int:
     """Publish the weights as the model's next version; returns the version number."""
-    from trialog import models
+    from trialog import model_registry
     from trialog.bus import connect
 
     async with connect(settings) as bus:
-        latest = (await models.latest_versions(bus)).get(cfg.model)
+        latest = (await model_registry.latest_versions(bus)).get(cfg.model)
         number = (latest.version if latest else 0) + 1
         meta = {"demonstrations": demos, "config": dataclasses.asdict(cfg)}
-        await models.publish(bus, models.make_version(cfg.model, number, "bc", prefixed("pi", params), meta, store=settings.model_store))
+        await model_registry.publish(bus, model_registry.make_version(cfg.model, number, "bc", prefixed("pi", params), meta, store=settings.model_store))
     return number
 
 

@@ -8,7 +8,7 @@ schedule and the validation rule::
 
     preset = Preset(
         name="dqn-cartpole",
-        spec="../examples/cartpole.yaml",          # relative to the preset file
+        spec="../examples/cartpole/spec.yaml",          # relative to the preset file
         implementation="dqn",
         agent={"learning_rate": 2.3e-3},           # over the implementation's config in the spec
         schedule=Schedule(heatup_steps=1_000, steps_between_evaluations=5_000, evaluation_trials=10, total_steps=50_000),
@@ -184,7 +184,7 @@ class _Progress:
 async def run_phases(settings: Settings, preset: Preset, spec, *, quiet: bool = False, version_timeout: float = 120) -> TrainResult:
     """Heatup, then train ↔ evaluate until the budget, against services already running
     (``spec``: the loaded spec the orchestrator serves)."""
-    from trialog import models
+    from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
 
@@ -199,7 +199,7 @@ async def run_phases(settings: Settings, preset: Preset, spec, *, quiet: bool = 
         async def latest_version() -> tuple[int, bool]:
             """The newest version, and whether it has trained on every step so far (a learner
             trains in rounds: ``next_round_at`` says when the next one is owed)."""
-            v = (await models.latest_versions(ctl.bus)).get(preset.agent.get("model", preset.name))
+            v = (await model_registry.latest_versions(ctl.bus)).get(preset.agent.get("model", preset.name))
             if v is None:
                 return 0, False
             meta = v.meta
@@ -283,7 +283,7 @@ def table(preset: Preset, result: TrainResult) -> str:
 
 
 def plot(preset: Preset, result: TrainResult, out: Path, extra: Mapping[str, list[tuple[float, float]]] | None = None):
-    from trialog.plot import plot_series
+    from trialog.tools.plot import plot_series
 
     series = {f"{preset.name} (through Trialog)": [(e.env_steps, e.mean_return) for e in result.evaluations], **(extra or {})}
     return plot_series(series, out, title=f"{preset.name}: evaluation return per env step", x_label="env steps (heatup + train)", y_label="mean evaluation return")
@@ -292,7 +292,7 @@ def plot(preset: Preset, result: TrainResult, out: Path, extra: Mapping[str, lis
 def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = False) -> TrainResult:
     """Create the topics, run the services and a learner locally, and the phases."""
     from trialog.bus import connect
-    from trialog.campaign import local_services
+    from trialog.tools.campaign import local_services
     from trialog.spec import load_spec
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -311,7 +311,7 @@ def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = Fa
 
 
 def add_cli(sub) -> None:
-    from trialog.commands import command
+    from trialog.commands.parts import command
 
     p = command(sub, "train", "Run a training preset: heatup, train and evaluate phases over trials, a learner, a table and a plot.")
     p.add_argument("preset", metavar="PRESET", help="the preset file (Python, defining `preset = Preset(...)`), or a shipped preset's name (dqn_cartpole, ppo_cartpole)")

@@ -27,7 +27,7 @@ round trip, so a handler that emits several events for one input costs one hop.
 
 **Bad records (I-8).** A record is decoded before anything acts on it. A record
 that does not decode or that its handler rejects (:class:`trialog.errors.BadRecord`)
-is dead-lettered by the one service that owns it (:mod:`trialog.deadletters`) and
+is dead-lettered by the one service that owns it (:mod:`trialog.protocol.owners`) and
 skipped by the others; nothing stops the loop.
 
 **Who wrote it (I-9).** Before a record is decoded, its tags are checked
@@ -44,13 +44,13 @@ import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 
-from trialog import metrics
+from trialog.telemetry import metrics
 from trialog.bus.base import Bus, Consumer, Record
-from trialog.deadletters import check_headers, owner_of
+from trialog.protocol.owners import check_headers, owner_of
 from trialog.errors import CodecError, RecordsTooLarge, TransportError, TrialogError
-from trialog.events import BY_KIND, HEADER_KIND, Event, ResolvedTrial, identity_from_headers
-from trialog.logs import get_logger
-from trialog.topics import EVENTS
+from trialog.protocol.events import BY_KIND, HEADER_KIND, Event, ResolvedTrial, identity_from_headers
+from trialog.telemetry.logs import get_logger
+from trialog.protocol.topics import EVENTS
 
 log = get_logger(__name__)
 
@@ -80,7 +80,7 @@ class Handler:
 
     roles: tuple[str, ...] = (EVENTS,)
     kinds: frozenset[str] | None = None  # kinds worth decoding (besides the ones it owns); None = all
-    role: str = ""  # the owner role of trialog.deadletters this service plays ("" = owns nothing)
+    role: str = ""  # the owner role of trialog.protocol.owners this service plays ("" = owns nothing)
     batched: bool = False  # off the tick path: fetch in batches (see Bus.consumer)
     service_name: str = "service"
 
@@ -119,7 +119,7 @@ class Handler:
         return False
 
     def owns(self, record: Record, kind: str | None) -> bool:
-        """Is this service the one that dead-letters this record if it is bad (trialog.deadletters)?"""
+        """Is this service the one that dead-letters this record if it is bad (trialog.protocol.owners)?"""
         return bool(self.role) and owner_of(kind) == self.role and self.hosts(record)
 
     def live(self, role: str, partition: int) -> None:
@@ -178,7 +178,7 @@ class ServiceLoop:
         self._recalls = type(handler).recall is not Handler.recall  # see Handler.recall
         self.consumer: Consumer | None = None
         self.ready = asyncio.Event()  # set once the first assignment's catch-up is done
-        self.turned_at = time.monotonic()  # end of the last turn of the loop: liveness (trialog.runtime.host)
+        self.turned_at = time.monotonic()  # end of the last turn of the loop: liveness (trialog.runtime.process)
         metrics.watch_loop(self)
 
     # --- what handlers call ------------------------------------------------------------------

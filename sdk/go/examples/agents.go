@@ -16,7 +16,7 @@ var Agents = map[string]trialog.AgentFactory{
 
 var beats = map[string]string{"ROCK": "PAPER", "PAPER": "SCISSORS", "SCISSORS": "ROCK"}
 
-// Counter plays rock-paper-scissors (examples/rps.yaml): what beats the opponent's
+// Counter plays rock-paper-scissors (examples/rps/spec.yaml): what beats the opponent's
 // last move, rock on the first round.
 type Counter struct{ Rewards float64 }
 
@@ -36,7 +36,7 @@ func (c *Counter) Decide(obs trialog.ObservationEvent) (any, error) {
 // OnReward keeps the running total (rewards arrive live, retroactive ones included).
 func (c *Counter) OnReward(r trialog.Reward) { c.Rewards += r.Value * r.Confidence }
 
-// Cook plays Overcooked (examples/overcooked.yaml): its observation is a
+// Cook plays Overcooked (examples/overcooked/spec.yaml): its observation is a
 // trialog.Tensor, its action one of CoGrid's 7 moves. It moves pseudo-randomly, but
 // deterministically in (seed, actor, tick, observation) — replay and recovery need that.
 type Cook struct{ actor *trialog.Actor }

@@ -7,7 +7,7 @@ import (
 )
 
 // The rule of docs/protocol.md, "What counts": the same bounds and reach as trialog/rewards.py
-// and trialog/runtime/trial.py.
+// and trialog/protocol/trial.py.
 func TestRewardBoundsAndReach(t *testing.T) {
 	for _, c := range []struct {
 		value, confidence float64

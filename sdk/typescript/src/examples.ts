@@ -6,7 +6,7 @@ import { tensorValues } from "./tensor.js";
 const BEATS: Record<string, string> = { ROCK: "PAPER", PAPER: "SCISSORS", SCISSORS: "ROCK" };
 
 /**
- * Rock-paper-scissors (examples/rps.yaml): plays what beats the opponent's last move,
+ * Rock-paper-scissors (examples/rps/spec.yaml): plays what beats the opponent's last move,
  * rock on the first round. `their_last_move` is a union [null, rps.Move]: wrapped as
  * {"rps.Move": "ROCK"} or null.
  */
@@ -25,7 +25,7 @@ export class Counter implements Agent {
 }
 
 /**
- * Overcooked (examples/overcooked.yaml): its observation is a trialog.Tensor, its action
+ * Overcooked (examples/overcooked/spec.yaml): its observation is a trialog.Tensor, its action
  * one of CoGrid's 7 moves (a long). It moves pseudo-randomly but deterministically in
  * (seed, actor, tick, observation) — replay and recovery need that.
  */

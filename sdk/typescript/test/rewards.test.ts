@@ -3,7 +3,7 @@ import { test } from "node:test";
 import { Actor, reaches, rewardBoundsProblem, type TrialStarted } from "../src/service.js";
 
 // The rule of docs/protocol.md, "What counts": the same bounds and reach as trialog/rewards.py
-// and trialog/runtime/trial.py.
+// and trialog/protocol/trial.py.
 test("rewards keep their bounds and never reach their sender", () => {
   for (const [value, confidence] of [[1e12, 1e6], [-1e12, 0], [0, 0]]) assert.equal(rewardBoundsProblem(value, confidence), null);
   assert.match(rewardBoundsProblem(1e308, 1)!, /value 1e\+308/);

@@ -1,5 +1,5 @@
 // Overcooked (CoGrid): the kitchen drawn on a canvas from the environment's view
-// (services/environment/views.py), not from pixels. Arrow keys move; space or enter
+// (trialog/adapters/views.py), not from pixels. Arrow keys move; space or enter
 // interacts (pick up, put down, serve).
 const TILE = 72;
 const KEYS = { ArrowUp: 0, ArrowDown: 1, ArrowLeft: 2, ArrowRight: 3, " ": 4, Enter: 4 };

@@ -1,1 +1,0 @@
-"""Small games shipped with Trialog for demos and tests."""

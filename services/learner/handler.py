@@ -1,0 +1,243 @@
+"""The learner service: folds samples from the log, trains, publishes to ``models``.
+
+One learner serves one actor implementation whose entry is a learning
+:class:`~trialog.actor.Policy` (e.g. ``trialog.learn.dqn:DQNPolicy``) and trains the
+model that implementation's config names. It is a consumer group
+(``learner.<model>``) over ``events``: it folds each trial of the experiment's
+``heatup`` or ``train`` phase as the datalog does
+(:class:`~trialog.datalog.samples.TrialFold`: aggregated rewards, retroactive ones
+included) and hands the transitions of the implementation's actors to the
+algorithm's learner. A reward that arrives later (during the trial or after its end)
+corrects the transition already in memory.
+
+**Off-policy** learners (DQN) get each transition as soon as the log completes it
+(the actor's next observation is logged), linked to the one before it of the same
+actor so that n-step returns follow an actor's sequence among other trials' steps;
+they train in a worker thread as samples come, as many rounds as the env steps owe
+them, and never make actors wait. Were they fed whole trials at their end, training
+and the data it sees would lag the env steps by a trial's length per trial at once.
+**On-policy** learners (PPO) get a trial's transitions when it ends, publish their
+initial weights as version 1, keep only transitions acted by the version they are at
+(from the moment training of the next one starts, only that one's), say how many
+they discard and of which versions, and publish the next version once they have a
+full batch.
+
+**Recovery (I-7).** A version on ``models`` carries, besides the weights, what
+resuming needs: counters, the target network and the optimizer, and how far in
+each partition the records whose transitions it counted go. The committed offset is
+the start of the oldest trial still in memory, so a restarted learner restores the
+last version, replays the log from there to refill its memory (without counting
+those transitions again) and goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trialog import model_registry
+from trialog.bus.base import Record
+from trialog.datalog.samples import TrialFold
+from trialog.protocol.events import Action, ActorJoined, ActorTimeout, Event, Observation, Reward, TrialEnded, TrialPending, TrialStarted
+from trialog.learn.memory import Transitions, transitions
+from trialog.telemetry.logs import get_logger
+from trialog.runtime.service import Handler
+
+log = get_logger(__name__)
+
+LEARN_PHASES = frozenset({"heatup", "train"})
+RECENT_TRIALS = 256  # ended trials kept to join late rewards to their transitions
+ROUNDS_PER_VERSION = 1  # off-policy training rounds between two published versions (see _train)
+
+
+@dataclass
+class _Folding:
+    fold: TrialFold
+    partition: int
+    start_offset: int
+    actors: tuple[str, ...]  # the learner's implementation's actors in this trial
+    serials: dict[str, dict[int, int]] = field(default_factory=dict)  # actor -> tick -> serial of its transition in memory
+    added: int = 0  # transitions added to memory
+
+
+class LearnerHandler(Handler):
+    # trial.pending and actor.joined too: who holds a client seat decides which of its actions count (the fold's seat rule).
+    kinds = frozenset({TrialPending.KIND, TrialStarted.KIND, ActorJoined.KIND, Observation.KIND, Action.KIND, ActorTimeout.KIND, Reward.KIND, TrialEnded.KIND})
+    batched = True  # off the tick path
+
+    def __init__(self, implementation: str, policy_class: type, config: dict[str, Any], *, experiment: str = "", model_store: str = ""):
+        self.implementation = implementation
+        self.learner = policy_class.learner(config)
+        self.on_policy = getattr(self.learner, "on_policy", False)  # Coach's two modes (trialog.learn)
+        self.model = config.get("model") or implementation
+        self.experiment = experiment
+        self.model_store = model_store
+        self.service_name = f"learner.{self.model}"
+        self.trials: dict[str, _Folding] = {}  # live trials being folded
+        self.recent: dict[str, _Folding] = {}  # ended trials, for late rewards (bounded)
+        self.window: deque[tuple[int, int, int]] = deque()  # (partition, start offset, transitions) of what memory holds
+        self.version = 0
+        self.counted_through: dict[int, int] = {}  # partition -> offset of the last record whose transitions were counted
+        self.discarded = 0
+        self._training: asyncio.Task | None = None
+        self.restored = asyncio.Event()
+        self._restoring: asyncio.Task | None = None
+        self._waiting: list[tuple[Record, Event]] = []  # read before the last version was restored
+
+    # --- recovery ----------------------------------------------------------------------------
+    def assigned(self, role: str, partition: int) -> None:
+        if self._restoring is None:
+            self._restoring = asyncio.get_running_loop().create_task(self._restore())
+
+    async def _restore(self) -> None:
+        """Before folding anything: the last version's weights and counters (what it counted
+        must not count twice when the log is replayed)."""
+        latest = (await model_registry.latest_versions(self.loop.bus)).get(self.model)
+        if latest is not None:
+            meta = latest.meta
+            self.learner.restore(latest.tensors(), meta)
+            self.version = latest.version
+            self.counted_through = {int(p): int(o) for p, o in meta.get("counted_through", {}).items()}
+            log.info("learner resumed from the last version", model=self.model, version=self.version, env_steps=self.learner.env_steps)
+        elif getattr(self.learner, "publish_initial", False):
+            await self._publish(loss=0.0, rounds=0)  # on-policy: actors act with version 1 before anything is learned
+        self.restored.set()
+        waiting, self._waiting = self._waiting, []
+        for record, event in waiting:
+            self.handle(record, event)
+
+    # --- folding -----------------------------------------------------------------------------
+    def wants(self, record: Record, kind: str | None) -> bool:
+        if kind in (TrialPending.KIND, TrialStarted.KIND, Reward.KIND) or not self.restored.is_set():
+            return True
+        return record.trial_id in self.trials
+
+    def handle(self, record: Record, event: Event) -> None:
+        if not self.restored.is_set():
+            self._waiting.append((record, event))
+            return
+        if isinstance(event, TrialPending | TrialStarted) and event.trial_id not in self.trials:
+            # From trial.pending when the trial has client seats: their joins come before its start.
+            ours = tuple(a.name for a in event.actors if a.implementation == self.implementation)
+            if ours and event.phase in LEARN_PHASES and (not self.experiment or event.experiment == self.experiment):
+                folding = _Folding(TrialFold(event.trial_id, self.loop.bus.store), record.partition, record.offset, ours)
+                folding.fold.add(event, record.headers)
+                self.trials[event.trial_id] = folding
+            return
+        folding = self.trials.get(event.trial_id) or (self.recent.get(event.trial_id) if isinstance(event, Reward) else None)
+        if folding is None:
+            return
+        folding.fold.add(event, record.headers)
+        if isinstance(event, Observation) and not self.on_policy and event.actor in folding.actors:
+            self._stepped(record, folding, event.actor, event.tick - 1)
+        elif isinstance(event, Reward):
+            self._rewarded(folding, event.tick)
+        elif isinstance(event, TrialEnded):  # of a live trial: only rewards reach an ended one
+            self._ended(record, self.trials.pop(event.trial_id))
+
+    def _counts(self, record: Record) -> bool:
+        """Whether transitions completed by this record count towards the env steps: not
+        if a restored version counted them already (the log replayed after a restart)."""
+        counted = record.offset > self.counted_through.get(record.partition, -1)
+        if counted:
+            self.counted_through[record.partition] = record.offset
+        return counted
+
+    def _stepped(self, record: Record, folding: _Folding, actor: str, tick: int) -> None:
+        """Off-policy: the actor's observation of tick+1 completes its transition of tick."""
+        serials = folding.serials.setdefault(actor, {})
+        if tick < 0 or tick in serials:
+            return  # the first observation, or a repeat: the transition is in memory already
+        now, after = folding.fold.sample(tick, actor), folding.fold.sample(tick + 1, actor)
+        t = transitions([now, after]) if now is not None and after is not None else None
+        if t is None:
+            return  # no action at tick (the actor did not answer), or the observation did not count
+        serials[tick] = int(self.learner.add(t, count=self._counts(record), follows=serials.get(tick - 1, -1))[0])
+        folding.added += 1
+
+    def _rewarded(self, folding: _Folding, tick: int) -> None:
+        """A reward for a tick whose transitions are in memory corrects them (as the fold aggregates)."""
+        for actor, serials in folding.serials.items():
+            serial = serials.get(tick)
+            if serial is not None:
+                self.learner.set_rewards(np.array([serial]), np.array([folding.fold.reward(tick, actor)], np.float32))
+
+    def _ended(self, record: Record, folding: _Folding) -> None:
+        if self.on_policy:  # the trial's transitions at once, those of the version being trained
+            samples = folding.fold.samples()
+            parts = [(actor, t) for actor in folding.actors if (t := transitions([s for s in samples if s.actor == actor])) is not None]
+            counted = self._counts(record)
+            for actor, t in self._current_version_only(folding, parts):
+                self.learner.add(t, count=counted)
+                folding.added += len(t)
+        self.window.append((folding.partition, folding.start_offset, folding.added))
+        capacity = getattr(getattr(self.learner, "memory", None), "capacity", 0)
+        while capacity and sum(n for _, _, n in self.window) - self.window[0][2] >= capacity:
+            self.window.popleft()  # overwritten in memory: the log before it is no longer needed
+        self.recent[folding.fold.trial_id] = folding
+        while len(self.recent) > RECENT_TRIALS:
+            self.recent.pop(next(iter(self.recent)))
+
+    def _current_version_only(self, folding: _Folding, parts: list[tuple[str, Transitions]]) -> list[tuple[str, Transitions]]:
+        """On-policy: keep the transitions acted by the version being trained; say what goes."""
+        kept = []
+        for actor, t in parts:
+            mine = t.versions == self.version
+            if not mine.all():
+                self.discarded += int((~mine).sum())
+                log.info("on-policy learner discards samples of other versions", model=self.model, trial=folding.fold.trial_id, actor=actor,
+                         discarded=int((~mine).sum()), versions=sorted(set(t.versions[~mine].tolist())), current=self.version)  # fmt: skip
+            if mine.any():
+                # A kept transition whose successor goes ends its sequence (n-step returns stop there).
+                ends = np.maximum(t.ends, ~np.append(mine[1:], False))
+                fields = {f: getattr(t, f)[mine] for f in Transitions.__dataclass_fields__}
+                kept.append((actor, Transitions(**{**fields, "ends": ends[mine]})))
+        return kept
+
+    # --- training ------------------------------------------------------------------------------
+    def periodic(self, now: float) -> None:
+        if not self.restored.is_set() or (self._training is not None and not self._training.done()):
+            return
+        if self.learner.rounds_due():
+            self._training = asyncio.get_running_loop().create_task(self._train())
+
+    async def _train(self) -> None:
+        # From now on an on-policy learner keeps only what the version being made will act.
+        self.version += 1
+        rounds, loss = 0, 0.0
+        # An off-policy learner publishes after each round, as in-process the next step acts with
+        # the latest weights: waiting until no round is owed let a learner slower than its
+        # samples (a round of a 256x256 DQN takes a second here) publish a dozen versions in
+        # 50,000 steps, the actors acting meanwhile with a version an evaluation old.
+        while self.learner.rounds_due() and (self.on_policy or rounds < ROUNDS_PER_VERSION):
+            loss = await asyncio.to_thread(self.learner.train_round)
+            rounds += 1
+        await self._publish(loss, rounds, number=self.version)
+
+    async def _publish(self, loss: float, rounds: int, number: int | None = None) -> None:
+        self.version = number or self.version + 1
+        meta = {**self.learner.metadata(), "counted_through": {str(p): o for p, o in self.counted_through.items()}, "discarded": self.discarded, "loss": loss}
+        version = await asyncio.to_thread(
+            model_registry.make_version, self.model, self.version, self.learner.algorithm, self.learner.tensors(), meta, store=self.model_store
+        )
+        await model_registry.publish(self.loop.bus, version)
+        log.info("model version published", model=self.model, version=self.version, rounds=rounds, env_steps=self.learner.env_steps,
+                 loss=round(loss, 4), bytes=version.size, inline=version.weights is not None)  # fmt: skip
+
+    def safe_offset(self, role: str, partition: int) -> int | None:
+        starts = [r.offset for r, _ in self._waiting if r.partition == partition]
+        starts += [f.start_offset for f in self.trials.values() if f.partition == partition]
+        starts += [start for p, start, _ in self.window if p == partition]
+        return min(starts) if starts else None
+
+    def revoked(self, role: str, partition: int) -> None:
+        for tid in [t for t, f in self.trials.items() if f.partition == partition]:
+            del self.trials[tid]
+
+    async def close(self) -> None:
+        if self._training is not None:
+            await asyncio.gather(self._training, return_exceptions=True)

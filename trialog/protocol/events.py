@@ -1,0 +1,508 @@
+"""The records Trialog writes: small frozen types, one per event kind.
+
+Each type mirrors one Avro schema of ``schemas/`` field for field, so that
+``to_record`` / ``from_record`` are mechanical. On the wire a record is
+
+- key: the trial ID (UTF-8) — I-1;
+- value: the single-object Avro encoding of the event (see :mod:`trialog.protocol.codec`);
+- headers: what a consumer needs to skip a record without decoding it —
+  ``kind``, ``tick``, ``sender``, ``receiver`` (comma-separated when several) and
+  ``schema`` (the value's Avro full name).
+
+Every event has an :attr:`~Event.identity` — (kind, tick, sender, receiver,
+discriminator) — and two records with the same trial and identity are the same
+event: consumers ignore the second one (I-8).
+
+Observation and action payloads stay encoded here (bytes in the actor class's
+schema); the runtimes decode them into the user's values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from trialog.protocol.codec import HEADER_SIZE, SchemaStore
+from trialog.errors import CodecError
+
+ENVIRONMENT = "env"  # the sender name of the environment
+ORCHESTRATOR = "orchestrator"
+
+HEADER_KIND = "kind"
+HEADER_TICK = "tick"
+HEADER_SENDER = "sender"
+HEADER_RECEIVER = "receiver"
+HEADER_SCHEMA = "schema"
+HEADER_ID = "id"  # the discriminator, present only when an event has one (messages)
+
+TRIAL_ID_MAX = 200  # characters; a trial ID is every record's key (I-1) and appears in file names
+
+
+def trial_id_problem(trial_id: str) -> str | None:
+    """Why a trial ID cannot name a trial (None when it can): empty, too long, or
+    holding control characters (it keys every record and names archive files)."""
+    if not trial_id:
+        return "the trial ID is empty"
+    if len(trial_id) > TRIAL_ID_MAX:
+        return f"the trial ID has {len(trial_id)} characters; at most {TRIAL_ID_MAX}"
+    if not trial_id.isprintable():
+        return "the trial ID holds control characters"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Base of every record. Subclasses set ``KIND`` and ``SCHEMA``, and say which of
+    their fields name the sender and the receiver (or a fixed sender)."""
+
+    KIND: ClassVar[str] = ""
+    SCHEMA: ClassVar[str] = ""
+    SENDER: ClassVar[str] = ORCHESTRATOR  # fixed sender, when no field names it
+    SENDER_FIELD: ClassVar[str | None] = None
+    RECEIVER_FIELD: ClassVar[str | None] = None
+    trial_id: str
+
+    def event_tick(self) -> int:
+        return getattr(self, "tick", -1)
+
+    def event_sender(self) -> str:
+        return getattr(self, self.SENDER_FIELD) if self.SENDER_FIELD else self.SENDER
+
+    def event_receiver(self) -> str:
+        if not self.RECEIVER_FIELD:
+            return ""
+        value = getattr(self, self.RECEIVER_FIELD)
+        return ",".join(value) if isinstance(value, tuple) else value
+
+    @property
+    def identity(self) -> tuple[str, int, str, str, str]:
+        """(kind, tick, sender, receiver, discriminator): equal identities, same event (I-8)."""
+        return (self.KIND, self.event_tick(), self.event_sender(), self.event_receiver(), getattr(self, "message_id", ""))
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        headers = [
+            (HEADER_KIND, self.KIND.encode()),
+            (HEADER_TICK, str(self.event_tick()).encode()),
+            (HEADER_SENDER, self.event_sender().encode()),
+            (HEADER_RECEIVER, self.event_receiver().encode()),
+            (HEADER_SCHEMA, self.SCHEMA.encode()),
+        ]
+        discriminator = getattr(self, "message_id", "")
+        if discriminator:
+            headers.append((HEADER_ID, discriminator.encode()))
+        return headers
+
+
+# --- control -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StartRequest(Event):
+    KIND: ClassVar[str] = "trial.start"
+    SCHEMA: ClassVar[str] = "trialog.StartRequest"
+    SENDER_FIELD: ClassVar[str | None] = "requested_by"
+    spec: str
+    requested_by: str = ""
+    seed: int | None = None
+    environment: str | None = None
+    environment_config: str | None = None
+    implementations: Mapping[str, str] = field(default_factory=dict)
+    actors: str | None = None
+    max_ticks: int | None = None
+    parameters: str = "{}"
+    experiment: str = ""
+    phase: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TerminateRequest(Event):
+    KIND: ClassVar[str] = "trial.terminate"
+    SCHEMA: ClassVar[str] = "trialog.TerminateRequest"
+    SENDER_FIELD: ClassVar[str | None] = "requested_by"
+    hard: bool = False
+    reason: str = ""
+    requested_by: str = ""
+
+
+# --- trial lifecycle ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ActorSpec:
+    name: str
+    actor_class: str
+    implementation: str
+    config: str = "{}"
+    client: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ActorClassSpec:
+    name: str
+    observation_schema: str
+    action_schema: str
+    default_action: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedTrial(Event):
+    """The fully resolved trial, as ``trial.pending`` (waiting for client actors to
+    join) or ``trial.started``; both carry the same record."""
+
+    SCHEMA: ClassVar[str] = "trialog.TrialStarted"
+    spec: str
+    environment: str
+    environment_entry: str
+    environment_config: str
+    actors: tuple[ActorSpec, ...]
+    actor_classes: tuple[ActorClassSpec, ...]
+    seed: int
+    max_ticks: int | None = None
+    response_timeout_ms: int = 10_000
+    timeout_policy: str = "default_action"
+    inactivity_timeout_ms: int | None = None
+    wall_clock_limit_ms: int | None = None
+    join_timeout_ms: int = 60_000
+    parameters: str = "{}"
+    experiment: str = ""  # the experiment (training preset) and its phase, "" outside experiments
+    phase: str = ""
+    tick_interval_ms: int | None = None  # real time: one step per interval (schema v3)
+
+    def as_kind(self, cls: type[ResolvedTrial]) -> ResolvedTrial:
+        """The same resolved trial as another kind (pending → started)."""
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+    def actor(self, name: str) -> ActorSpec:
+        for a in self.actors:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+    def actor_class(self, name: str) -> ActorClassSpec:
+        for c in self.actor_classes:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
+class TrialStarted(ResolvedTrial):
+    KIND: ClassVar[str] = "trial.started"
+
+
+@dataclass(frozen=True, slots=True)
+class TrialPending(ResolvedTrial):
+    KIND: ClassVar[str] = "trial.pending"
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRejected(Event):
+    KIND: ClassVar[str] = "trial.rejected"
+    SCHEMA: ClassVar[str] = "trialog.TrialRejected"
+    reason: str
+    requested_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TrialTerminating(Event):
+    KIND: ClassVar[str] = "trial.terminating"
+    SCHEMA: ClassVar[str] = "trialog.TrialTerminating"
+    reason: str = ""
+    requested_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EnvironmentDone(Event):
+    KIND: ClassVar[str] = "environment.done"
+    SCHEMA: ClassVar[str] = "trialog.EnvironmentDone"
+    SENDER: ClassVar[str] = ENVIRONMENT
+    tick: int = 0
+    reason: str = "environment"
+    details: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TrialEnded(Event):
+    KIND: ClassVar[str] = "trial.ended"
+    SCHEMA: ClassVar[str] = "trialog.TrialEnded"
+    tick: int = 0
+    reason: str = "environment"
+    details: str = ""
+
+
+# --- the tick ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Observation(Event):
+    KIND: ClassVar[str] = "observation"
+    SCHEMA: ClassVar[str] = "trialog.Observation"
+    SENDER: ClassVar[str] = ENVIRONMENT
+    RECEIVER_FIELD: ClassVar[str | None] = "actor"
+    tick: int = 0
+    actor: str = ""
+    payload: bytes = b""
+    terminated: bool = False
+    truncated: bool = False
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Action(Event):
+    """``policy_version``: the version of the model in ``models`` that chose the action
+    (None when no learned model did)."""
+
+    KIND: ClassVar[str] = "action"
+    SCHEMA: ClassVar[str] = "trialog.Action"
+    SENDER_FIELD: ClassVar[str | None] = "actor"
+    tick: int = 0
+    actor: str = ""
+    payload: bytes = b""
+    policy_version: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reward(Event):
+    """A reward for ``receiver`` (actor name, ``*`` or ``class.*``) at ``tick``.
+
+    One sender gives at most one reward per (receiver, tick): sending it again is
+    the same event (I-8). A sender with several judgements per tick uses several
+    sender names (``judge/speed``, ``judge/style``)."""
+
+    KIND: ClassVar[str] = "reward"
+    SCHEMA: ClassVar[str] = "trialog.Reward"
+    SENDER_FIELD: ClassVar[str | None] = "sender"
+    RECEIVER_FIELD: ClassVar[str | None] = "receiver"
+    tick: int = 0
+    receiver: str = "*"
+    value: float = 0.0
+    confidence: float = 1.0
+    sender: str = ENVIRONMENT
+    user_data: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Message(Event):
+    KIND: ClassVar[str] = "message"
+    SCHEMA: ClassVar[str] = "trialog.Message"
+    SENDER_FIELD: ClassVar[str | None] = "sender"
+    RECEIVER_FIELD: ClassVar[str | None] = "receivers"
+    tick: int = 0
+    sender: str = ""
+    receivers: tuple[str, ...] = ()
+    message_id: str = ""
+    payload: str = "{}"
+
+
+@dataclass(frozen=True, slots=True)
+class View(Event):
+    """A compact view of the environment's state with the observations of ``tick``,
+    for pages that draw the trial (JSON; ``kind`` names the drawing)."""
+
+    KIND: ClassVar[str] = "view"
+    SCHEMA: ClassVar[str] = "trialog.View"
+    SENDER: ClassVar[str] = ENVIRONMENT
+    tick: int = 0
+    view: str = "{}"
+
+
+@dataclass(frozen=True, slots=True)
+class ActorJoined(Event):
+    KIND: ClassVar[str] = "actor.joined"
+    SCHEMA: ClassVar[str] = "trialog.ActorJoined"
+    SENDER_FIELD: ClassVar[str | None] = "actor"
+    actor: str = ""
+    implementation: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ActorLeft(Event):
+    KIND: ClassVar[str] = "actor.left"
+    SCHEMA: ClassVar[str] = "trialog.ActorLeft"
+    SENDER: ClassVar[str] = ENVIRONMENT
+    RECEIVER_FIELD: ClassVar[str | None] = "actor"
+    tick: int = 0
+    actor: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ActorTimeout(Event):
+    KIND: ClassVar[str] = "actor.timeout"
+    SCHEMA: ClassVar[str] = "trialog.ActorTimeout"
+    SENDER: ClassVar[str] = ENVIRONMENT
+    RECEIVER_FIELD: ClassVar[str | None] = "actor"
+    tick: int = 0
+    actor: str = ""
+    policy: str = "default_action"
+
+
+@dataclass(frozen=True, slots=True)
+class ParametersChanged(Event):
+    KIND: ClassVar[str] = "parameters.changed"
+    SCHEMA: ClassVar[str] = "trialog.ParametersChanged"
+    SENDER_FIELD: ClassVar[str | None] = "sender"
+    tick: int = 0
+    sender: str = ""
+    parameters: str = "{}"
+
+
+# --- other topics ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRecord(Event):
+    """The value of the compacted ``trials`` index: the latest state of a trial."""
+
+    KIND: ClassVar[str] = "trial.record"
+    SCHEMA: ClassVar[str] = "trialog.TrialRecord"
+    status: str = "pending"
+    spec: str = ""
+    partition: int = -1
+    start_offset: int | None = None
+    end_offset: int | None = None
+    ticks: int = 0
+    reason: str = ""
+    implementations: Mapping[str, str] = field(default_factory=dict)
+    created_ms: int = 0
+    updated_ms: int = 0
+    experiment: str = ""
+    phase: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record a service could not use. Keyed like the original record."""
+
+    KIND: ClassVar[str] = "dead-letter"
+    SCHEMA: ClassVar[str] = "trialog.DeadLetter"
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: Mapping[str, bytes]
+    reason: str
+    service: str
+    timestamp_ms: int = 0
+
+    def to_record(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def headers_list(self) -> list[tuple[str, bytes]]:
+        return [(HEADER_KIND, self.KIND.encode()), (HEADER_SCHEMA, self.SCHEMA.encode())]
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    StartRequest, TerminateRequest, TrialStarted, TrialPending, TrialRejected, TrialTerminating,
+    EnvironmentDone, TrialEnded, Observation, Action, Reward, Message, View, ActorJoined, ActorLeft,
+    ActorTimeout, ParametersChanged, TrialRecord,
+)  # fmt: skip
+BY_KIND: dict[str, type[Event]] = {t.KIND: t for t in EVENT_TYPES}
+
+
+# --- encoding ------------------------------------------------------------------------
+
+
+class _Layout:
+    """What an event type needs besides ``cls(**record)``: nested records and tuples
+    (precomputed: this runs per record)."""
+
+    def __init__(self, cls: type[Event]):
+        self.names = [f.name for f in dataclasses.fields(cls)]
+        self.nested = _NESTED if issubclass(cls, ResolvedTrial) else {}
+        self.tuples = [f.name for f in dataclasses.fields(cls) if str(f.type).startswith("tuple[") and f.name not in self.nested]
+        self.mappings = [f.name for f in dataclasses.fields(cls) if str(f.type).startswith("Mapping[")]
+        self.plain = not (self.nested or self.tuples or self.mappings)  # the record is the fields as they are
+
+
+_NESTED: dict[str, type] = {"actors": ActorSpec, "actor_classes": ActorClassSpec}
+_LAYOUTS = {cls: _Layout(cls) for cls in EVENT_TYPES}
+
+
+class EventCodec:
+    """Turns events into record values and back, through a :class:`SchemaStore`."""
+
+    def __init__(self, store: SchemaStore | None = None):
+        self.store = store or SchemaStore.with_builtin()
+        self._schemas = {cls: self.store.get(cls.SCHEMA) for cls in EVENT_TYPES}
+        # Events whose schema is a flat record of exactly their fields (every tick's records):
+        # encoded straight from their attributes, without building a dict first.
+        self._rows = {
+            cls: operator.attrgetter(*schema.flat.names)
+            for cls, schema in self._schemas.items()
+            if schema.flat is not None and _LAYOUTS[cls].plain and set(schema.flat.names) == set(_LAYOUTS[cls].names)
+        }
+        # ... and decoded straight into them, their fields given in order, when written with
+        # the schema this process reads (a record of an older schema version takes the general path).
+        self._positional = {cls: schema for cls, schema in self._schemas.items() if cls in self._rows and schema.flat.names == _LAYOUTS[cls].names}
+
+    def encode(self, event: Event | DeadLetter) -> bytes:
+        if isinstance(event, DeadLetter):
+            return self.store.encode(DeadLetter.SCHEMA, event.to_record())
+        row = self._rows.get(type(event))
+        if row is not None:
+            schema = self._schemas[type(event)]
+            try:
+                return schema.flat.encode_row(row(event), schema.header)
+            except Exception as exc:
+                raise CodecError(f"value does not match schema {schema.name}: {exc}") from exc
+        layout = _LAYOUTS[type(event)]
+        record = {name: getattr(event, name) for name in layout.names}
+        for name in layout.nested:
+            record[name] = [dataclasses.asdict(v) for v in record[name]]
+        for name in layout.tuples:
+            record[name] = list(record[name])
+        for name in layout.mappings:
+            record[name] = dict(record[name])
+        return self._schemas[type(event)].encode(record)
+
+    def decode(self, value: bytes, kind: str | None = None) -> Event:
+        """Decode a record value; ``kind`` (from the headers) picks between event types
+        that share a schema (``trial.pending`` / ``trial.started``)."""
+        cls = BY_KIND.get(kind) if kind else None
+        schema = self._positional.get(cls)
+        if schema is not None and type(value) is bytes and value.startswith(schema.header):
+            try:
+                row = schema.flat.decode_row(value, HEADER_SIZE)
+            except Exception as exc:
+                raise CodecError(f"bytes do not decode as {schema.name}: {exc}") from exc
+            return cls(*row)
+        writer, record = self.store.decode_with_writer(value)
+        if cls is None or cls.SCHEMA != writer.name:
+            cls = next((c for c in EVENT_TYPES if c.SCHEMA == writer.name), None)
+            if cls is None:
+                raise CodecError(f"schema {writer.name} is not a Trialog event")
+        layout = _LAYOUTS[cls]
+        for name, nested_cls in layout.nested.items():
+            record[name] = tuple(nested_cls(**item) for item in record[name])
+        for name in layout.tuples:
+            record[name] = tuple(record[name])
+        try:
+            return cls(**record)
+        except TypeError as exc:
+            raise CodecError(f"{writer.name} record does not fit {cls.__name__}: {exc}") from exc
+
+
+def identity_from_headers(headers: Sequence[tuple[str, bytes]]) -> tuple[str, int, str, str, str]:
+    """The event identity read from headers alone (no decoding), as :attr:`Event.identity`."""
+    h = decode_headers(headers)
+    try:
+        tick = int(h.get(HEADER_TICK, "-1"))
+    except ValueError:
+        tick = -1
+    return (h.get(HEADER_KIND, ""), tick, h.get(HEADER_SENDER, ""), h.get(HEADER_RECEIVER, ""), h.get(HEADER_ID, ""))
+
+
+def decode_headers(headers: Sequence[tuple[str, bytes]] | None) -> dict[str, str]:
+    """Record headers as a plain dict of strings (unknown headers kept)."""
+    out: dict[str, str] = {}
+    for k, v in headers or ():
+        try:
+            out[k] = v.decode() if v is not None else ""
+        except UnicodeDecodeError:
+            out[k] = ""
+    return out

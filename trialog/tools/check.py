@@ -1,0 +1,468 @@
+"""The environment contract check: run an environment through Trialog's contract
+before serving it, and see what would break (in the spirit of PettingZoo's
+``parallel_api_test``).
+
+.. code-block:: python
+
+    from trialog.tools.check import check_environment
+
+    report = check_environment(
+        "trialog.adapters.pettingzoo:PettingZooEnvironment",
+        {"env": "pettingzoo.classic.rps_v2:parallel_env"},
+    )
+    print(report)               # one line per check, PASS or FAIL with the reason
+    report.raise_for_failures()
+
+Each check runs in-process, without Kafka:
+
+- **describe** — every actor class has an observation and an action schema
+  (from ``describe(config, actor_class)`` or the ``schemas`` argument) that parse.
+- **construct** / **start** — the environment builds from a ``TrialInfo`` and
+  ``start()`` returns an observation for every actor.
+- **observations** — every observation encodes in its class's schema and decodes
+  back equal.
+- **update** — ``steps`` ticks of random valid actions (sampled from the action
+  space, honouring an ``action_mask`` in the observation); each ``update`` returns
+  a ``Step`` with an observation for every actor still in the trial.
+- **step types** — ``terminated`` and ``truncated`` are per-actor mappings of
+  booleans; rewards are numbers for known actors (or ``RewardOut`` records).
+- **end** — ``end()`` returns.
+- **determinism** — a second run with the same seed and the same actions gives
+  the same observations and rewards (recovery and replay rely on it).
+
+This module also holds :func:`sample_action`, the sampler behind the check's
+random actions and the shipped random actor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trialog.protocol.codec import HEADER_SIZE, Schema, SchemaStore
+from trialog.environment import ActorInfo, RewardOut, TrialInfo
+from trialog.rewards import reward_bounds_problem
+from trialog.errors import TrialogError
+
+SPACE_PROPERTY = "trialog.space"
+ACTION_MASK = "action_mask"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    ok: bool
+    message: str
+
+
+@dataclass
+class CheckReport:
+    """What :func:`check_environment` found: one result per check, in the order run."""
+
+    environment: str
+    results: list[CheckResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [r for r in self.results if not r.ok]
+
+    def __str__(self) -> str:
+        width = max((len(r.name) for r in self.results), default=0)
+        lines = [f"Trialog contract check of {self.environment}"]
+        lines += [f"  {'PASS' if r.ok else 'FAIL'}  {r.name:<{width}}  {r.message}" for r in self.results]
+        failed = len(self.failures)
+        lines.append(f"{len(self.results) - failed} passed, {failed} failed" if self.results else "nothing was checked")
+        return "\n".join(lines)
+
+    def raise_for_failures(self) -> None:
+        if not self.ok:
+            raise TrialogError(str(self))
+
+
+class _Stop(Exception):
+    """A check failed that later checks depend on."""
+
+
+def check_environment(
+    entry_or_class: str | type,
+    config: Mapping[str, Any] | None = None,
+    *,
+    actors: Sequence[ActorInfo | str] | Mapping[str, str] | None = None,
+    seed: int = 0,
+    steps: int = 50,
+    schemas: Mapping[str, Mapping[str, Any]] | None = None,
+) -> CheckReport:
+    """Run an environment implementation through Trialog's contract.
+
+    ``actors`` are the trial's actors: ``ActorInfo`` records, names (class
+    ``agent``) or a mapping name → actor class; by default the environment's
+    ``default_actors(config)`` (the adapters have it). ``schemas`` maps an actor
+    class to ``{"observation": ..., "action": ...}`` for environments without
+    ``describe``.
+    """
+    config = dict(config or {})
+    name = entry_or_class if isinstance(entry_or_class, str) else f"{entry_or_class.__module__}:{entry_or_class.__qualname__}"
+    report = CheckReport(name)
+    checker = _Checker(report)
+    try:
+        cls = checker.run("load", lambda: _load(entry_or_class), lambda c: f"{c.__name__}")
+        infos = checker.run("actors", lambda: _actors(cls, config, actors), lambda a: ", ".join(f"{x.name} ({x.actor_class})" for x in a))
+        classes = checker.run("describe", lambda: _schemas(cls, config, infos, schemas), _describe_schemas)
+        trial = TrialInfo(trial_id="contract-check", seed=seed, config=config, actors=tuple(infos))
+        played = _play(checker, cls, trial, classes, steps)
+        if played is not None:
+            trace, actions = played
+            checker.run(
+                "determinism",
+                lambda: _compare(trace, _replay(cls, trial, classes, actions), seed),
+                lambda n: f"{n} ticks replayed with the same seed and actions gave the same observations and rewards",
+            )
+    except _Stop:
+        pass
+    return report
+
+
+# --- random valid actions ------------------------------------------------------
+
+
+def action_space_of(schema: Any) -> dict[str, Any]:
+    """The space description an action schema carries (``trialog.space``), or one
+    derived from plain Avro where that is enough (enum, boolean, records of them)."""
+    if isinstance(schema, str) and schema.lstrip().startswith("{"):
+        schema = json.loads(schema)
+    if isinstance(schema, Mapping):
+        if SPACE_PROPERTY in schema:
+            return dict(schema[SPACE_PROPERTY])
+        kind = schema.get("type")
+        if kind == "enum":
+            return {"type": "Enum", "symbols": list(schema["symbols"])}
+        if kind == "record":
+            return {"type": "Dict", "fields": [{"name": f["name"], "space": action_space_of(f["type"])} for f in schema["fields"]]}
+        if isinstance(kind, (str, Mapping)) and len(schema) == 1:
+            return action_space_of(kind)
+    if schema == "boolean":
+        return {"type": "Boolean"}
+    raise TrialogError(
+        f"cannot sample actions for schema {json.dumps(schema)[:200]}: it has no {SPACE_PROPERTY!r} property "
+        "(adapters add one; a hand-written schema can too, e.g. {\"type\": \"long\", \"trialog.space\": {\"type\": \"Discrete\", \"n\": 3}})"
+    )
+
+
+def sample_action(space: Mapping[str, Any], rng: np.random.Generator, observation: Any = None) -> Any:
+    """A random valid action (payload value) for a space description.
+
+    For a Discrete space, an ``action_mask`` in the observation (a record field)
+    limits the choice to the allowed actions; an all-zero mask (not this actor's
+    turn) allows any.
+    """
+    mask = observation.get(ACTION_MASK) if isinstance(observation, Mapping) else None
+    return _sample(space, rng, mask)
+
+
+def _sample(space: Mapping[str, Any], rng: np.random.Generator, mask: Any = None) -> Any:
+    match space["type"]:
+        case "Discrete":
+            n, start = int(space["n"]), int(space.get("start", 0))
+            allowed = np.flatnonzero(np.asarray(mask).ravel()[:n]) if mask is not None else ()
+            return start + int(rng.choice(allowed) if len(allowed) else rng.integers(n))
+        case "Box":
+            return _sample_box(space, rng)
+        case "MultiDiscrete":
+            nvec = np.asarray(space["nvec"], dtype=np.int64)
+            start = np.asarray(space.get("start", 0), dtype=np.int64)
+            return (start + rng.integers(0, nvec)).astype(space.get("dtype", "int64"))
+        case "MultiBinary":
+            return rng.integers(0, 2, size=tuple(space["shape"]), dtype=np.int8)
+        case "Dict":
+            return {f["name"]: _sample(f["space"], rng) for f in space["fields"]}
+        case "Tuple":
+            return {f"item{i}": _sample(item, rng) for i, item in enumerate(space["items"])}
+        case "Text":
+            length = int(rng.integers(space.get("min_length", 1), space.get("max_length", 16) + 1))
+            return "".join(rng.choice(list(space["charset"]), size=length))
+        case "Enum":
+            return str(rng.choice(space["symbols"]))
+        case "Boolean":
+            return bool(rng.integers(2))
+    raise TrialogError(f"cannot sample from a space of type {space['type']!r}")
+
+
+def _sample_box(space: Mapping[str, Any], rng: np.random.Generator) -> np.ndarray:
+    shape, dtype = tuple(space["shape"]), np.dtype(space["dtype"])
+    low = np.broadcast_to(_bound(space.get("low"), -math.inf), shape)
+    high = np.broadcast_to(_bound(space.get("high"), math.inf), shape)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, size=shape).astype(bool)
+    if dtype.kind in "iu":
+        info = np.iinfo(np.int64)
+        low = np.clip(np.nan_to_num(low, neginf=info.min), info.min, info.max).astype(np.int64)
+        high = np.clip(np.nan_to_num(high, posinf=info.max), info.min, info.max).astype(np.int64)
+        return rng.integers(low, high, endpoint=True, size=shape).astype(dtype)
+    # As gymnasium samples a Box: uniform when bounded, shifted exponential when
+    # bounded on one side, normal when unbounded.
+    below, above = np.isfinite(low), np.isfinite(high)
+    value = rng.normal(size=shape)
+    value = np.where(below & ~above, low + rng.exponential(size=shape), value)
+    value = np.where(~below & above, high - rng.exponential(size=shape), value)
+    value = np.where(below & above, rng.uniform(np.where(below, low, 0), np.where(above, high, 1), size=shape), value)
+    return value.astype(dtype)
+
+
+def _bound(value: Any, default: float) -> np.ndarray:
+    """A bound from a space description: numbers, nested lists, null for infinite."""
+    arr = np.asarray(value if value is not None else default, dtype=object)
+    return np.where(arr == None, default, arr).astype(np.float64)  # elementwise: null stands for infinity
+
+
+# --- the checks ----------------------------------------------------------------
+
+
+class _Checker:
+    def __init__(self, report: CheckReport) -> None:
+        self.report = report
+
+    def run(self, name: str, fn: Callable[[], Any], summary: Callable[[Any], str]) -> Any:
+        """Run one check; a failure stops the checks that depend on it."""
+        try:
+            value = fn()
+        except Exception as exc:
+            self.fail(name, _reason(exc))
+            raise _Stop from exc
+        self.report.results.append(CheckResult(name, True, summary(value)))
+        return value
+
+    def fail(self, name: str, message: str) -> None:
+        self.report.results.append(CheckResult(name, False, message))
+
+
+@dataclass(frozen=True)
+class _ClassSchemas:
+    observation: Schema
+    action: Schema
+    action_space: dict[str, Any]
+
+
+def _load(entry_or_class: str | type) -> type:
+    if not isinstance(entry_or_class, str):
+        return entry_or_class
+    from trialog.spec import load_entry
+
+    return load_entry(entry_or_class, what="environment")
+
+
+def _actors(cls: type, config: Mapping[str, Any], actors: Any) -> list[ActorInfo]:
+    if actors is None:
+        default = getattr(cls, "default_actors", None)
+        if default is None:
+            raise TrialogError(f"{cls.__name__} has no default_actors(config); pass actors=[...]")
+        return list(default(config))
+    if isinstance(actors, Mapping):
+        return [ActorInfo(name, actor_class, "check") for name, actor_class in actors.items()]
+    return [a if isinstance(a, ActorInfo) else ActorInfo(a, "agent", "check") for a in actors]
+
+
+def _schemas(cls: type, config: Mapping[str, Any], actors: Sequence[ActorInfo], given: Mapping[str, Any] | None) -> dict[str, _ClassSchemas]:
+    store = SchemaStore.with_builtin()
+    out = {}
+    for actor_class in dict.fromkeys(a.actor_class for a in actors):
+        if given and actor_class in given:
+            described = given[actor_class]
+        else:
+            try:
+                described = cls.describe(config, actor_class)
+            except NotImplementedError as exc:
+                raise TrialogError(f"no schemas for actor class {actor_class!r}: {cls.__name__}.describe is not implemented; pass schemas={{...}}") from exc
+        observation, action = store.register(described["observation"]), store.register(described["action"])
+        space = described.get("action_space") or action_space_of(described["action"])
+        out[actor_class] = _ClassSchemas(observation, action, space)
+    return out
+
+
+def _describe_schemas(classes: Mapping[str, _ClassSchemas]) -> str:
+    return "; ".join(f"{name}: observation {c.observation.name}, action {c.action.name}" for name, c in classes.items())
+
+
+Trace = list[tuple[dict[str, bytes], Any]]  # per tick: encoded observations, rewards
+
+
+def _play(checker: _Checker, cls: type, trial: TrialInfo, classes: Mapping[str, _ClassSchemas], steps: int) -> tuple[Trace, list[dict[str, Any]]] | None:
+    """The checked run: random valid actions, every step validated. Returns what
+    the determinism check replays, or ``None`` when a check failed on the way."""
+    env = checker.run("construct", lambda: cls(trial), lambda e: f"{type(e).__name__} built from a TrialInfo")
+    observations = checker.run("start", lambda: _start(env, trial), lambda o: f"an observation for each of {len(o)} actors")
+    by_actor = {a.name: classes[a.actor_class] for a in trial.actors}
+    rng = np.random.default_rng(trial.seed)
+    trace: Trace = []
+    actions: list[dict[str, Any]] = []
+    active = set(observations)
+    stage, failure = "observations", None
+    try:
+        trace.append((_encode(by_actor, 0, observations), None))
+        for tick in range(1, steps + 1):
+            chosen = {a: sample_action(by_actor[a].action_space, rng, observations.get(a)) for a in sorted(active)}
+            stage = "update"
+            step = env.update(chosen)
+            actions.append(chosen)
+            stage = "step types"
+            _check_step(step, trial, active)
+            stage = "observations"
+            trace.append((_encode(by_actor, tick, step.observations), _rewards(step.rewards)))
+            observations = {**observations, **step.observations}
+            active -= {a for a in active if step.terminated.get(a) or step.truncated.get(a)}
+            if step.done or not active:
+                break
+    except Exception as exc:  # the user's environment: report whatever it raised
+        failure = f"tick {len(actions)}: {_reason(exc)}"
+    passed = {
+        "observations": "encode in the class schemas and decode back equal",
+        "update": f"{len(actions)} ticks of random valid actions",
+        "step types": "terminated/truncated map actors to booleans; rewards are finite numbers for known actors",
+    }
+    for name, summary in passed.items():
+        if name == stage and failure:
+            checker.fail(name, failure)
+        elif not (failure and stage == "observations" and not actions):  # nothing stepped: nothing else to say
+            checker.report.results.append(CheckResult(name, True, summary))
+    checker.run("end", env.end, lambda _: "end() returned")
+    return None if failure else (trace, actions)
+
+
+def _replay(cls: type, trial: TrialInfo, classes: Mapping[str, _ClassSchemas], actions: list[dict[str, Any]]) -> Trace:
+    by_actor = {a.name: classes[a.actor_class] for a in trial.actors}
+    env = cls(trial)
+    trace: Trace = [(_encode(by_actor, 0, env.start()), None)]
+    for tick, chosen in enumerate(actions, start=1):
+        step = env.update(chosen)
+        trace.append((_encode(by_actor, tick, step.observations), _rewards(step.rewards)))
+    env.end()
+    return trace
+
+
+def _start(env: Any, trial: TrialInfo) -> Mapping[str, Any]:
+    observations = env.start()
+    if not isinstance(observations, Mapping):
+        raise TrialogError(f"start() returned a {type(observations).__name__}, not a mapping actor name → observation")
+    missing = sorted(set(trial.actor_names) - set(observations))
+    unknown = sorted(set(observations) - set(trial.actor_names))
+    if missing or unknown:
+        raise TrialogError(f"start() must return one observation per actor; missing: {missing}, unknown: {unknown}")
+    return observations
+
+
+def _encode(classes: Mapping[str, _ClassSchemas], tick: int, observations: Mapping[str, Any]) -> dict[str, bytes]:
+    out = {}
+    for actor, value in observations.items():
+        schema = classes[actor].observation
+        try:
+            data = schema.encode(value)
+        except Exception as exc:
+            raise TrialogError(f"the observation of {actor!r} does not encode as {schema.name}: {_reason(exc)}") from exc
+        back = schema.decode_body(data, HEADER_SIZE)
+        if not _same(back, value):
+            raise TrialogError(f"the observation of {actor!r} decodes to something else than it was ({_short(value)} → {_short(back)})")
+        out[actor] = data
+    return out
+
+
+def _check_step(step: Any, trial: TrialInfo, active: set[str]) -> None:
+    names = set(trial.actor_names)
+    for attr in ("observations", "rewards", "terminated", "truncated", "done"):
+        if not hasattr(step, attr):
+            raise TrialogError(f"update() returned a {type(step).__name__} without {attr!r}; return trialog.environment.Step")
+    missing = sorted(a for a in active if a not in step.observations)
+    if missing:
+        raise TrialogError(f"update() gave no observation to {missing}, who are still in the trial")
+    for attr in ("terminated", "truncated"):
+        flags = getattr(step, attr)
+        if not isinstance(flags, Mapping):
+            raise TrialogError(f"Step.{attr} is a {type(flags).__name__}; it must map actor names to booleans")
+        bad = {k: v for k, v in flags.items() if k not in names or not isinstance(v, (bool, np.bool_))}
+        if bad:
+            raise TrialogError(f"Step.{attr} must map actor names to booleans; wrong entries: {bad}")
+    receivers = names | {"*"} | {f"{a.actor_class}.*" for a in trial.actors}
+    rewards = step.rewards
+    triples = rewards.items() if isinstance(rewards, Mapping) else [(r.receiver, r.value, r.confidence) for r in rewards if isinstance(r, RewardOut)]
+    if not isinstance(rewards, Mapping) and any(not isinstance(r, RewardOut) for r in rewards):
+        raise TrialogError("Step.rewards must be a mapping actor → number or a sequence of RewardOut")
+    for receiver, value, *confidence in triples:
+        if receiver not in receivers:
+            raise TrialogError(f"a reward goes to {receiver!r}, who is not an actor of the trial")
+        if not isinstance(value, (int, float, np.number)) or not math.isfinite(float(value)):
+            raise TrialogError(f"the reward of {receiver!r} is {value!r}, not a finite number")
+        problem = reward_bounds_problem(float(value), float(confidence[0]) if confidence else 1.0)
+        if problem is not None:
+            raise TrialogError(f"the reward of {receiver!r} cannot count: {problem}")
+
+
+def _rewards(rewards: Any) -> Any:
+    if isinstance(rewards, Mapping):
+        return sorted((k, float(v)) for k, v in rewards.items())
+    return [(r.receiver, float(r.value), float(r.confidence), r.source) for r in rewards]
+
+
+def _compare(first: Trace, again: Trace, seed: int) -> int:
+    for tick, ((obs_a, rew_a), (obs_b, rew_b)) in enumerate(zip(first, again, strict=True)):
+        for actor in sorted(set(obs_a) | set(obs_b)):
+            if obs_a.get(actor) != obs_b.get(actor):
+                raise TrialogError(f"tick {tick}: the observation of {actor!r} differs between two runs with seed {seed}; keep all randomness behind trial.seed")
+        if rew_a != rew_b:
+            raise TrialogError(f"tick {tick}: rewards differ between two runs with seed {seed}: {rew_a} vs {rew_b}")
+    return len(first) - 1
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if not isinstance(exc, TrialogError) else str(exc)
+
+
+# --- command line --------------------------------------------------------------
+
+
+def add_cli(sub) -> None:
+    """``trialog check ENTRY [--config JSON|@file.yaml] [--seed N] [--steps N]``; exit 1 on failures."""
+    parser = sub.add_parser("check", help="Run an environment through Trialog's contract and report what would break.")
+    parser.add_argument("entry", help="environment implementation, module:Class")
+    parser.add_argument("--config", default="{}", help="environment config: JSON, or @file (JSON or YAML)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.set_defaults(func=_run_check)
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    report = check_environment(args.entry, _read_config(args.config), seed=args.seed, steps=args.steps)
+    print(report)
+    return 0 if report.ok else 1
+
+
+def _read_config(text: str) -> dict[str, Any]:
+    if text.startswith("@"):
+        import yaml
+
+        with open(text[1:]) as f:
+            return yaml.safe_load(f) or {}
+    return json.loads(text)
+

@@ -1,0 +1,136 @@
+"""``trialog demo``: the front door — a real campaign on a local broker it starts itself.
+
+Starts the local Kafka broker (fetching it the first time), creates the topics,
+runs the services of the demo spec as local processes, runs a campaign over
+several implementation pairings with progress, and prints returns per pairing.
+
+With ``--humans``: the web gateway too, and one real-time Overcooked trial in
+which you are ``cook_a`` beside the planner — it prints the link to open.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+from trialog.settings import Settings
+
+def _examples_dir() -> Path:
+    """The shipped examples: the ``trialog.examples`` package, which maps to the repository's
+    ``examples/`` folder in a checkout and ships inside a wheel."""
+    import trialog.examples
+
+    return Path(trialog.examples.__path__[0])
+
+
+EXAMPLES = _examples_dir()
+
+# spec file -> implementation pairings compared by the campaign
+DEMOS = {
+    "rps": ("rps/spec.yaml", [{"alice": "random", "bob": "counter"}, {"alice": "counter", "bob": "counter"}, {"alice": "random", "bob": "random"}]),
+    "overcooked": ("overcooked/spec.yaml", [{"cook_a": "planner", "cook_b": "planner"}, {"cook_a": "planner", "cook_b": "random"}]),
+}
+
+
+def add_cli(sub) -> None:
+    p = sub.add_parser("demo", help="Start a local broker and run a demo campaign end to end.", description=__doc__)
+    p.add_argument("--game", choices=sorted(DEMOS), default=default_game(), help="which demo (default: %(default)s)")
+    p.add_argument("--trials", type=int, default=8)
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--archive-dir", default="trialog-archive", help="where the logger archives trials (if the logger is installed)")
+    p.add_argument("--plot", default="trialog-plots/demo-returns.png", metavar="FILE.png", help="where the returns plot goes (default: %(default)s)")
+    p.add_argument("--humans", action="store_true", help="play Overcooked yourself beside the planner: starts the web gateway and prints the link to open")
+    p.add_argument("--gateway-port", type=int, default=8000, help="with --humans: the gateway's port (default 8000)")
+    p.add_argument("--max-ticks", type=int, default=None, metavar="N", help="with --humans: length of the trial (default: the spec's 400 ticks, a minute)")
+    p.set_defaults(func=run)
+
+
+def default_game() -> str:
+    return "overcooked" if (EXAMPLES / "overcooked" / "spec.yaml").exists() else "rps"
+
+
+def demo_settings(bootstrap: str, environ=None) -> Settings:
+    """The demo's settings: its own topic prefix, unless TRIALOG_TOPIC_PREFIX names one."""
+    environ = os.environ if environ is None else environ
+    flags = {"bootstrap_servers": bootstrap}
+    if "TRIALOG_TOPIC_PREFIX" not in environ:
+        flags["topic_prefix"] = "trialog-demo."
+    return Settings.load(flags, environ=environ)
+
+
+def run(args) -> int:
+    from trialog import broker
+    from trialog.tools.campaign import run_from_cli
+
+    bootstrap = broker.start()
+    print(f"broker ready at {bootstrap}", file=sys.stderr)
+    settings = demo_settings(bootstrap)
+    if args.humans:
+        return play_with_people(dataclasses.replace(settings, gateway_url=f"http://127.0.0.1:{args.gateway_port}"), args.gateway_port, args.max_ticks)
+    spec_file, pairings = DEMOS[args.game]
+    archive = args.archive_dir if _logger_available() else None
+    code = run_from_cli(campaign_args(args, spec_file), settings, pairings=pairings, archive_dir=archive)
+    if archive:
+        print(f"archive: {Path(archive).resolve()}")
+    print("the broker keeps running (the log is the datalog); stop it with `trialog broker stop`", file=sys.stderr)
+    return code
+
+
+def campaign_args(args: argparse.Namespace, spec_file: str) -> argparse.Namespace:
+    """The arguments of `trialog run` that the demo's campaign amounts to."""
+    from trialog.commands.parts import add_trial_overrides
+
+    # The override flags' defaults come from the flags themselves, so that a flag added to
+    # `trialog run` can never be missing from the demo's arguments.
+    overrides = argparse.ArgumentParser(add_help=False)
+    add_trial_overrides(overrides, seed_help="")
+    return overrides.parse_args([], argparse.Namespace(
+        spec_file=str(EXAMPLES / spec_file), trials=args.trials, concurrency=args.concurrency, serve=True,
+        environment_processes=1, actor_processes=1, plot=args.plot,
+    ))  # fmt: skip
+
+
+def _logger_available() -> bool:
+    """The logger archives trials as Parquet: only where the datalog extra (pyarrow) is installed."""
+    import importlib.util
+
+    return importlib.util.find_spec("pyarrow") is not None
+
+
+def play_with_people(settings: Settings, gateway_port: int, max_ticks: int | None) -> int:
+    """One real-time Overcooked trial with a person in cook_a's seat, beside the planner."""
+    import asyncio
+
+    from trialog.tools.campaign import create_topics, local_services
+    from trialog.spec import load_spec
+
+    spec_file = str(EXAMPLES / PEOPLE_SPEC)
+    spec = load_spec(spec_file)
+    asyncio.run(create_topics(settings))
+    print("starting the services and the web gateway…", file=sys.stderr)
+    with local_services(settings, spec_file, gateway_port=gateway_port):
+        return asyncio.run(_one_trial_with_people(settings, spec, max_ticks))
+
+
+PEOPLE_SPEC = "overcooked/people.yaml"
+
+
+async def _one_trial_with_people(settings: Settings, spec, max_ticks: int | None) -> int:
+    import asyncio
+
+    from trialog.bus import connect
+    from trialog.controller import Controller
+
+    async with Controller(connect(settings), name="demo") as ctl:
+        trial_id = await ctl.start_trial(spec.name, **({"max_ticks": max_ticks} if max_ticks else {}))
+        for actor, url in ctl.join_links(trial_id, spec.seats()).items():
+            print(f"Play Overcooked beside the planner as {actor}: open {url}", flush=True)
+        print(f"(lobby: {settings.gateway_url}/ — watch and judge: {settings.gateway_url}/watch/{trial_id})", flush=True)
+        ended = await ctl.wait_ended(trial_id)
+        await asyncio.sleep(3)  # the gateway stops with the demo: let the page show the end first
+    print(f"trial {trial_id} ended: {ended.reason} at tick {ended.tick}", flush=True)
+    print("your moves are in the log: trialog export --implementation human --out demonstrations.parquet", flush=True)
+    return 0 if ended.reason in ("max_ticks", "environment") else 1
