@@ -67,7 +67,7 @@ class ObservationEvent:
 @dataclass(frozen=True, slots=True)
 class RewardEvent:
     """One reward from one sender, for ``tick`` (earlier than the current tick when
-    retroactive). Aggregation (I-4) is :func:`trialog.rewards.aggregate`."""
+    retroactive). Aggregation (I-4) is :func:`trialog.protocol.rewards.aggregate`."""
 
     tick: int
     value: float
@@ -110,7 +110,7 @@ class ActorSession(Protocol):
         """Reward other actors (``name``, ``*`` or ``class.*``: a wildcard leaves this actor
         out) for ``tick`` (default: current). Raises :class:`trialog.errors.TrialError` for a
         reward that could not count (docs/protocol.md, "What counts"): value or confidence
-        out of bounds (:data:`trialog.rewards.MAX_REWARD_VALUE`, ``MAX_CONFIDENCE``), naming
+        out of bounds (:data:`trialog.protocol.rewards.MAX_REWARD_VALUE`, ``MAX_CONFIDENCE``), naming
         this actor, or reaching no other actor of the trial."""
 
     def message(self, receivers: Sequence[str], payload: Mapping[str, Any]) -> None:

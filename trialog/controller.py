@@ -46,7 +46,7 @@ from trialog.protocol.events import (
     TrialStarted,
     trial_id_problem,
 )
-from trialog.rewards import aggregate, reward_bounds_problem
+from trialog.protocol.rewards import aggregate, reward_bounds_problem
 from trialog.protocol.trial import reaches
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
 from trialog.trust import Keyring, mint_join_token
@@ -162,7 +162,7 @@ class Controller:
     ) -> None:  # fmt: skip
         """A reward from outside (an evaluator, a person) for ``tick`` — past ticks included.
         Raises :class:`TrialError` for a reward that could not count whatever the trial: a value
-        or confidence out of bounds (:func:`trialog.rewards.reward_bounds_problem`), a
+        or confidence out of bounds (:func:`trialog.protocol.rewards.reward_bounds_problem`), a
         negative tick, or ``sender`` naming itself as ``receiver``."""
         problem = reward_bounds_problem(value, confidence)
         if problem is None:

@@ -21,7 +21,7 @@ from trialog.bus.kafka import KafkaBus
 from trialog.datalog.archive import Archive, file_name
 from trialog.datalog.replay import partition_records, replay
 from trialog.protocol.events import Observation, Reward
-from trialog.rewards import aggregate
+from trialog.protocol.rewards import aggregate
 from trialog.protocol.trial import matches
 from trialog.spec import load_spec
 

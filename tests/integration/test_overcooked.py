@@ -14,7 +14,7 @@ from tests.harness import deployment
 from tests.integration.test_trials import read_trial
 from trialog.bus.kafka import KafkaBus
 from trialog.protocol.events import Action, Observation, Reward, TrialStarted
-from trialog.rewards import aggregate
+from trialog.protocol.rewards import aggregate
 from trialog.protocol.trial import class_schemas
 from trialog.spec import load_spec
 

@@ -23,7 +23,7 @@ from trialog.protocol.events import (
     TrialEnded,
     TrialStarted,
 )
-from trialog.rewards import aggregate
+from trialog.protocol.rewards import aggregate
 from trialog.spec import load_spec
 
 pytestmark = pytest.mark.integration

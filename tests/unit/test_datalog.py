@@ -23,7 +23,7 @@ from trialog.datalog.samples import TrialFold
 from trialog.datalog.verify import verify
 from trialog.errors import CodecError
 from trialog.protocol.events import Observation, Reward, TrialEnded
-from trialog.rewards import aggregate
+from trialog.protocol.rewards import aggregate
 from trialog.spec import load_spec
 from trialog.protocol.topics import EVENTS, TRIALS
 

@@ -11,7 +11,7 @@ from trialog.examples.overcooked.cooks import OvercookedPlanner
 from trialog.adapters.pettingzoo import PettingZooEnvironment
 from trialog.environment import ActorInfo, RewardOut, TrialInfo
 from trialog.errors import SpecError, TrialError
-from trialog.rewards_modular import (
+from trialog.rewards import (
     TOTAL,
     RewardComponent,
     RewardSet,

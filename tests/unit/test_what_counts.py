@@ -28,7 +28,7 @@ from trialog.datalog.samples import RewardSource, Sample, TrialFold, apply_rewar
 from trialog.protocol.owners import message_problem, reward_problem
 from trialog.errors import TrialError
 from trialog.protocol.events import Action, DeadLetter, Message, Reward
-from trialog.rewards import MAX_CONFIDENCE, MAX_REWARD_VALUE, aggregate, reward_bounds_problem
+from trialog.protocol.rewards import MAX_CONFIDENCE, MAX_REWARD_VALUE, aggregate, reward_bounds_problem
 from trialog.protocol.trial import matches, reaches
 from trialog.spec import load_spec
 from trialog.protocol.topics import DEAD_LETTERS, EVENTS

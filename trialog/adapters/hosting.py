@@ -5,7 +5,7 @@ A subclass says how to open the environment (:meth:`HostedEnvironment.open`);
 this class does the rest: reading the config, mapping actors onto the
 environment's agents, deriving Avro schemas from the spaces, converting values
 both ways, validating actions, keeping ``terminated`` and ``truncated`` apart, and
-modular rewards (:mod:`trialog.rewards_modular`).
+modular rewards (:mod:`trialog.rewards`).
 
 The environment config (the spec's ``environment_config``)::
 
@@ -34,7 +34,7 @@ from trialog.adapters.spaces import SpaceCodec, infer_space, space_codec
 from trialog.adapters.views import VIEWS
 from trialog.environment import ActorInfo, Environment, Step, TrialInfo
 from trialog.errors import SpecError, TrialError
-from trialog.rewards_modular import RewardSet, StepView
+from trialog.rewards import RewardSet, StepView
 
 CONFIG_KEYS = ("env", "kwargs", "name", "agents", "agent_classes", "rewards", "turn_based", "view")
 ACTION_MASK = "action_mask"

@@ -63,7 +63,7 @@ from trialog.protocol.events import (
     TrialEnded,
     TrialStarted,
 )
-from trialog.rewards import aggregate
+from trialog.protocol.rewards import aggregate
 from trialog.protocol.trial import ClassSchemas, class_schemas, reaches
 from trialog.trust import SeatBook, seat_headers
 

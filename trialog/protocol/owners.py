@@ -59,7 +59,7 @@ from trialog.errors import CodecError
 from trialog.protocol.events import ENVIRONMENT as ENVIRONMENT_NAME
 from trialog.protocol.events import HEADER_ID, HEADER_KIND, HEADER_RECEIVER, HEADER_SENDER, HEADER_TICK, DeadLetter, Event, Message, Reward, identity_from_headers
 from trialog.telemetry.metrics import reason_category
-from trialog.rewards import reward_bounds_problem
+from trialog.protocol.rewards import reward_bounds_problem
 from trialog.protocol.trial import matches, reaches
 from trialog.protocol.topics import DEAD_LETTERS
 
@@ -119,7 +119,7 @@ def reward_problem(reward: Reward, current_tick: int, actors: Mapping[str, str] 
     tick; ``actors``: name -> actor class, when known.
 
     A reward counts when its value and confidence are within bounds
-    (:func:`trialog.rewards.reward_bounds_problem`), its tick is between 0 and the current
+    (:func:`trialog.protocol.rewards.reward_bounds_problem`), its tick is between 0 and the current
     one, its receiver is not its sender, and — with the actors known — its receiver
     reaches an actor other than the sender (:func:`trialog.protocol.trial.reaches`: ``*``
     and ``class.*`` leave the sender out), and its user data is JSON."""

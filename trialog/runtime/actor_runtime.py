@@ -56,7 +56,7 @@ from trialog.protocol.events import (
 )
 from trialog.telemetry.logs import get_logger
 from trialog.model_registry import ModelFollower, ModelVersion
-from trialog.rewards import reward_bounds_problem
+from trialog.protocol.rewards import reward_bounds_problem
 from trialog.protocol.inbox import Received
 from trialog.runtime.pace import Pace
 from trialog.runtime.service import Handler
@@ -119,7 +119,7 @@ class Session:
     def reward(self, receiver: str, value: float, *, tick: int | None = None, confidence: float = 1.0, user_data: Mapping[str, Any] | None = None) -> None:
         """Reward actors other than this one (a name, ``*`` or ``class.*``; a wildcard leaves
         this actor out). Raises :class:`TrialError` for a reward that could not count: out of
-        bounds (:func:`trialog.rewards.reward_bounds_problem`), for a negative tick, naming this
+        bounds (:func:`trialog.protocol.rewards.reward_bounds_problem`), for a negative tick, naming this
         actor, or reaching no other actor of the trial."""
         problem = reward_bounds_problem(value, confidence)
         if problem is None:

@@ -60,7 +60,7 @@ from trialog.protocol.events import (
     View,
 )
 from trialog.telemetry.logs import get_logger
-from trialog.rewards import reward_bounds_problem
+from trialog.protocol.rewards import reward_bounds_problem
 from trialog.runtime.pace import Pace
 from trialog.runtime.service import Handler
 from trialog.protocol.trial import ClassSchemas, class_schemas, dumps, loads, operator_code, trial_info

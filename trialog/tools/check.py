@@ -47,7 +47,7 @@ import numpy as np
 
 from trialog.protocol.codec import HEADER_SIZE, Schema, SchemaStore
 from trialog.environment import ActorInfo, RewardOut, TrialInfo
-from trialog.rewards import reward_bounds_problem
+from trialog.protocol.rewards import reward_bounds_problem
 from trialog.errors import TrialogError
 
 SPACE_PROPERTY = "trialog.space"

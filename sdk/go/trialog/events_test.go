@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// The rule of docs/protocol.md, "What counts": the same bounds and reach as trialog/rewards.py
+// The rule of docs/protocol.md, "What counts": the same bounds and reach as trialog/protocol/rewards.py
 // and trialog/protocol/trial.py.
 func TestRewardBoundsAndReach(t *testing.T) {
 	for _, c := range []struct {

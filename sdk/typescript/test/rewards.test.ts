@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Actor, reaches, rewardBoundsProblem, type TrialStarted } from "../src/service.js";
 
-// The rule of docs/protocol.md, "What counts": the same bounds and reach as trialog/rewards.py
+// The rule of docs/protocol.md, "What counts": the same bounds and reach as trialog/protocol/rewards.py
 // and trialog/protocol/trial.py.
 test("rewards keep their bounds and never reach their sender", () => {
   for (const [value, confidence] of [[1e12, 1e6], [-1e12, 0], [0, 0]]) assert.equal(rewardBoundsProblem(value, confidence), null);

@@ -1,0 +1,56 @@
+"""Rewards: the bounds every reward keeps, and their aggregation (I-4).
+
+**Bounds** (one rule for every writer and reader, in every language — docs/protocol.md):
+a reward counts only if its value is a finite number with ``|value| ≤ MAX_REWARD_VALUE``
+(10¹²) and its confidence a finite number with ``0 ≤ confidence ≤ MAX_CONFIDENCE``
+(10⁶). :func:`reward_bounds_problem` says why a pair breaks the rule. The orchestrator
+dead-letters such a reward (:func:`trialog.protocol.owners.reward_problem`), and everything
+that counts rewards — the datalog's fold, controllers' returns, the analytics jobs —
+skips the same record; the SDKs refuse to send one. Within the bounds the sums below
+cannot overflow: each cᵢvᵢ is at most 10¹⁸, so Σcᵢvᵢ stays finite for up to about
+10²⁹⁰ rewards, and the aggregate of one (actor, tick) is within ±10¹².
+
+**Aggregation.** For one (actor, tick), the aggregated reward of all rewards from all
+sources is Σcᵢvᵢ / Σcᵢ over the rewards with cᵢ > 0, and 0 when there are none. Raw
+rewards stay in the log; aggregation happens when reading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+# The bounds a reward must keep to count (docs/protocol.md): with them Σcᵢvᵢ cannot
+# overflow a float for any number of rewards a log can hold.
+MAX_REWARD_VALUE = 1e12  # |value| ≤ this
+MAX_CONFIDENCE = 1e6  # 0 ≤ confidence ≤ this
+
+
+def reward_bounds_problem(value: float, confidence: float) -> str | None:
+    """Why a reward's (value, confidence) cannot count (None: within bounds).
+
+    Both must be finite numbers, ``|value| ≤ MAX_REWARD_VALUE`` and
+    ``0 ≤ confidence ≤ MAX_CONFIDENCE``. One chained comparison each: it is false for
+    NaN and the infinities too (this runs for every reward a service reads)."""
+    try:
+        if not -MAX_REWARD_VALUE <= value <= MAX_REWARD_VALUE:
+            return f"reward value {value} is not a finite number between -{MAX_REWARD_VALUE:g} and {MAX_REWARD_VALUE:g}"
+        if not 0 <= confidence <= MAX_CONFIDENCE:
+            return f"reward confidence {confidence} is not a finite number between 0 and {MAX_CONFIDENCE:g}"
+    except TypeError:  # not a number at all (user code: a string, None)
+        return f"reward value {value!r} and confidence {confidence!r} must be numbers"
+    return None
+
+
+class _Weighted(Protocol):
+    value: float
+    confidence: float
+
+
+def aggregate(rewards: Iterable[_Weighted]) -> float:
+    total = weight = 0.0
+    for r in rewards:
+        if r.confidence > 0:
+            total += r.confidence * r.value
+            weight += r.confidence
+    return total / weight if weight > 0 else 0.0
