@@ -1,5 +1,5 @@
 """The services' commands (``trialog serve …``), added to the ``trialog`` command
-through the ``trialog.commands.parts`` entry point (pyproject.toml): the SDK's command
+through the ``trialog.commands`` entry point (pyproject.toml): the SDK's command
 line never imports a service; each service brings its own command."""
 
 from __future__ import annotations

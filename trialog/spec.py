@@ -134,6 +134,7 @@ _MOVED = {
     "services.environment.games.rps": "trialog.examples.rps.game",
     "services.actors.agents.overcooked": "trialog.examples.overcooked.cooks",
     "services.actors.agents.rps_random": "trialog.examples.rps.players",
+    "services.actors.agents.scripted": "trialog.examples.rps.players",
     "services.actors.agents": "trialog.agents",
     "services": "trialog.services",
 }

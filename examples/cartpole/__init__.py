@@ -1,0 +1,1 @@
+"""CartPole (Gymnasium) through the Gymnasium adapter: the spec the learning presets train on."""

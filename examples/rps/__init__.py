@@ -1,0 +1,1 @@
+"""Rock-paper-scissors: the game (game.py), its players (players.py), its spec (spec.yaml)."""

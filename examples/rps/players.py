@@ -1,4 +1,6 @@
-"""A random rock-paper-scissors player, reproducible from the trial seed."""
+"""Rock-paper-scissors players: a random one, reproducible from the trial seed, and a
+scripted one, a stand-in for a person ("pseudo-human").
+"""
 
 from __future__ import annotations
 
@@ -18,3 +20,18 @@ class RandomPlayer(Agent):
 
     def decide(self, observation):
         return MOVES[int(self.rng.integers(3))]
+
+
+COUNTER = {"ROCK": "PAPER", "PAPER": "SCISSORS", "SCISSORS": "ROCK"}
+
+
+class CounterPlayer(Agent):
+    """Config ``move``: always play this move; without it, play what beats the opponent's
+    last move (rock on the first round)."""
+
+    def decide(self, observation):
+        fixed = self.actor.config.get("move")
+        if fixed:
+            return str(fixed).upper()
+        last = observation["their_last_move"]
+        return COUNTER[last] if last else "ROCK"

@@ -147,7 +147,7 @@ def test_the_builder_stage_makes_a_complete_wheel_from_that_context(tmp_path: Pa
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     entry_text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "trialog = trialog.cli:main" in entry_text
-    assert "[trialog.commands.parts]" in entry_text and "services = trialog.services.cli:add_commands" in entry_text, "`trialog serve` would list no service"
+    assert "[trialog.commands]" in entry_text and "services = trialog.services.cli:add_commands" in entry_text, "`trialog serve` would list no service"
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     for extra in ("envs", "datalog"):
         assert f"Provides-Extra: {extra}" in metadata, f"the image installs the extra {extra}, which the package lacks"

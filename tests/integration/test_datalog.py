@@ -41,7 +41,7 @@ environments:
   flaky: {{entry: "tests.integration.test_datalog:FlakyRps", config: {{target_score: 5}}}}
 actors:
   random: {{entry: "trialog.examples.rps.players:RandomPlayer"}}
-  counter: {{entry: "trialog.agents.scripted:CounterPlayer"}}
+  counter: {{entry: "trialog.examples.rps.players:CounterPlayer"}}
 trial:
   environment: rps
   actors:

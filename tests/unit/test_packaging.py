@@ -38,9 +38,9 @@ def test_old_service_entries_say_their_new_name():
     from trialog.errors import SpecError
     from trialog.spec import load_entry
 
-    with pytest.raises(SpecError, match="trialog.agents.scripted:CounterPlayer"):
+    with pytest.raises(SpecError, match="trialog.examples.rps.players:CounterPlayer"):
         load_entry("services.actors.agents.scripted:CounterPlayer")
-    assert load_entry("trialog.agents.scripted:CounterPlayer").__name__ == "CounterPlayer"
+    assert load_entry("trialog.examples.rps.players:CounterPlayer").__name__ == "CounterPlayer"
     with pytest.raises(SpecError, match="'trialog.examples.rps.game:RockPaperScissors'"):
         load_entry("trialog.services.environment.games.rps:RockPaperScissors")
     with pytest.raises(SpecError, match="'trialog.adapters.pettingzoo:PettingZooEnvironment'"):
