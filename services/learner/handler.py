@@ -45,7 +45,7 @@ from trialog.datalog.samples import TrialFold
 from trialog.protocol.events import Action, ActorJoined, ActorTimeout, Event, Observation, Reward, TrialEnded, TrialPending, TrialStarted
 from trialog.learn.memory import Transitions, transitions
 from trialog.telemetry.logs import get_logger
-from trialog.runtime.service import Handler
+from trialog.runtime.service import Handler, safe_point
 
 log = get_logger(__name__)
 
@@ -229,10 +229,10 @@ class LearnerHandler(Handler):
                  loss=round(loss, 4), bytes=version.size, inline=version.weights is not None)  # fmt: skip
 
     def safe_offset(self, role: str, partition: int) -> int | None:
-        starts = [r.offset for r, _ in self._waiting if r.partition == partition]
-        starts += [f.start_offset for f in self.trials.values() if f.partition == partition]
-        starts += [start for p, start, _ in self.window if p == partition]
-        return min(starts) if starts else None
+        # Also the records waiting for the restore, and the ended trials whose transitions memory still holds.
+        waiting = (r.offset for r, _ in self._waiting if r.partition == partition)
+        held = (start for p, start, _ in self.window if p == partition)
+        return safe_point(partition, self.trials.values(), waiting, held)
 
     def revoked(self, role: str, partition: int) -> None:
         for tid in [t for t, f in self.trials.items() if f.partition == partition]:

@@ -29,7 +29,7 @@ from trialog.datalog.samples import TrialFold
 from trialog.errors import TrialogError
 from trialog.protocol.events import HEADER_SENDER, Event, Reward, TrialEnded, TrialPending, TrialStarted
 from trialog.telemetry.logs import get_logger
-from trialog.runtime.service import Handler
+from trialog.runtime.service import Handler, safe_point
 from trialog.protocol.topics import EVENTS
 
 log = get_logger(__name__)
@@ -163,7 +163,7 @@ class LoggerHandler(Handler):
             del self.late[tid]
 
     def safe_offset(self, role: str, partition: int) -> int | None:
-        starts = [t.start_offset for t in self.trials.values() if t.partition == partition]
-        starts += [late.rewards[0][0] for late in self.late.values() if late.partition == partition]
-        return min(starts) if starts else None
+        # Also the oldest late reward not yet written to a correction file.
+        late = (late.rewards[0][0] for late in self.late.values() if late.partition == partition)
+        return safe_point(partition, self.trials.values(), late)
 

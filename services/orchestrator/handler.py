@@ -51,7 +51,7 @@ from trialog.protocol.events import (
     TrialTerminating,
 )
 from trialog.telemetry.logs import get_logger
-from trialog.runtime.service import Handler
+from trialog.runtime.service import Handler, safe_point
 from trialog.protocol.trial import class_schemas
 from trialog.spec import Spec
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
@@ -469,5 +469,4 @@ class OrchestratorHandler(Handler):
             # Answered requests are acknowledged before any commit; deferred ones are not answered yet.
             waiting = [r.offset for r, _ in self.deferred.get(partition, [])]
             return min(waiting) if waiting else None
-        starts = [t.start_offset for t in self.live_trials.values() if t.partition == partition]
-        return min(starts) if starts else None
+        return safe_point(partition, self.live_trials.values())

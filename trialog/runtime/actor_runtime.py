@@ -59,7 +59,7 @@ from trialog.model_registry import ModelFollower, ModelVersion
 from trialog.protocol.rewards import reward_bounds_problem
 from trialog.protocol.inbox import Received
 from trialog.runtime.pace import Pace
-from trialog.runtime.service import Handler
+from trialog.runtime.service import Handler, safe_point
 from trialog.protocol.trial import (
     ClassSchemas,
     class_schemas,
@@ -424,5 +424,4 @@ class ActorHandler(Handler):
             del self.trials[trial_id]
 
     def safe_offset(self, role: str, partition: int) -> int | None:
-        starts = [t.start_offset for t in self.trials.values() if t.partition == partition]
-        return min(starts) if starts else None
+        return safe_point(partition, self.trials.values())

@@ -62,7 +62,7 @@ from trialog.protocol.events import (
 from trialog.telemetry.logs import get_logger
 from trialog.protocol.rewards import reward_bounds_problem
 from trialog.runtime.pace import Pace
-from trialog.runtime.service import Handler
+from trialog.runtime.service import Handler, safe_point
 from trialog.protocol.trial import ClassSchemas, class_schemas, dumps, loads, operator_code, trial_info
 from trialog.spec import load_entry
 from trialog.protocol.topics import EVENTS
@@ -489,5 +489,4 @@ class EnvironmentHandler(Handler):
         return record.trial_id in self.trials
 
     def safe_offset(self, role: str, partition: int) -> int | None:
-        starts = [t.start_offset for t in self.trials.values() if t.partition == partition]
-        return min(starts) if starts else None
+        return safe_point(partition, self.trials.values())

@@ -43,6 +43,7 @@ import itertools
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from trialog.telemetry import metrics
 from trialog.bus.base import Bus, Consumer, Record
@@ -72,6 +73,25 @@ def retry_backoff(attempt: int) -> float:
     from 0.1 s up to RETRY_BACKOFF_MAX_S, for any number of attempts (a float cannot hold
     2**1024, which a broker away for half an hour would reach)."""
     return min(RETRY_BACKOFF_MAX_S, 0.1 * 2 ** min(attempt, 16))
+
+
+class Opened(Protocol):
+    """A trial a handler holds, as far as its safe point goes: its partition and the offset
+    of its first record there (the first a rebuild must read again)."""
+
+    partition: int
+    start_offset: int
+
+
+def safe_point(partition: int, trials: Iterable[Opened], *also: Iterable[int]) -> int | None:
+    """The safe point of a partition (I-7): the lowest start offset of the trials still open
+    on it, and of any other offsets (``also``) the handler still needs there; None when there
+    is none (the loop then commits its position). What :meth:`Handler.safe_offset` returns
+    for the events of every service that holds trials; each says what else it needs."""
+    starts = [t.start_offset for t in trials if t.partition == partition]
+    for offsets in also:
+        starts.extend(offsets)
+    return min(starts, default=None)
 
 
 class Handler:
@@ -126,7 +146,8 @@ class Handler:
         """Catch-up of a partition is over: arm timers for its trials."""
 
     def safe_offset(self, role: str, partition: int) -> int | None:
-        """The offset to resume from for this partition (None: the current position)."""
+        """The offset to resume from for this partition (None: the current position);
+        a handler holding trials answers with :func:`safe_point`."""
         return None
 
     def periodic(self, now: float) -> None:
