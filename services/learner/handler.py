@@ -45,12 +45,13 @@ from trialog.datalog.samples import TrialFold
 from trialog.protocol.events import Action, ActorJoined, ActorTimeout, Event, Observation, Reward, TrialEnded, TrialPending, TrialStarted
 from trialog.learn.memory import Transitions, transitions
 from trialog.telemetry.logs import get_logger
+from trialog.runtime.recent import RecentlyEnded
 from trialog.runtime.service import Handler, safe_point
 
 log = get_logger(__name__)
 
 LEARN_PHASES = frozenset({"heatup", "train"})
-RECENT_TRIALS = 256  # ended trials kept to join late rewards to their transitions
+RECENT_TRIALS = 256  # ended trials kept to join late rewards to their transitions (each holds its fold: fewer)
 ROUNDS_PER_VERSION = 1  # off-policy training rounds between two published versions (see _train)
 
 
@@ -78,7 +79,7 @@ class LearnerHandler(Handler):
         self.model_store = model_store
         self.service_name = f"learner.{self.model}"
         self.trials: dict[str, _Folding] = {}  # live trials being folded
-        self.recent: dict[str, _Folding] = {}  # ended trials, for late rewards (bounded)
+        self.recent: RecentlyEnded[_Folding] = RecentlyEnded(RECENT_TRIALS)  # ended trials, for late rewards
         self.window: deque[tuple[int, int, int]] = deque()  # (partition, start offset, transitions) of what memory holds
         self.version = 0
         self.counted_through: dict[int, int] = {}  # partition -> offset of the last record whose transitions were counted
@@ -178,9 +179,7 @@ class LearnerHandler(Handler):
         capacity = getattr(getattr(self.learner, "memory", None), "capacity", 0)
         while capacity and sum(n for _, _, n in self.window) - self.window[0][2] >= capacity:
             self.window.popleft()  # overwritten in memory: the log before it is no longer needed
-        self.recent[folding.fold.trial_id] = folding
-        while len(self.recent) > RECENT_TRIALS:
-            self.recent.pop(next(iter(self.recent)))
+        self.recent.add(folding.fold.trial_id, folding)
 
     def _current_version_only(self, folding: _Folding, parts: list[tuple[str, Transitions]]) -> list[tuple[str, Transitions]]:
         """On-policy: keep the transitions acted by the version being trained; say what goes."""

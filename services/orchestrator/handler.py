@@ -18,14 +18,14 @@ every record of a trial that is not running (:mod:`trialog.protocol.owners`).
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from trialog.services.orchestrator.resolve import resolve
 from trialog.telemetry import metrics
 from trialog.bus.base import Record
-from trialog.protocol.owners import ORCHESTRATOR, message_problem, owner_of, reward_problem
+from trialog.protocol.owners import message_problem, owner_of, reward_problem
+from trialog.protocol.roles import ORCHESTRATOR
 from trialog.datalog.replay import recall_end, recall_start
 from trialog.errors import BadRecord, CodecError, TopicMissingError, TrialError
 from trialog.protocol.events import (
@@ -51,15 +51,15 @@ from trialog.protocol.events import (
     TrialTerminating,
 )
 from trialog.telemetry.logs import get_logger
+from trialog.runtime.recent import RecentlyEnded
 from trialog.runtime.service import Handler, safe_point
 from trialog.protocol.trial import class_schemas
 from trialog.spec import Spec
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
-from trialog.trust import SeatBook, seat_headers
+from trialog.trust.seats import SeatBook, seat_headers
 
 log = get_logger(__name__)
 
-_RECENTLY_ENDED = 10_000  # ended trials remembered (ID -> last tick, actors): late rewards, duplicates, stragglers
 _ENDED_OFFSETS_KEPT = 1_000_000  # ended trials whose offsets are remembered (to recall one from the log: two ints each)
 ENVIRONMENT_TIMEOUT_S = 30.0  # a running trial with no observation by then has no environment service
 
@@ -110,15 +110,16 @@ class OrchestratorHandler(Handler):
         self.environment_timeout_s = environment_timeout_s
         self.live_trials: dict[str, _Live] = {}
         self.requested: dict[str, int] = {}  # trial ID -> partition, answered but not yet read back
-        # trial ID -> (its last tick (-1: never started), its actors: name -> class): late rewards are judged by them
-        self.ended: OrderedDict[str, tuple[int, Mapping[str, str]]] = OrderedDict()
+        # trial ID -> (its last tick (-1: never started), its actors: name -> class): late rewards, duplicates,
+        # stragglers are judged by them
+        self.ended: RecentlyEnded[tuple[int, Mapping[str, str]]] = RecentlyEnded()
         self.deferred: dict[int, list[tuple[Record, Event]]] = {}
         self.seats = SeatBook()
         # Ended trials of our partitions -> (offset of their first resolved record, of their trial.ended):
         # where to recall one from the log when a late reward comes for a trial not in `ended`
         # (it ended before this process took its partition, or long ago). From the `trials`
         # index, read again after each assignment when first needed, and from the ends we read.
-        self.ended_at: dict[str, tuple[int, int]] = {}
+        self.ended_at: RecentlyEnded[tuple[int, int]] = RecentlyEnded(_ENDED_OFFSETS_KEPT)
         self.index_read = False
 
     def owns(self, record: Record, kind: str | None) -> bool:
@@ -160,7 +161,7 @@ class OrchestratorHandler(Handler):
             log.warning("the trials index names an end the log does not hold", trial=tid, partition=partition, offset=end)
             return
         actors = {a.name: a.actor_class for a in started.actors} if started is not None else {}
-        self._remember_ended(tid, ended.tick if started is not None else -1, actors)
+        self.ended.add(tid, (ended.tick if started is not None else -1, actors))
         log.info("ended trial recalled from the log for a late reward", trial=tid, tick=ended.tick)
 
     async def _read_index(self) -> None:
@@ -174,17 +175,12 @@ class OrchestratorHandler(Handler):
                 except CodecError:
                     continue
                 if entry is None:
-                    self.ended_at.pop(r.trial_id, None)
+                    self.ended_at.forget(r.trial_id)
                 elif entry.status == "ended" and entry.partition in ours and entry.start_offset is not None and entry.end_offset is not None:
-                    self._ended_offsets(r.trial_id, entry.start_offset, entry.end_offset)
+                    self.ended_at.add(r.trial_id, (entry.start_offset, entry.end_offset))
         except TopicMissingError:
             pass
         self.index_read = True
-
-    def _ended_offsets(self, tid: str, start: int, end: int) -> None:
-        self.ended_at[tid] = (start, end)
-        while len(self.ended_at) > _ENDED_OFFSETS_KEPT:
-            del self.ended_at[next(iter(self.ended_at))]
 
     def glance(self, record: Record, kind: str) -> None:
         trial = self.live_trials.get(record.trial_id)
@@ -229,7 +225,7 @@ class OrchestratorHandler(Handler):
                 self._on_resolved(record, event)
             case TrialRejected():
                 self.requested.pop(tid, None)
-                self._remember_ended(tid, -1, {})
+                self.ended.add(tid, (-1, {}))
                 self.loop.emit(TrialRecord(tid, status="rejected", partition=record.partition, reason=event.reason,
                                            created_ms=record.timestamp_ms, updated_ms=record.timestamp_ms), TRIALS)  # fmt: skip
             case TrialEnded():
@@ -398,8 +394,8 @@ class OrchestratorHandler(Handler):
             if event.trial_id in self.ended:
                 return  # a repeat: changes nothing
             raise BadRecord(f"trial.ended for trial {event.trial_id!r}, which is not running ({self._why_not(event.trial_id)})")
-        self._remember_ended(event.trial_id, event.tick if trial.status != "pending" else -1, trial.actors)
-        self._ended_offsets(event.trial_id, trial.start_offset, record.offset)
+        self.ended.add(event.trial_id, (event.tick if trial.status != "pending" else -1, trial.actors))
+        self.ended_at.add(event.trial_id, (trial.start_offset, record.offset))
         if self.loop.is_live(EVENTS, record.partition):
             metrics.TRIALS_ENDED.labels(event.reason).inc()
             log.info("trial ended", trial=event.trial_id, spec=trial.spec, reason=event.reason, tick=event.tick, details=event.details)
@@ -413,11 +409,6 @@ class OrchestratorHandler(Handler):
             "experiment": trial.experiment, "phase": trial.phase,
         }  # fmt: skip
         self.loop.emit(TrialRecord(tid, **{**fields, **changes}), TRIALS)
-
-    def _remember_ended(self, tid: str, last_tick: int, actors: Mapping[str, str]) -> None:
-        self.ended[tid] = (last_tick, actors)
-        while len(self.ended) > _RECENTLY_ENDED:
-            self.ended.popitem(last=False)
 
     # --- timers and partitions ---------------------------------------------------------------------
     def periodic(self, now: float) -> None:

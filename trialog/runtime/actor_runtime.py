@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,7 +40,8 @@ from trialog.actor import (
     RewardEvent,
 )
 from trialog.bus.base import Record
-from trialog.protocol.owners import ACTORS, message_problem, reward_problem
+from trialog.protocol.owners import message_problem, reward_problem
+from trialog.protocol.roles import ACTORS
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import BadRecord, CodecError, TrialError, TrialogError
 from trialog.protocol.events import (
@@ -59,6 +59,7 @@ from trialog.model_registry import ModelFollower, ModelVersion
 from trialog.protocol.rewards import reward_bounds_problem
 from trialog.protocol.inbox import Received
 from trialog.runtime.pace import Pace
+from trialog.runtime.recent import RecentlyEnded
 from trialog.runtime.service import Handler, safe_point
 from trialog.protocol.trial import (
     ClassSchemas,
@@ -220,7 +221,7 @@ class ActorHandler(Handler):
         self.pace = Pace()  # inline, or in the worker while its calls are slow and wait
         self._follower: ModelFollower | None = None
         self.batches = 0  # decide calls made (one per batch), for tests and metrics
-        self.ended: OrderedDict[str, None] = OrderedDict()  # recently ended: a repeated trial.started changes nothing
+        self.ended: RecentlyEnded[None] = RecentlyEnded()  # a repeated trial.started changes nothing
 
     def hosts(self, record: Record) -> bool:
         trial = self.trials.get(record.trial_id)
@@ -267,9 +268,7 @@ class ActorHandler(Handler):
                 for played in trial.actors.values():
                     self._deliver(played, EndEvent(event.tick, event.reason))
                 del self.trials[event.trial_id]
-                self.ended[event.trial_id] = None
-                while len(self.ended) > 10_000:
-                    self.ended.popitem(last=False)
+                self.ended.add(event.trial_id)
                 if self.policy is not None:
                     self._worker.submit(self.policy.trial_ended, event.trial_id)
 

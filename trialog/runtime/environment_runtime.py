@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,7 +37,8 @@ import orjson
 
 from trialog.telemetry import metrics
 from trialog.bus.base import Record
-from trialog.protocol.owners import ENVIRONMENT, message_problem
+from trialog.protocol.owners import message_problem
+from trialog.protocol.roles import ENVIRONMENT
 from trialog.environment import RewardOut, Step
 from trialog.errors import BadRecord, CodecError, TrialogError
 from trialog.protocol.events import (
@@ -62,11 +62,12 @@ from trialog.protocol.events import (
 from trialog.telemetry.logs import get_logger
 from trialog.protocol.rewards import reward_bounds_problem
 from trialog.runtime.pace import Pace
+from trialog.runtime.recent import RecentlyEnded
 from trialog.runtime.service import Handler, safe_point
 from trialog.protocol.trial import ClassSchemas, class_schemas, dumps, loads, operator_code, trial_info
 from trialog.spec import load_entry
 from trialog.protocol.topics import EVENTS
-from trialog.trust import SeatBook, seat_headers
+from trialog.trust.seats import SeatBook, seat_headers
 
 log = get_logger(__name__)
 
@@ -130,7 +131,7 @@ class EnvironmentHandler(Handler):
             self.factories[name] = load_entry(entry, what=f"environment {name}") if isinstance(entry, str) else entry
         self.trials: dict[str, _Trial] = {}
         self.seats = SeatBook()  # who holds each client seat (joins come before the trial starts)
-        self.ended: OrderedDict[str, None] = OrderedDict()  # recently ended: a repeated trial.started changes nothing
+        self.ended: RecentlyEnded[None] = RecentlyEnded()  # a repeated trial.started changes nothing
         self._workers = ThreadPoolExecutor(max_workers=UPDATE_THREADS, thread_name_prefix="env-update")
         self._metric_children: dict[str, tuple] = {}  # environment name -> its tick metrics
 
@@ -441,9 +442,7 @@ class EnvironmentHandler(Handler):
         self._end_env(trial)
         if self.trials.get(trial.started.trial_id) is trial:
             del self.trials[trial.started.trial_id]
-        self.ended[trial.started.trial_id] = None
-        while len(self.ended) > 10_000:
-            self.ended.popitem(last=False)
+        self.ended.add(trial.started.trial_id)
 
     # --- timers, partitions ----------------------------------------------------------------------
     def periodic(self, now: float) -> None:
