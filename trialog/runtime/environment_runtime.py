@@ -37,8 +37,7 @@ import orjson
 
 from trialog.telemetry import metrics
 from trialog.bus.base import Record
-from trialog.protocol.owners import message_problem
-from trialog.protocol.roles import ENVIRONMENT
+from trialog.protocol.owners import ENVIRONMENT, message_problem
 from trialog.environment import RewardOut, Step
 from trialog.errors import BadRecord, CodecError, TrialogError
 from trialog.protocol.events import (
@@ -67,7 +66,7 @@ from trialog.runtime.service import Handler, safe_point
 from trialog.protocol.trial import ClassSchemas, class_schemas, dumps, loads, operator_code, trial_info
 from trialog.spec import load_entry
 from trialog.protocol.topics import EVENTS
-from trialog.trust.seats import SeatBook, seat_headers
+from trialog.trust import SeatBook, seat_headers
 
 log = get_logger(__name__)
 
