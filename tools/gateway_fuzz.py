@@ -98,7 +98,8 @@ from trialog.datalog.replay import read_trial, trial_records  # noqa: E402
 from trialog.protocol.trial import matches  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
 from trialog.protocol.topics import EVENTS  # noqa: E402
-from trialog.trust import Keyring, mint_join_token  # noqa: E402
+from trialog.trust.join_tokens import mint_join_token  # noqa: E402
+from trialog.trust.keys import Keyring  # noqa: E402
 
 SPEC = ROOT / "tools" / "gateway_fuzz.yaml"
 HONEST_SPEC, ATTACK_SPEC = "gwfuzz", "gwfuzz-attack"

@@ -14,7 +14,8 @@ import time
 from collections.abc import Callable
 
 from trialog.protocol.events import Action, ActorSpec, EventCodec, Observation, Reward, TrialStarted
-from trialog.trust import Authenticator, Keyring
+from trialog.trust.authenticator import Authenticator
+from trialog.trust.keys import Keyring
 
 TRIAL = "trial-cost"
 

@@ -17,7 +17,7 @@ has written ``actor.joined``, which :func:`join` does once it has read the trial
 The session is the same :class:`~trialog.actor.ActorSession` the actor services
 give session-style actors.
 
-A seat has one holder (:mod:`trialog.trust`): ``holder`` is the client's own id
+A seat has one holder (:mod:`trialog.trust.seats`): ``holder`` is the client's own id
 (keep it to resume the seat after a reconnect); a join while another holder has
 the seat raises :class:`TrialError`, unless ``takeover=True`` — then the other
 holder's session ends with the reason ``seat_taken_over``. Without the seats key
@@ -50,7 +50,10 @@ from trialog.protocol.events import (
 from trialog.runtime.actor_runtime import Session
 from trialog.protocol.trial import class_schemas, loads, reaches, trial_info
 from trialog.protocol.topics import EVENTS
-from trialog.trust import Authenticator, Keyring, Seat, SeatBook, TrustError, read_join_token, seat_headers
+from trialog.trust.authenticator import Authenticator
+from trialog.trust.join_tokens import read_join_token
+from trialog.trust.keys import Keyring, TrustError
+from trialog.trust.seats import Seat, SeatBook, seat_headers
 
 TAKEN_OVER = "seat_taken_over"
 

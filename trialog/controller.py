@@ -49,7 +49,8 @@ from trialog.protocol.events import (
 from trialog.protocol.rewards import aggregate, reward_bounds_problem
 from trialog.protocol.trial import reaches
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
-from trialog.trust import Keyring, mint_join_token
+from trialog.trust.join_tokens import mint_join_token
+from trialog.trust.keys import Keyring
 
 LIFECYCLE = frozenset({TrialPending.KIND, TrialStarted.KIND, TrialRejected.KIND, TrialEnded.KIND})
 

@@ -22,7 +22,8 @@ from trialog.analytics import EventDeserializer, quix_connection, result_topic
 from trialog.telemetry.logs import get_logger
 from trialog.settings import Settings
 from trialog.protocol.topics import EVENTS
-from trialog.trust import Authenticator, Keyring
+from trialog.trust.authenticator import Authenticator
+from trialog.trust.keys import Keyring
 
 from trialog.services.analytics.jobs import KINDS, SUMMARY_JOBS, contributions, fold_group, fold_trial, group_key
 

@@ -31,7 +31,8 @@ from trialog.telemetry.health import Health, serve_health
 from trialog.telemetry.logs import get_logger
 from trialog.spec import Spec
 from trialog.protocol.topics import EVENTS
-from trialog.trust import GATEWAY, Authenticator
+from trialog.protocol.roles import GATEWAY
+from trialog.trust.authenticator import Authenticator
 
 log = get_logger(__name__)
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import orjson
 
 from trialog.bus.base import Bus, Record
-from trialog.protocol.owners import letter_json
+from trialog.datalog.deadletters import letter_json
 from trialog.errors import TopicMissingError
 from trialog.protocol.events import HEADER_KIND, HEADER_TICK, DeadLetter, TrialRecord
 from trialog.telemetry.logs import get_logger

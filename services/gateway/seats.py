@@ -1,13 +1,14 @@
 """Join links (made by :func:`trialog.controller.join_link`): ``<gateway>/play?token=<join token>``, one seat of one trial.
 
-The token is :mod:`trialog.trust`'s: self-contained, expiring, MACed with a key
+The token (:mod:`trialog.trust.join_tokens`) is self-contained, expiring, MACed with a key
 derived from the deployment's ``seats`` secret, which the gateway holds. So any
 gateway instance verifies any link, and minting one needs no round trip.
 """
 
 from __future__ import annotations
 
-from trialog.trust import JoinToken, Keyring, TrustError, verify_join_token
+from trialog.trust.join_tokens import JoinToken, verify_join_token
+from trialog.trust.keys import Keyring, TrustError
 
 REFUSALS = {
     "malformed": "this join link is damaged (not a Trialog join token): ask whoever started the trial for a new one",

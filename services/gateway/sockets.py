@@ -43,7 +43,8 @@ from trialog.protocol.events import (
 from trialog.telemetry.logs import get_logger
 from trialog.protocol.owners import message_problem, reward_problem
 from trialog.protocol.trial import dumps, reaches
-from trialog.trust import JoinToken, Seat, SeatBook, seat_headers
+from trialog.trust.join_tokens import JoinToken
+from trialog.trust.seats import Seat, SeatBook, seat_headers
 
 if TYPE_CHECKING:
     from trialog.services.gateway.app import Gateway

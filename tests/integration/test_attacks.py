@@ -24,7 +24,11 @@ from trialog.datalog.replay import read_trial
 from trialog.errors import TrialError
 from trialog.protocol.events import Action, ActorClassSpec, ActorSpec, Reward, TrialEnded, TrialStarted
 from trialog.spec import load_spec
-from trialog.trust import MAC_PREFIX, Authenticator, Keyring, Seat, compute_tag, mac_input, mint_join_token, read_join_token
+from trialog.trust.authenticator import Authenticator
+from trialog.trust.join_tokens import mint_join_token, read_join_token
+from trialog.trust.keys import Keyring
+from trialog.trust.seats import Seat
+from trialog.trust.tags import MAC_PREFIX, compute_tag, mac_input
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from trialog.services.gateway.door import Limits
 from tests.gateway.kit import people_deployment, play, seat_url, socket
 from tests.integration.test_trials import read_trial
 from trialog.protocol.events import Action, ActorJoined, Reward
-from trialog.trust import Keyring
+from trialog.trust.keys import Keyring
 
 pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -22,7 +22,10 @@ from trialog.datalog.replay import read_trial
 from trialog.protocol.events import Action, Reward
 from trialog.spec import load_spec
 from trialog.protocol.topics import EVENTS
-from trialog.trust import MAC_PREFIX, Authenticator, Keyring, compute_tag, mac_input, mint_join_token
+from trialog.trust.authenticator import Authenticator
+from trialog.trust.join_tokens import mint_join_token
+from trialog.trust.keys import Keyring
+from trialog.trust.tags import MAC_PREFIX, compute_tag, mac_input
 
 pytestmark = pytest.mark.integration
 

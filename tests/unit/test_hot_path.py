@@ -14,7 +14,8 @@ from trialog.protocol.events import Message, Observation, TrialStarted
 from trialog.runtime.pace import Pace
 from trialog.runtime.service import Handler, ServiceLoop
 from trialog.protocol.topics import EVENTS
-from trialog.trust import MacKey, Keyring
+from trialog.trust.keys import Keyring
+from trialog.trust.tags import MacKey
 from tests.unit.test_trust import STARTED
 
 

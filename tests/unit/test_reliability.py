@@ -14,7 +14,8 @@ from tests.harness import deployment
 from tests.unit.test_datalog import events_of, run_trial
 from trialog.bus.memory import MemoryBus
 from trialog.datalog.samples import TrialFold
-from trialog.protocol.owners import ACTORS, ENVIRONMENT, ORCHESTRATOR, check_headers, owner_of, reward_problem
+from trialog.protocol.owners import check_headers, owner_of, reward_problem
+from trialog.protocol.roles import ACTORS, ENVIRONMENT, ORCHESTRATOR
 from trialog.errors import CodecError, TransportError
 from trialog.protocol.events import Action, Message, Observation, Reward, TrialEnded
 from trialog.runtime import service

@@ -13,20 +13,11 @@ import pytest
 
 from trialog.protocol.events import Action, ActorClassSpec, ActorSpec, Observation, Reward, TrialEnded, TrialStarted
 from trialog.settings import Settings
-from trialog.trust import (
-    Authenticator,
-    Keyring,
-    Seat,
-    SeatBook,
-    TrustError,
-    actor_key_id,
-    derive,
-    dev_keyring,
-    mac_input,
-    mint_join_token,
-    read_join_token,
-    verify_join_token,
-)
+from trialog.trust.authenticator import Authenticator
+from trialog.trust.join_tokens import mint_join_token, read_join_token, verify_join_token
+from trialog.trust.keys import Keyring, TrustError, actor_key_id, derive, dev_keyring
+from trialog.trust.seats import Seat, SeatBook
+from trialog.trust.tags import mac_input
 
 TRIAL = "t-1"
 STARTED = TrialStarted(

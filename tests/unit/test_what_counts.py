@@ -32,7 +32,7 @@ from trialog.protocol.rewards import MAX_CONFIDENCE, MAX_REWARD_VALUE, aggregate
 from trialog.protocol.trial import matches, reaches
 from trialog.spec import load_spec
 from trialog.protocol.topics import DEAD_LETTERS, EVENTS
-from trialog.trust import MAC_PREFIX, compute_tag, mac_input
+from trialog.trust.tags import MAC_PREFIX, compute_tag, mac_input
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -23,7 +23,8 @@ from trialog.errors import RecordsTooLarge
 from trialog.protocol.events import DeadLetter, Event, EventCodec, ResolvedTrial
 from trialog.settings import Settings
 from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS, record_limits
-from trialog.trust import Authenticator, Keyring
+from trialog.trust.authenticator import Authenticator
+from trialog.trust.keys import Keyring
 
 SIGNED = frozenset({CONTROL, EVENTS})  # roles whose records carry tags (trialog.trust)
 

@@ -19,7 +19,7 @@ The fold keeps what the runtime applied, by the same rules:
   an action sent early, a second one, one answering a ``final`` observation (the
   actor has left, or the trial is over), one whose payload does not decode in the
   class's action schema, and — for a client seat — one without the ``holder``
-  header of the seat's current holder (:class:`trialog.trust.SeatBook`, from the
+  header of the seat's current holder (:class:`trialog.trust.seats.SeatBook`, from the
   ``actor.joined`` records) is not an answer: the environment dead-letters it and
   later applies the timeout policy, which the sample shows. A timeout with the
   ``default_action`` policy stands for the class's default action
@@ -65,7 +65,7 @@ from trialog.protocol.events import (
 )
 from trialog.protocol.rewards import aggregate
 from trialog.protocol.trial import ClassSchemas, class_schemas, reaches
-from trialog.trust import SeatBook, seat_headers
+from trialog.trust.seats import SeatBook, seat_headers
 
 
 @dataclass(frozen=True, slots=True)

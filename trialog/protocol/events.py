@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from trialog.protocol.codec import HEADER_SIZE, SchemaStore
+from trialog.protocol.roles import ORCHESTRATOR
 from trialog.errors import CodecError
 
-ENVIRONMENT = "env"  # the sender name of the environment
-ORCHESTRATOR = "orchestrator"
+ENVIRONMENT_SENDER = "env"  # the sender name of the environment's records (its role is roles.ENVIRONMENT)
 
 HEADER_KIND = "kind"
 HEADER_TICK = "tick"
@@ -218,7 +218,7 @@ class TrialTerminating(Event):
 class EnvironmentDone(Event):
     KIND: ClassVar[str] = "environment.done"
     SCHEMA: ClassVar[str] = "trialog.EnvironmentDone"
-    SENDER: ClassVar[str] = ENVIRONMENT
+    SENDER: ClassVar[str] = ENVIRONMENT_SENDER
     tick: int = 0
     reason: str = "environment"
     details: str = ""
@@ -240,7 +240,7 @@ class TrialEnded(Event):
 class Observation(Event):
     KIND: ClassVar[str] = "observation"
     SCHEMA: ClassVar[str] = "trialog.Observation"
-    SENDER: ClassVar[str] = ENVIRONMENT
+    SENDER: ClassVar[str] = ENVIRONMENT_SENDER
     RECEIVER_FIELD: ClassVar[str | None] = "actor"
     tick: int = 0
     actor: str = ""
@@ -280,7 +280,7 @@ class Reward(Event):
     receiver: str = "*"
     value: float = 0.0
     confidence: float = 1.0
-    sender: str = ENVIRONMENT
+    sender: str = ENVIRONMENT_SENDER
     user_data: str | None = None
 
 
@@ -304,7 +304,7 @@ class View(Event):
 
     KIND: ClassVar[str] = "view"
     SCHEMA: ClassVar[str] = "trialog.View"
-    SENDER: ClassVar[str] = ENVIRONMENT
+    SENDER: ClassVar[str] = ENVIRONMENT_SENDER
     tick: int = 0
     view: str = "{}"
 
@@ -322,7 +322,7 @@ class ActorJoined(Event):
 class ActorLeft(Event):
     KIND: ClassVar[str] = "actor.left"
     SCHEMA: ClassVar[str] = "trialog.ActorLeft"
-    SENDER: ClassVar[str] = ENVIRONMENT
+    SENDER: ClassVar[str] = ENVIRONMENT_SENDER
     RECEIVER_FIELD: ClassVar[str | None] = "actor"
     tick: int = 0
     actor: str = ""
@@ -333,7 +333,7 @@ class ActorLeft(Event):
 class ActorTimeout(Event):
     KIND: ClassVar[str] = "actor.timeout"
     SCHEMA: ClassVar[str] = "trialog.ActorTimeout"
-    SENDER: ClassVar[str] = ENVIRONMENT
+    SENDER: ClassVar[str] = ENVIRONMENT_SENDER
     RECEIVER_FIELD: ClassVar[str | None] = "actor"
     tick: int = 0
     actor: str = ""

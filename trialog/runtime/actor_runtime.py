@@ -40,7 +40,8 @@ from trialog.actor import (
     RewardEvent,
 )
 from trialog.bus.base import Record
-from trialog.protocol.owners import ACTORS, message_problem, reward_problem
+from trialog.protocol.owners import message_problem, reward_problem
+from trialog.protocol.roles import ACTORS
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import BadRecord, CodecError, TrialError, TrialogError
 from trialog.protocol.events import (

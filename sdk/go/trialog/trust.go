@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Record authentication (docs/protocol.md, "Record authentication"; trialog/trust.py):
+// Record authentication (docs/protocol.md, "Record authentication"; trialog/trust/):
 // an actor service holds one key, actors.<implementation>, tags what it writes with it
 // and accepts only what the core tagged with it.
 

@@ -35,7 +35,7 @@ func TestTagMatchesPython(t *testing.T) {
 	}
 }
 
-// A join token minted by Python's trialog.trust.mint_join_token (the seats master of
+// A join token minted by Python's trialog.trust.join_tokens.mint_join_token (the seats master of
 // TestTagMatchesPython, trial-1, bob): its seat key is derive(seats, "seat", trial, actor).
 func TestJoinTokenGivesTheSeatAndItsKey(t *testing.T) {
 	token := "tl1.eyJhY3RvciI6ImJvYiIsImV4cCI6MTcwMDAwMzYwMCwic2VhdF9rZXkiOiJoZUE1RXRmdlVwWVMzRG1aaWpJbjZJU3hhdVE0bHlTV2JaMkZkRGFuOGNjIiwidHJpYWwiOiJ0cmlhbC0xIn0.LAABZ9-uz1firJ8LofJjIFsD132jUDvmMf9vSm8YwTQ"

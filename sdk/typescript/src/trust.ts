@@ -1,5 +1,5 @@
 /**
- * Record authentication (docs/protocol.md, "Record authentication"; trialog/trust.py):
+ * Record authentication (docs/protocol.md, "Record authentication"; trialog/trust/):
  * an actor service holds one key, actors.<implementation>, tags what it writes with it
  * and accepts only what the core tagged with it.
  */

@@ -16,7 +16,7 @@ test("tags match trialog.trust", () => {
   assert.match(key.check(Buffer.from("trial-1"), { ...h, [name]: tag }, Buffer.from("altered")), /does not match/);
 });
 
-// A join token minted by Python's trialog.trust.mint_join_token (seats master below,
+// A join token minted by Python's trialog.trust.join_tokens.mint_join_token (seats master below,
 // trial-1, bob): its seat key is derive(seats, "seat", trial, actor).
 test("a join token gives the seat and its key", () => {
   const token = "tl1.eyJhY3RvciI6ImJvYiIsImV4cCI6MTcwMDAwMzYwMCwic2VhdF9rZXkiOiJoZUE1RXRmdlVwWVMzRG1aaWpJbjZJU3hhdVE0bHlTV2JaMkZkRGFuOGNjIiwidHJpYWwiOiJ0cmlhbC0xIn0.LAABZ9-uz1firJ8LofJjIFsD132jUDvmMf9vSm8YwTQ";
