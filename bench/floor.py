@@ -1,5 +1,6 @@
 """The floors: what raw aiokafka does on the same broker, in the same run, with the
-client settings of :mod:`trialog.bus.kafka` — the best Trialog could hope for."""
+client settings of :mod:`trialog.bus.kafka` and :mod:`trialog.bus.kafka_consumer` — the best Trialog
+could hope for."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from trialog.bus.base import Record
-from trialog.bus.kafka import FETCH_MAX_WAIT_MS
+from trialog.bus.kafka_consumer import FETCH_MAX_WAIT_MS
 from trialog.protocol.codec import HEADER_SIZE, SchemaStore
 from trialog.settings import Settings
 

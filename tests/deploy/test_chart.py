@@ -30,7 +30,7 @@ from deploykit import (
     need,
 )
 
-from trialog.broker_secure import ROLE_ACLS
+from trialog.broker.secure import ROLE_ACLS
 
 VALUE_SETS = sorted(path.stem for path in VALUES_DIR.glob("*.yaml"))
 # The value sets the issue asks for; the test below fails if one goes missing.

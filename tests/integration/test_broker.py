@@ -15,7 +15,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from tests.conftest import free_ports
-from trialog import broker
+from trialog.broker import process
+from trialog.broker.config import BrokerConfig
 from trialog.errors import BrokerError
 
 pytestmark = pytest.mark.integration
@@ -28,9 +29,9 @@ CLIENT_TIMEOUT_S = 60.0
 @pytest.fixture
 def config(tmp_path):
     port, controller_port = free_ports(2)
-    config = broker.BrokerConfig.from_env(data_dir=tmp_path / "broker", port=port, controller_port=controller_port)
+    config = BrokerConfig.from_env(data_dir=tmp_path / "broker", port=port, controller_port=controller_port)
     yield config
-    broker.stop(config)
+    process.stop(config)
 
 
 async def _produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
@@ -65,23 +66,23 @@ async def _consume(bootstrap: str, topic: str, count: int) -> list[tuple[bytes, 
 async def test_records_survive_stop_and_start(config):
     records = [(b"trial-1", b"tick 0"), (b"trial-1", b"tick 1"), (b"trial-2", b"tick 0")]
 
-    bootstrap = await asyncio.to_thread(broker.start, config, timeout=START_TIMEOUT_S)
+    bootstrap = await asyncio.to_thread(process.start, config, timeout=START_TIMEOUT_S)
     assert bootstrap == config.bootstrap
-    running = broker.status(config)
+    running = process.status(config)
     assert running.running and running.bootstrap == bootstrap and running.kafka_version == config.kafka_version
     # A second start finds the running broker and only reports its address.
-    assert await asyncio.to_thread(broker.start, config, timeout=START_TIMEOUT_S) == bootstrap
-    assert broker.status(config).pid == running.pid
+    assert await asyncio.to_thread(process.start, config, timeout=START_TIMEOUT_S) == bootstrap
+    assert process.status(config).pid == running.pid
 
     await asyncio.wait_for(_produce(bootstrap, "datalog", records), CLIENT_TIMEOUT_S)
 
-    assert await asyncio.to_thread(broker.stop, config) is True
-    assert not broker.status(config).running
+    assert await asyncio.to_thread(process.stop, config) is True
+    assert not process.status(config).running
     assert not config.pid_file.exists()
-    assert await asyncio.to_thread(broker.stop, config) is False
+    assert await asyncio.to_thread(process.stop, config) is False
 
-    assert await asyncio.to_thread(broker.start, config, timeout=START_TIMEOUT_S) == bootstrap
-    assert broker.status(config).pid != running.pid
+    assert await asyncio.to_thread(process.start, config, timeout=START_TIMEOUT_S) == bootstrap
+    assert process.status(config).pid != running.pid
     assert await asyncio.wait_for(_consume(bootstrap, "datalog", len(records)), CLIENT_TIMEOUT_S) == records
 
 
@@ -90,13 +91,13 @@ def test_taken_port_fails_with_a_clear_error(config):
         squatter.bind(("127.0.0.1", config.port))
         squatter.listen()
         with pytest.raises(BrokerError, match=f"port {config.port} .*already in use"):
-            broker.start(config, timeout=START_TIMEOUT_S)
-    assert not broker.status(config).running
+            process.start(config, timeout=START_TIMEOUT_S)
+    assert not process.status(config).running
 
 
 def test_broker_that_exits_while_starting_shows_its_log(config, monkeypatch):
     # Unformatted storage makes the real Kafka refuse to start and exit.
-    monkeypatch.setattr(broker, "_format_storage", lambda *args: None)
+    monkeypatch.setattr(process, "_format_storage", lambda *args: None)
     with pytest.raises(BrokerError, match="(?s)exited while starting.*meta.properties"):
-        broker.start(config, timeout=START_TIMEOUT_S)
+        process.start(config, timeout=START_TIMEOUT_S)
     assert not config.pid_file.exists()

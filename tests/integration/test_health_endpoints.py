@@ -45,7 +45,7 @@ async def test_service_is_live_then_ready(kafka_settings, tmp_path, service):
         os.kill(proc.pid, signal.SIGUSR1)
         log = tmp_path / f"{service}.log"
         await wait_for(lambda: "tasks listed" in log.read_text(), timeout=10, what=f"{service}'s task list")
-        assert "task waiting" in log.read_text() and "kafka.py" in log.read_text()  # its poll, at least
+        assert "task waiting" in log.read_text() and "kafka_consumer.py" in log.read_text()  # its poll, at least
     finally:
         stop_services([proc])
     assert proc.returncode == 0, (tmp_path / f"{service}.log").read_text()[-2000:]

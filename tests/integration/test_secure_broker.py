@@ -19,7 +19,7 @@ from tests.conftest import free_ports, wait_for
 from tests.integration.fixtures import rps_with_a_seat
 from trialog import cli
 from trialog.actor import EndEvent, ObservationEvent
-from trialog.broker_secure import ROLE_ACLS
+from trialog.broker.secure import ROLE_ACLS
 from trialog.bus.kafka import KafkaBus
 from trialog.tools.campaign import start_service, stop_services, wait_ready
 from trialog.client_actor import join

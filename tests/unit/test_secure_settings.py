@@ -8,8 +8,9 @@ import warnings
 import pytest
 from cryptography import x509
 
-from trialog import broker_secure
-from trialog.broker import BrokerConfig, render_server_properties
+from trialog.broker import secure
+from trialog.broker.config import BrokerConfig
+from trialog.broker.storage import render_server_properties
 from trialog.errors import SettingsError
 from trialog.settings import Settings
 
@@ -48,9 +49,9 @@ def test_kafka_property_names_and_a_password_file(tmp_path):
 
 def test_secure_broker_files_listeners_and_acls(tmp_path):
     config = BrokerConfig(data_dir=tmp_path, port=9392, controller_port=9393, secure=True, topic_prefix="dep.")
-    passwords = broker_secure.prepare(config, "dep.")
-    folder = broker_secure.secure_dir(config)
-    assert set(passwords) == {"admin", *broker_secure.ROLE_ACLS}
+    passwords = secure.prepare(config, "dep.")
+    folder = secure.secure_dir(config)
+    assert set(passwords) == {"admin", *secure.ROLE_ACLS}
     for path in folder.iterdir():
         assert path.stat().st_mode & 0o077 == 0, path  # owner only
     cert = x509.load_pem_x509_certificates((folder / "broker.pem").read_bytes())[0]
@@ -66,11 +67,11 @@ def test_secure_broker_files_listeners_and_acls(tmp_path):
     assert passwords["actors"] not in (folder / "actors.yaml").read_text()
     # The ACL commands grant exactly the table, nothing to the actors on control or trials.
     granted: set[tuple[str, str, str]] = set()
-    for args in broker_secure.acl_commands("dep."):
+    for args in secure.acl_commands("dep."):
         op = args[args.index("--operation") + 1]
         principals = [args[i + 1][5:] for i, a in enumerate(args) if a == "--allow-principal"]
         topics = [args[i + 1] for i, a in enumerate(args) if a == "--topic"]
         granted |= {(p, op, t) for p in principals for t in topics}
-    wanted = {(r, op, f"dep.{t}") for r, (reads, writes) in broker_secure.ROLE_ACLS.items() for op, ts in (("Read", reads), ("Write", writes)) for t in ts}
+    wanted = {(r, op, f"dep.{t}") for r, (reads, writes) in secure.ROLE_ACLS.items() for op, ts in (("Read", reads), ("Write", writes)) for t in ts}
     assert granted == wanted
     assert not {(p, o, t) for p, o, t in granted if p == "actors" and t in ("dep.control", "dep.trials") and o == "Write"}

@@ -62,10 +62,10 @@ def demo_settings(bootstrap: str, environ=None) -> Settings:
 
 
 def run(args) -> int:
-    from trialog import broker
+    from trialog.broker.process import start as start_broker
     from trialog.tools.campaign import run_from_cli
 
-    bootstrap = broker.start()
+    bootstrap = start_broker()
     print(f"broker ready at {bootstrap}", file=sys.stderr)
     settings = demo_settings(bootstrap)
     if args.humans:

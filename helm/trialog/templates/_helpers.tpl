@@ -348,7 +348,7 @@ ctx = dict "root" $ "user" <KafkaUser name or "">.
 
 {{/*
 Least-privilege ACLs per role: which topics (by role, under the prefix) each service
-reads and writes. The same table as ROLE_ACLS in trialog/broker_secure.py (the local
+reads and writes. The same table as ROLE_ACLS in trialog/broker/secure.py (the local
 secured broker); tests/deploy checks that the two agree.
 */}}
 {{- define "trialog.roleAcls" -}}

@@ -38,7 +38,7 @@ from trialog.telemetry.logs import get_logger
 from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS, MODELS, TRIALS
 
 if TYPE_CHECKING:
-    from trialog.broker import BrokerConfig
+    from trialog.broker.config import BrokerConfig
 
 log = get_logger(__name__)
 
@@ -174,7 +174,7 @@ def _java_client_properties(ca: Path, admin_password: str) -> str:
 
 
 def server_properties(config: BrokerConfig, passwords: dict[str, str]) -> str:
-    """What replaces the plaintext listeners of :func:`trialog.broker.render_server_properties`."""
+    """What replaces the plaintext listeners of :func:`trialog.broker.storage.render_server_properties`."""
     folder = secure_dir(config)
     admin = passwords[ADMIN]
     host = config.bootstrap.rsplit(":", 1)[0]
