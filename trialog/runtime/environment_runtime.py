@@ -37,9 +37,10 @@ import orjson
 
 from trialog.telemetry import metrics
 from trialog.bus.base import Record
-from trialog.protocol.owners import ENVIRONMENT, message_problem
+from trialog.protocol.owners import message_problem
+from trialog.protocol.roles import ENVIRONMENT
 from trialog.environment import RewardOut, Step
-from trialog.errors import BadRecord, CodecError, TrialogError
+from trialog.errors import BadRecord, CodecError
 from trialog.protocol.events import (
     HEADER_KIND,
     Action,
@@ -66,7 +67,7 @@ from trialog.runtime.service import Handler, safe_point
 from trialog.protocol.trial import ClassSchemas, class_schemas, dumps, loads, operator_code, trial_info
 from trialog.spec import load_entry
 from trialog.protocol.topics import EVENTS
-from trialog.trust import SeatBook, seat_headers
+from trialog.trust.seats import SeatBook, seat_headers
 
 log = get_logger(__name__)
 
@@ -291,13 +292,8 @@ class EnvironmentHandler(Handler):
         self._write_step(trial, tick, step, error)
         while trial.backlog and not trial.stepping:
             record, event = trial.backlog.pop(0)
-            try:
-                self.handle(record, event)
-            except TrialogError as exc:  # as the service loop would have done with it
-                if self.owns(record, record.header(HEADER_KIND)):
-                    self.loop.dead_letter(record, str(exc))
-            except Exception:
-                log.exception("handler failed", service=self.service_name, trial=record.trial_id)
+            kind = record.header(HEADER_KIND)
+            self.loop.handle(record, event, kind, self.owns(record, kind))  # as the loop would have, in log order
 
     def _tick_metrics(self, environment: str) -> tuple:
         """The tick metrics of one environment (a labelled child costs a lookup per tick otherwise)."""

@@ -311,6 +311,15 @@ class ServiceLoop:
                 return
         if isinstance(event, ResolvedTrial):
             self.bus.trust.learn(event)
+        self.handle(record, event, kind, owned)
+
+    def handle(self, record: Record, event: Event, kind: str | None, owned: bool) -> None:
+        """Hand a record to the handler, with the one rule for what a handler raises: a record
+        it rejects (:class:`~trialog.errors.TrialogError`, e.g. ``BadRecord``) is dead-lettered
+        if this service owns it, else noted; anything else is a bug — in user code, most often —
+        and is logged: a service that hosts many trials does not stop for one. For handlers too,
+        when they handle a record later than the loop gave it to them (the environment runtime's
+        records that waited for an update)."""
         try:
             self.handler.handle(record, event)
         except TrialogError as exc:
