@@ -27,7 +27,9 @@ from trialog.controller import Controller
 from trialog.datalog.archive import Archive
 from trialog.errors import TransportError
 from trialog.settings import Settings
-from trialog.trust import Authenticator, Keyring, mint_join_token
+from trialog.trust.authenticator import Authenticator
+from trialog.trust.join_tokens import mint_join_token
+from trialog.trust.keys import Keyring
 
 pytestmark = pytest.mark.integration
 
