@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))  # runnable as `python bench/run.py` from anywhere
 from bench import core, floor
 from trialog.bus import connect
 from trialog.bus.memory import MemoryBus
-from trialog.cli import run_async
+from trialog.commands.parts import run_async
 from trialog.controller import Controller
 from trialog.settings import Settings
 from trialog.spec import load_spec
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer ticks and trials (a smoke run, not figures to quote)")
     p.add_argument("--only", metavar="PARTS", help="comma-separated subset of: memory, trivial (latency, throughput, replay), overcooked")
     args = p.parse_args(argv)
-    # The same event loop as the services (trialog.cli.run_async), so floors and figures compare alike.
+    # The same event loop as the services (trialog.commands.parts.run_async), so floors and figures compare alike.
     out = run_async(main_async(args))
     print()
     print(table(out))

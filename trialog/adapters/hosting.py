@@ -34,10 +34,10 @@ from trialog.adapters.spaces import SpaceCodec, infer_space, space_codec
 from trialog.adapters.views import VIEWS
 from trialog.environment import ActorInfo, Environment, Step, TrialInfo
 from trialog.errors import SpecError, TrialError
+from trialog.protocol.spaces import ACTION_MASK
 from trialog.rewards import RewardSet, StepView
 
 CONFIG_KEYS = ("env", "kwargs", "name", "agents", "agent_classes", "rewards", "turn_based", "view")
-ACTION_MASK = "action_mask"
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,9 @@ import numpy as np
 from gymnasium import spaces
 
 from trialog.protocol.codec import SUPPORTED_DTYPES, TENSOR
+from trialog.protocol.spaces import SPACE_PROPERTY
 from trialog.errors import SpecError
 
-SPACE_PROPERTY = "trialog.space"
 SUPPORTED_SPACES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Dict", "Tuple", "Text")
 
 Convert = Callable[[Any], Any]

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from trialog.actor import Agent
-from trialog.tools.check import action_space_of, sample_action
+from trialog.protocol.spaces import action_space_of, sample_action
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialogError
 

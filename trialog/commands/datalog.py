@@ -11,7 +11,7 @@ from trialog.errors import TrialogError
 from trialog.settings import from_args
 
 
-def add_cli(sub) -> None:
+def add(sub) -> None:
     replay = command(sub, "replay", "Print the samples of a trial (one line per tick and actor), from the events topic or an archive.")
     replay.add_argument("trial_id", metavar="TRIAL_ID")
     replay.add_argument("--follow", action="store_true", help="tail a live trial: print each sample as soon as it is complete")

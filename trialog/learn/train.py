@@ -308,27 +308,3 @@ def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = Fa
         log_dir=str(out_dir / "logs"), learners=[["--implementation", preset.implementation, "--experiment", preset.name]],
     ):  # fmt: skip
         return asyncio.run(run_phases(settings, preset, spec, quiet=quiet))
-
-
-def add_cli(sub) -> None:
-    from trialog.commands.parts import command
-
-    p = command(sub, "train", "Run a training preset: heatup, train and evaluate phases over trials, a learner, a table and a plot.")
-    p.add_argument("preset", metavar="PRESET", help="the preset file (Python, defining `preset = Preset(...)`), or a shipped preset's name (dqn_cartpole, ppo_cartpole)")
-    p.add_argument("--out", default="", help="folder for the plot, its data, the derived spec and the services' logs (default: train-<experiment>)")
-    p.add_argument("--total-steps", type=int, help="override the schedule's budget (e.g. a short run)")
-
-    def do_train(args) -> int:
-        from trialog.settings import from_args
-
-        preset = load_preset(args.preset)
-        if args.total_steps:
-            preset = dataclasses.replace(preset, schedule=dataclasses.replace(preset.schedule, total_steps=args.total_steps))
-        out = Path(args.out or f"train-{preset.name}")
-        result = train(from_args(args), preset, out)
-        print(table(preset, result))
-        files = plot(preset, result, out / "eval_return.png")
-        print(f"plot: {files.png} (data: {files.csv}, {files.json})")
-        return 0 if result.valid in (None, True) else 1
-
-    p.set_defaults(func=do_train)

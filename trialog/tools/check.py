@@ -30,14 +30,13 @@ Each check runs in-process, without Kafka:
 - **determinism** — a second run with the same seed and the same actions gives
   the same observations and rewards (recovery and replay rely on it).
 
-This module also holds :func:`sample_action`, the sampler behind the check's
-random actions and the shipped random actor.
+The random actions come from :func:`trialog.protocol.spaces.sample_action`, the
+sampler the shipped random actor uses too; ``trialog check`` is
+:mod:`trialog.commands.check`.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,12 +45,10 @@ from typing import Any
 import numpy as np
 
 from trialog.protocol.codec import HEADER_SIZE, Schema, SchemaStore
+from trialog.protocol.spaces import action_space_of, sample_action
 from trialog.environment import ActorInfo, RewardOut, TrialInfo
 from trialog.protocol.rewards import reward_bounds_problem
 from trialog.errors import TrialogError
-
-SPACE_PROPERTY = "trialog.space"
-ACTION_MASK = "action_mask"
 
 
 @dataclass(frozen=True)
@@ -130,98 +127,6 @@ def check_environment(
     except _Stop:
         pass
     return report
-
-
-# --- random valid actions ------------------------------------------------------
-
-
-def action_space_of(schema: Any) -> dict[str, Any]:
-    """The space description an action schema carries (``trialog.space``), or one
-    derived from plain Avro where that is enough (enum, boolean, records of them)."""
-    if isinstance(schema, str) and schema.lstrip().startswith("{"):
-        schema = json.loads(schema)
-    if isinstance(schema, Mapping):
-        if SPACE_PROPERTY in schema:
-            return dict(schema[SPACE_PROPERTY])
-        kind = schema.get("type")
-        if kind == "enum":
-            return {"type": "Enum", "symbols": list(schema["symbols"])}
-        if kind == "record":
-            return {"type": "Dict", "fields": [{"name": f["name"], "space": action_space_of(f["type"])} for f in schema["fields"]]}
-        if isinstance(kind, (str, Mapping)) and len(schema) == 1:
-            return action_space_of(kind)
-    if schema == "boolean":
-        return {"type": "Boolean"}
-    raise TrialogError(
-        f"cannot sample actions for schema {json.dumps(schema)[:200]}: it has no {SPACE_PROPERTY!r} property "
-        "(adapters add one; a hand-written schema can too, e.g. {\"type\": \"long\", \"trialog.space\": {\"type\": \"Discrete\", \"n\": 3}})"
-    )
-
-
-def sample_action(space: Mapping[str, Any], rng: np.random.Generator, observation: Any = None) -> Any:
-    """A random valid action (payload value) for a space description.
-
-    For a Discrete space, an ``action_mask`` in the observation (a record field)
-    limits the choice to the allowed actions; an all-zero mask (not this actor's
-    turn) allows any.
-    """
-    mask = observation.get(ACTION_MASK) if isinstance(observation, Mapping) else None
-    return _sample(space, rng, mask)
-
-
-def _sample(space: Mapping[str, Any], rng: np.random.Generator, mask: Any = None) -> Any:
-    match space["type"]:
-        case "Discrete":
-            n, start = int(space["n"]), int(space.get("start", 0))
-            allowed = np.flatnonzero(np.asarray(mask).ravel()[:n]) if mask is not None else ()
-            return start + int(rng.choice(allowed) if len(allowed) else rng.integers(n))
-        case "Box":
-            return _sample_box(space, rng)
-        case "MultiDiscrete":
-            nvec = np.asarray(space["nvec"], dtype=np.int64)
-            start = np.asarray(space.get("start", 0), dtype=np.int64)
-            return (start + rng.integers(0, nvec)).astype(space.get("dtype", "int64"))
-        case "MultiBinary":
-            return rng.integers(0, 2, size=tuple(space["shape"]), dtype=np.int8)
-        case "Dict":
-            return {f["name"]: _sample(f["space"], rng) for f in space["fields"]}
-        case "Tuple":
-            return {f"item{i}": _sample(item, rng) for i, item in enumerate(space["items"])}
-        case "Text":
-            length = int(rng.integers(space.get("min_length", 1), space.get("max_length", 16) + 1))
-            return "".join(rng.choice(list(space["charset"]), size=length))
-        case "Enum":
-            return str(rng.choice(space["symbols"]))
-        case "Boolean":
-            return bool(rng.integers(2))
-    raise TrialogError(f"cannot sample from a space of type {space['type']!r}")
-
-
-def _sample_box(space: Mapping[str, Any], rng: np.random.Generator) -> np.ndarray:
-    shape, dtype = tuple(space["shape"]), np.dtype(space["dtype"])
-    low = np.broadcast_to(_bound(space.get("low"), -math.inf), shape)
-    high = np.broadcast_to(_bound(space.get("high"), math.inf), shape)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, size=shape).astype(bool)
-    if dtype.kind in "iu":
-        info = np.iinfo(np.int64)
-        low = np.clip(np.nan_to_num(low, neginf=info.min), info.min, info.max).astype(np.int64)
-        high = np.clip(np.nan_to_num(high, posinf=info.max), info.min, info.max).astype(np.int64)
-        return rng.integers(low, high, endpoint=True, size=shape).astype(dtype)
-    # As gymnasium samples a Box: uniform when bounded, shifted exponential when
-    # bounded on one side, normal when unbounded.
-    below, above = np.isfinite(low), np.isfinite(high)
-    value = rng.normal(size=shape)
-    value = np.where(below & ~above, low + rng.exponential(size=shape), value)
-    value = np.where(~below & above, high - rng.exponential(size=shape), value)
-    value = np.where(below & above, rng.uniform(np.where(below, low, 0), np.where(above, high, 1), size=shape), value)
-    return value.astype(dtype)
-
-
-def _bound(value: Any, default: float) -> np.ndarray:
-    """A bound from a space description: numbers, nested lists, null for infinite."""
-    arr = np.asarray(value if value is not None else default, dtype=object)
-    return np.where(arr == None, default, arr).astype(np.float64)  # elementwise: null stands for infinity
 
 
 # --- the checks ----------------------------------------------------------------
@@ -437,32 +342,3 @@ def _short(value: Any) -> str:
 
 def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if not isinstance(exc, TrialogError) else str(exc)
-
-
-# --- command line --------------------------------------------------------------
-
-
-def add_cli(sub) -> None:
-    """``trialog check ENTRY [--config JSON|@file.yaml] [--seed N] [--steps N]``; exit 1 on failures."""
-    parser = sub.add_parser("check", help="Run an environment through Trialog's contract and report what would break.")
-    parser.add_argument("entry", help="environment implementation, module:Class")
-    parser.add_argument("--config", default="{}", help="environment config: JSON, or @file (JSON or YAML)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.set_defaults(func=_run_check)
-
-
-def _run_check(args: argparse.Namespace) -> int:
-    report = check_environment(args.entry, _read_config(args.config), seed=args.seed, steps=args.steps)
-    print(report)
-    return 0 if report.ok else 1
-
-
-def _read_config(text: str) -> dict[str, Any]:
-    if text.startswith("@"):
-        import yaml
-
-        with open(text[1:]) as f:
-            return yaml.safe_load(f) or {}
-    return json.loads(text)
-

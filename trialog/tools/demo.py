@@ -11,7 +11,6 @@ which you are ``cook_a`` beside the planner — it prints the link to open.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -35,19 +34,6 @@ DEMOS = {
 }
 
 
-def add_cli(sub) -> None:
-    p = sub.add_parser("demo", help="Start a local broker and run a demo campaign end to end.", description=__doc__)
-    p.add_argument("--game", choices=sorted(DEMOS), default=default_game(), help="which demo (default: %(default)s)")
-    p.add_argument("--trials", type=int, default=8)
-    p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--archive-dir", default="trialog-archive", help="where the logger archives trials (if the logger is installed)")
-    p.add_argument("--plot", default="trialog-plots/demo-returns.png", metavar="FILE.png", help="where the returns plot goes (default: %(default)s)")
-    p.add_argument("--humans", action="store_true", help="play Overcooked yourself beside the planner: starts the web gateway and prints the link to open")
-    p.add_argument("--gateway-port", type=int, default=8000, help="with --humans: the gateway's port (default 8000)")
-    p.add_argument("--max-ticks", type=int, default=None, metavar="N", help="with --humans: length of the trial (default: the spec's 400 ticks, a minute)")
-    p.set_defaults(func=run)
-
-
 def default_game() -> str:
     return "overcooked" if (EXAMPLES / "overcooked" / "spec.yaml").exists() else "rps"
 
@@ -59,24 +45,6 @@ def demo_settings(bootstrap: str, environ=None) -> Settings:
     if "TRIALOG_TOPIC_PREFIX" not in environ:
         flags["topic_prefix"] = "trialog-demo."
     return Settings.load(flags, environ=environ)
-
-
-def run(args) -> int:
-    from trialog.broker.process import start as start_broker
-    from trialog.tools.campaign import run_from_cli
-
-    bootstrap = start_broker()
-    print(f"broker ready at {bootstrap}", file=sys.stderr)
-    settings = demo_settings(bootstrap)
-    if args.humans:
-        return play_with_people(dataclasses.replace(settings, gateway_url=f"http://127.0.0.1:{args.gateway_port}"), args.gateway_port, args.max_ticks)
-    spec_file, pairings = DEMOS[args.game]
-    archive = args.archive_dir if _logger_available() else None
-    code = run_from_cli(campaign_args(args, spec_file), settings, pairings=pairings, archive_dir=archive)
-    if archive:
-        print(f"archive: {Path(archive).resolve()}")
-    print("the broker keeps running (the log is the datalog); stop it with `trialog broker stop`", file=sys.stderr)
-    return code
 
 
 def campaign_args(args: argparse.Namespace, spec_file: str) -> argparse.Namespace:
@@ -91,13 +59,6 @@ def campaign_args(args: argparse.Namespace, spec_file: str) -> argparse.Namespac
         spec_file=str(EXAMPLES / spec_file), trials=args.trials, concurrency=args.concurrency, serve=True,
         environment_processes=1, actor_processes=1, plot=args.plot,
     ))  # fmt: skip
-
-
-def _logger_available() -> bool:
-    """The logger archives trials as Parquet: only where the datalog extra (pyarrow) is installed."""
-    import importlib.util
-
-    return importlib.util.find_spec("pyarrow") is not None
 
 
 def play_with_people(settings: Settings, gateway_port: int, max_ticks: int | None) -> int:
