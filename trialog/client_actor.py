@@ -45,6 +45,7 @@ from trialog.protocol.events import (
     ResolvedTrial,
     Reward,
     TrialEnded,
+    TrialPending,
     TrialStarted,
 )
 from trialog.runtime.actor_runtime import Session
@@ -146,8 +147,9 @@ async def _find_trial(bus: Bus, consumer, trial_id: str) -> tuple[ResolvedTrial,
     while True:
         records = await consumer.poll(timeout_ms=500)
         for i, record in enumerate(records):
-            if record.trial_id == trial_id and record.header(HEADER_KIND) in ("trial.pending", "trial.started") and _genuine(bus, record):
-                resolved = bus.codec.decode(record.value, record.header(HEADER_KIND))
+            kind = record.header(HEADER_KIND)
+            if record.trial_id == trial_id and kind in (TrialPending.KIND, TrialStarted.KIND) and _genuine(bus, record):
+                resolved = bus.codec.decode(record.value, kind)
                 bus.trust.learn(resolved)
                 return resolved, records[i + 1 :]
 

@@ -34,6 +34,7 @@ from trialog.protocol.events import (
     HEADER_TICK,
     Event,
     Message,
+    Observation,
     ParametersChanged,
     ResolvedTrial,
     Reward,
@@ -254,7 +255,7 @@ class Controller:
 
     def _see(self, record: Record) -> None:
         kind = record.header(HEADER_KIND)
-        if kind == "observation":
+        if kind == Observation.KIND:
             tick = int(record.header(HEADER_TICK) or 0)
             last = self._last_tick.get(record.trial_id, 0)
             if tick > last:

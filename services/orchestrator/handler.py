@@ -286,7 +286,7 @@ class OrchestratorHandler(Handler):
         raise BadRecord(f"{kind} for trial {tid!r}, which is not running ({self._why_not(tid)})")
 
     def _check_reward(self, trial: _Live | None, reward: Reward) -> None:
-        current, actors = self._current_tick(trial, reward.trial_id, "reward")
+        current, actors = self._current_tick(trial, reward.trial_id, Reward.KIND)
         problem = reward_problem(reward, current, actors)
         if problem:
             raise BadRecord(problem)

@@ -29,7 +29,16 @@ from trialog.controller import Controller
 from trialog.datalog.samples import Sample, TrialFold
 from trialog.protocol.owners import check_headers
 from trialog.errors import CodecError
-from trialog.protocol.events import HEADER_KIND, HEADER_RECEIVER, HEADER_TICK, ResolvedTrial, TrialEnded, TrialRecord, TrialStarted
+from trialog.protocol.events import (
+    HEADER_KIND,
+    HEADER_RECEIVER,
+    HEADER_TICK,
+    Observation,
+    ResolvedTrial,
+    TrialEnded,
+    TrialRecord,
+    TrialStarted,
+)
 from trialog.protocol.topics import EVENTS
 
 
@@ -125,7 +134,7 @@ async def trial_records(bus: Bus, trial_id: str, *, follow: bool = False, start:
                 position = record.next_offset
                 if record.trial_id != trial_id:
                     continue
-                ended = ended or (record.header(HEADER_KIND) == "trial.ended" and bus.refusal(record) is None)
+                ended = ended or (record.header(HEADER_KIND) == TrialEnded.KIND and bus.refusal(record) is None)
                 yield record
             position = max(position, consumer.position_hint(EVENTS, p) or 0)
     finally:
@@ -190,7 +199,7 @@ async def replay(bus: Bus, trial_id: str, *, follow: bool = False) -> AsyncItera
     sent: set[tuple[int, str]] = set()
     async for record in trial_records(bus, trial_id, follow=True):
         feed(fold, bus, record)
-        if record.header(HEADER_KIND) != "observation" or fold.ended is not None:
+        if record.header(HEADER_KIND) != Observation.KIND or fold.ended is not None:
             continue
         # The actor's observation for tick t completes its sample of tick t-1.
         actor, tick = record.header(HEADER_RECEIVER) or "", int(record.header(HEADER_TICK) or 0)
