@@ -26,7 +26,11 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ActorInfo:
-    """One actor of a trial, as resolved by the orchestrator."""
+    """One actor of a trial, as resolved by the orchestrator: what environments and agents are
+    handed. The log carries it as :class:`trialog.protocol.events.ActorSpec` (the same fields,
+    ``config`` as JSON text; :func:`trialog.protocol.trial.actor_info` reads it into this); the
+    spec names it as :class:`trialog.spec.ActorDefault` (the actor's own config only).
+    """
 
     name: str
     actor_class: str

@@ -48,9 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
 from trialog.protocol.codec import SchemaStore
+from trialog.protocol.events import ActorClassSpec, ActorSpec
 from trialog.errors import CodecError, SpecError
 
 TIMEOUT_POLICIES = ("default_action", "drop")
@@ -58,11 +60,21 @@ TIMEOUT_POLICIES = ("default_action", "drop")
 
 @dataclass(frozen=True)
 class ActorClass:
+    """An actor class as the spec declares it: its schemas and its default action (a value).
+    A resolved trial carries it as :class:`~trialog.protocol.events.ActorClassSpec` (:meth:`wire`:
+    the default action as JSON text); the runtimes read that back, schemas parsed, as
+    :class:`~trialog.protocol.trial.ClassSchemas`."""
+
     name: str
     observation_schema: str  # self-contained Avro JSON
     action_schema: str
     default_action: Any = None
     has_default_action: bool = False
+
+    def wire(self) -> ActorClassSpec:
+        """The class as ``trial.started`` carries it."""
+        default = orjson.dumps(self.default_action).decode() if self.has_default_action else None
+        return ActorClassSpec(self.name, self.observation_schema, self.action_schema, default)
 
 
 @dataclass(frozen=True)
@@ -83,10 +95,23 @@ class Implementation:
 
 @dataclass(frozen=True)
 class ActorDefault:
+    """One actor of a trial as the spec (or a start request's actor list) names it: ``config``
+    is the actor's own, on top of its implementation's. The three records of an actor: this one
+    (what the operator wrote), :class:`~trialog.protocol.events.ActorSpec` (what ``trial.started``
+    carries, made by :meth:`wire`) and :class:`~trialog.environment.ActorInfo` (what user code is
+    handed, read from the record by :func:`trialog.protocol.trial.actor_info`)."""
+
     name: str
     actor_class: str
     implementation: str
     config: Mapping[str, Any] = field(default_factory=dict)
+
+    def wire(self, impl: Implementation) -> ActorSpec:
+        """The actor as ``trial.started`` carries it, played by ``impl`` (the spec's implementation
+        named ``self.implementation``): that implementation's config with the actor's on top, as
+        JSON, and whether a client plays it."""
+        config = orjson.dumps({**impl.config, **self.config}).decode()
+        return ActorSpec(self.name, self.actor_class, self.implementation, config, impl.client)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from trialog.errors import SpecError, TrialError
-from trialog.protocol.events import ActorClassSpec, ActorSpec, StartRequest, TrialStarted, trial_id_problem
+from trialog.protocol.events import StartRequest, TrialStarted, trial_id_problem
 from trialog.spec import ActorDefault, Implementation, Spec, _Reader, load_entry, parse_actor_list
 
 
@@ -108,13 +108,9 @@ def _finalize(spec: Spec, d: TrialDraft) -> TrialStarted:
         impl = spec.actors[a.implementation]
         if impl.classes and a.actor_class not in impl.classes:
             raise TrialError(f"actor {a.name}: implementation {a.implementation!r} does not play class {a.actor_class!r}")
-        actor_specs.append(ActorSpec(a.name, a.actor_class, a.implementation, orjson.dumps({**impl.config, **a.config}).decode(), impl.client))
+        actor_specs.append(a.wire(impl))
     used = {a.actor_class for a in d.actors}
-    classes = tuple(
-        ActorClassSpec(c.name, c.observation_schema, c.action_schema, orjson.dumps(c.default_action).decode() if c.has_default_action else None)
-        for c in spec.actor_classes.values()
-        if c.name in used
-    )
+    classes = tuple(c.wire() for c in spec.actor_classes.values() if c.name in used)
     return TrialStarted(
         d.trial_id,
         spec=spec.name,

@@ -132,6 +132,11 @@ class TerminateRequest(Event):
 
 @dataclass(frozen=True, slots=True)
 class ActorSpec:
+    """One actor of a resolved trial, as ``trial.started`` carries it (``trialog.ActorSpec``):
+    ``config`` is JSON text, the implementation's config with the actor's on top. Made from the
+    spec's :class:`~trialog.spec.ActorDefault` by its ``wire``; user code gets it as
+    :class:`~trialog.environment.ActorInfo` (:func:`trialog.protocol.trial.actor_info`)."""
+
     name: str
     actor_class: str
     implementation: str

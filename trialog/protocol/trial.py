@@ -11,7 +11,7 @@ import orjson
 
 from trialog.protocol.codec import Schema, SchemaStore
 from trialog.environment import ActorInfo, TrialInfo
-from trialog.protocol.events import ResolvedTrial
+from trialog.protocol.events import ActorSpec, ResolvedTrial
 
 
 def loads(text: str | None) -> Any:
@@ -24,6 +24,11 @@ def dumps(value: Any) -> str:
 
 @dataclass(frozen=True)
 class ClassSchemas:
+    """An actor class as the runtimes use it: its schemas parsed (and as JSON for user code) and
+    its default action decoded; read by :func:`class_schemas` from the
+    :class:`~trialog.protocol.events.ActorClassSpec` that ``trial.started`` carries (made from the
+    spec's :class:`~trialog.spec.ActorClass` by its ``wire``)."""
+
     observation: Schema
     action: Schema
     default_action: Any
@@ -32,12 +37,17 @@ class ClassSchemas:
     action_json: dict
 
 
+def actor_info(actor: ActorSpec) -> ActorInfo:
+    """An actor of a resolved trial as user code sees it (its config parsed)."""
+    return ActorInfo(actor.name, actor.actor_class, actor.implementation, loads(actor.config), actor.client)
+
+
 def trial_info(started: ResolvedTrial) -> TrialInfo:
     return TrialInfo(
         trial_id=started.trial_id,
         seed=started.seed,
         config=loads(started.environment_config),
-        actors=tuple(ActorInfo(a.name, a.actor_class, a.implementation, loads(a.config), a.client) for a in started.actors),
+        actors=tuple(actor_info(a) for a in started.actors),
         parameters=loads(started.parameters),
         max_ticks=started.max_ticks,
         experiment=started.experiment,
