@@ -101,7 +101,7 @@ def _event_deserializer_class() -> type:
 
         ``kinds`` limits decoding to those event kinds, read from the headers first (the
         others are skipped without decoding, which is most of the stream for most jobs).
-        With ``trust`` (a :class:`trialog.trust.Authenticator`, e.g. ``connect(settings).trust``)
+        With ``trust`` (a :class:`trialog.trust.authenticator.Authenticator`, e.g. ``connect(settings).trust``)
         only records tagged by a key allowed to write them count, as in every Trialog
         service (docs/security.md). Records that do not decode or are refused are skipped
         and counted in ``skipped``: the service that owns them dead-letters them; an

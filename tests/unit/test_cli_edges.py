@@ -19,7 +19,8 @@ from trialog.bus.memory import MemoryBus
 from trialog.tools.campaign import campaign_overrides, wait_indexed
 from trialog.controller import Controller, TrialOutcome
 from trialog.commands.parts import trial_overrides
-from trialog.tools.demo import DEMOS, campaign_args, demo_settings
+from trialog.commands.demo import campaign_args
+from trialog.tools.demo import DEMOS, demo_settings
 from trialog.errors import TrialError, TrialTimeout
 from trialog.protocol.events import StartRequest, TrialRecord
 from trialog.spec import load_spec

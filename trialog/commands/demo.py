@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 from pathlib import Path
 
+from trialog.commands.parts import add_trial_overrides
 from trialog.tools import demo
-from trialog.tools.demo import DEMOS, campaign_args, default_game, demo_settings, play_with_people
+from trialog.tools.demo import DEMOS, EXAMPLES, default_game, demo_settings, play_with_people
 
 
 def add(sub) -> None:
@@ -38,7 +40,7 @@ def add(sub) -> None:
 
 def run(args) -> int:
     from trialog.broker.process import start as start_broker
-    from trialog.tools.campaign import run_from_cli
+    from trialog.commands.run import run_from_args
 
     bootstrap = start_broker()
     print(f"broker ready at {bootstrap}", file=sys.stderr)
@@ -48,7 +50,7 @@ def run(args) -> int:
         return play_with_people(with_gateway, args.gateway_port, args.max_ticks)
     spec_file, pairings = DEMOS[args.game]
     archive = args.archive_dir if _logger_available() else None
-    code = run_from_cli(campaign_args(args, spec_file), settings, pairings=pairings, archive_dir=archive)
+    code = run_from_args(campaign_args(args, spec_file), settings, pairings=pairings, archive_dir=archive)
     if archive:
         print(f"archive: {Path(archive).resolve()}")
     print("the broker keeps running (the log is the datalog); stop it with `trialog broker stop`", file=sys.stderr)
@@ -60,3 +62,15 @@ def _logger_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("pyarrow") is not None
+
+
+def campaign_args(args: argparse.Namespace, spec_file: str) -> argparse.Namespace:
+    """The arguments of `trialog run` that the demo's campaign amounts to."""
+    # The override flags' defaults come from the flags themselves, so that a flag added to
+    # `trialog run` can never be missing from the demo's arguments.
+    overrides = argparse.ArgumentParser(add_help=False)
+    add_trial_overrides(overrides, seed_help="")
+    return overrides.parse_args([], argparse.Namespace(
+        spec_file=str(EXAMPLES / spec_file), trials=args.trials, concurrency=args.concurrency, serve=True,
+        environment_processes=1, actor_processes=1, plot=args.plot,
+    ))  # fmt: skip

@@ -2,7 +2,7 @@
 
 :mod:`trialog.cli` assembles the command line; the SDK's own command modules
 (campaigns, the datalog, checks) and the services' (registered through the
-``trialog.commands.parts`` entry point, see :func:`trialog.cli.build_parser`) build on
+``trialog.commands`` entry point, see :func:`trialog.cli.build_parser`) build on
 what is here, so that none of them imports the assembler and the SDK never
 imports a service.
 """

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from trialog.commands.parts import add_trial_overrides, command, positive_int
-from trialog.settings import from_args
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from trialog.commands.parts import add_trial_overrides, command, positive_int, trial_overrides
+from trialog.settings import Settings, from_args
 
 
 def add(sub) -> None:
@@ -34,8 +39,36 @@ def add(sub) -> None:
     )
 
     def do_run(args) -> int:
-        from trialog.tools.campaign import run_from_cli
-
-        return run_from_cli(args, from_args(args))
+        return run_from_args(args, from_args(args))
 
     p.set_defaults(func=do_run)
+
+
+def run_from_args(args: Any, settings: Settings, pairings: list[dict[str, str]] | None = None, archive_dir: str | None = None) -> int:
+    from trialog.bus import connect
+    from trialog.spec import load_spec
+    from trialog.tools.campaign import (
+        campaign, campaign_overrides, create_topics, local_services, plot_campaign, summary_table, wait_archived,
+        wait_indexed,
+    )
+
+    spec = load_spec(args.spec_file)
+    overrides_for = campaign_overrides(trial_overrides(args), pairings)
+
+    asyncio.run(create_topics(settings))
+    if args.serve:
+        print(f"starting services for {spec.name} ({args.environment_processes} environment, {args.actor_processes} actor process(es))…", file=sys.stderr)
+        with local_services(
+            settings, str(Path(args.spec_file).resolve()), environment_processes=args.environment_processes,
+            actor_processes=args.actor_processes, archive_dir=archive_dir,
+        ):  # fmt: skip
+            result, returns = asyncio.run(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
+            asyncio.run(wait_indexed(connect(settings), [o.trial_id for o in result.outcomes if o.trial_id and o.reason]))
+            if archive_dir:
+                wait_archived(archive_dir, [o.trial_id for o in result.outcomes if o.trial_id and not o.error])
+    else:
+        result, returns = asyncio.run(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
+    print(summary_table(spec, result, returns))
+    if args.plot:
+        print(f"plot: {plot_campaign(spec, result, returns, args.plot).png}")
+    return 1 if any(o.failed for o in result.outcomes) else 0

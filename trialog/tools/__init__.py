@@ -6,5 +6,6 @@ environment contract check (:mod:`~trialog.tools.check`) and the protocol confor
 suite for actor services in any language (:mod:`~trialog.tools.conformance`).
 
 May import every SDK package below it (controllers, the bus, the datalog, the broker …);
-nothing in the SDK imports a tool except the command line (:mod:`trialog.commands`).
+nothing below them imports a tool: only the command line (:mod:`trialog.commands`) and
+the training loop (:mod:`trialog.learn.train` runs its campaigns and plots with them).
 """

@@ -18,10 +18,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trialog.commands.parts import trial_overrides
 from trialog.errors import TrialogError
 from trialog.settings import Settings
-from trialog.spec import Spec, load_spec
+from trialog.spec import Spec
 
 if TYPE_CHECKING:
     from trialog.bus.base import Bus
@@ -203,51 +202,6 @@ def campaign_overrides(base: dict[str, Any], pairings: list[dict[str, str]] | No
     return overrides_for
 
 
-def run_from_cli(args: Any, settings: Settings, pairings: list[dict[str, str]] | None = None, archive_dir: str | None = None) -> int:
-    from trialog.bus import connect
-
-    spec = load_spec(args.spec_file)
-    overrides_for = campaign_overrides(trial_overrides(args), pairings)
-
-    asyncio.run(create_topics(settings))
-    if args.serve:
-        print(f"starting services for {spec.name} ({args.environment_processes} environment, {args.actor_processes} actor process(es))…", file=sys.stderr)
-        with local_services(
-            settings, str(Path(args.spec_file).resolve()), environment_processes=args.environment_processes,
-            actor_processes=args.actor_processes, archive_dir=archive_dir,
-        ):  # fmt: skip
-            result, returns = asyncio.run(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
-            asyncio.run(wait_indexed(connect(settings), [o.trial_id for o in result.outcomes if o.trial_id and o.reason]))
-            if archive_dir:
-                wait_archived(archive_dir, [o.trial_id for o in result.outcomes if o.trial_id and not o.error])
-    else:
-        result, returns = asyncio.run(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
-    print(summary_table(spec, result, returns))
-    if args.plot:
-        print(f"plot: {plot_campaign(spec, result, returns, args.plot).png}")
-    return 1 if any(o.failed for o in result.outcomes) else 0
-
-
-async def wait_indexed(bus: Bus, trial_ids: list[str], timeout: float = 30) -> bool:
-    """Keep the orchestrator running until the ``trials`` index says these trials ended.
-    It indexes a ``trial.ended`` once it reads it back, a moment after the campaign saw it:
-    stopped before then, it would leave them ``running`` in ``trialog trial list`` until it
-    next runs. Past ``timeout`` it says so and returns False, and the services stop anyway
-    (nothing is lost: the orchestrator resumes before that record)."""
-    from trialog.controller import Controller
-
-    wanted, index = set(trial_ids), Controller(bus)
-    deadline = time.monotonic() + timeout
-    while True:
-        wanted -= {r.trial_id for r in await index.list_trials() if r.status == "ended"}
-        if not wanted:
-            return True
-        if time.monotonic() > deadline:
-            print(f"the trials index does not yet say that {len(wanted)} trial(s) ended, e.g. {min(wanted)}; "
-                  "the orchestrator indexes them when it next runs", file=sys.stderr)  # fmt: skip
-            return False
-        await asyncio.sleep(0.2)
-
 
 def wait_archived(archive_dir: str, trial_ids: list[str], timeout: float = 90) -> None:
     """Keep the logger running until it has archived the campaign's trials (it waits a
@@ -271,3 +225,24 @@ async def create_topics(settings: Settings) -> None:
     from trialog.bus import connect
 
     await connect(settings).create_topics()
+
+
+async def wait_indexed(bus: Bus, trial_ids: list[str], timeout: float = 30) -> bool:
+    """Keep the orchestrator running until the ``trials`` index says these trials ended.
+    It indexes a ``trial.ended`` once it reads it back, a moment after the campaign saw it:
+    stopped before then, it would leave them ``running`` in ``trialog trial list`` until it
+    next runs. Past ``timeout`` it says so and returns False, and the services stop anyway
+    (nothing is lost: the orchestrator resumes before that record)."""
+    from trialog.controller import Controller
+
+    wanted, index = set(trial_ids), Controller(bus)
+    deadline = time.monotonic() + timeout
+    while True:
+        wanted -= {r.trial_id for r in await index.list_trials() if r.status == "ended"}
+        if not wanted:
+            return True
+        if time.monotonic() > deadline:
+            print(f"the trials index does not yet say that {len(wanted)} trial(s) ended, e.g. {min(wanted)}; "
+                  "the orchestrator indexes them when it next runs", file=sys.stderr)  # fmt: skip
+            return False
+        await asyncio.sleep(0.2)

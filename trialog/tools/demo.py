@@ -10,7 +10,6 @@ which you are ``cook_a`` beside the planner — it prints the link to open.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -45,20 +44,6 @@ def demo_settings(bootstrap: str, environ=None) -> Settings:
     if "TRIALOG_TOPIC_PREFIX" not in environ:
         flags["topic_prefix"] = "trialog-demo."
     return Settings.load(flags, environ=environ)
-
-
-def campaign_args(args: argparse.Namespace, spec_file: str) -> argparse.Namespace:
-    """The arguments of `trialog run` that the demo's campaign amounts to."""
-    from trialog.commands.parts import add_trial_overrides
-
-    # The override flags' defaults come from the flags themselves, so that a flag added to
-    # `trialog run` can never be missing from the demo's arguments.
-    overrides = argparse.ArgumentParser(add_help=False)
-    add_trial_overrides(overrides, seed_help="")
-    return overrides.parse_args([], argparse.Namespace(
-        spec_file=str(EXAMPLES / spec_file), trials=args.trials, concurrency=args.concurrency, serve=True,
-        environment_processes=1, actor_processes=1, plot=args.plot,
-    ))  # fmt: skip
 
 
 def play_with_people(settings: Settings, gateway_port: int, max_ticks: int | None) -> int:
