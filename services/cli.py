@@ -18,4 +18,4 @@ from trialog.services.orchestrator import cli as orchestrator
 def add_commands(sub: argparse._SubParsersAction, serve: argparse._SubParsersAction) -> None:
     """Called by :func:`trialog.cli.build_parser` with the top-level and the ``serve`` subcommands."""
     for service in (orchestrator, environment, actors, logger, gateway, learner, analytics):
-        service.add_cli(serve)
+        service.add(serve)

@@ -11,5 +11,5 @@ def _main():
     return main
 
 
-def add_cli(serve) -> None:
+def add(serve) -> None:
     add_implementation_host(serve, "actors", "Play actor implementations (one consumer group each).", "all but client and external ones", _main)

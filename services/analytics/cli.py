@@ -8,7 +8,7 @@ from trialog.commands.parts import add_health_port, command, require_extra
 from trialog.settings import from_args
 
 
-def add_cli(serve) -> None:
+def add(serve) -> None:
     p = command(serve, "analytics", "Run the shipped stream-analytics jobs (Quix Streams) over events; results in compacted analytics.* topics.")
     add_health_port(p)
     p.add_argument("--state-dir", default=os.environ.get("TRIALOG_ANALYTICS_STATE_DIR", "trialog-analytics-state"),

@@ -11,5 +11,5 @@ def _main():
     return main
 
 
-def add_cli(serve) -> None:
+def add(serve) -> None:
     add_implementation_host(serve, "environment", "Host environment implementations (one consumer group each).", "all but external ones", _main)

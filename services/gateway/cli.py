@@ -9,8 +9,8 @@ from trialog.commands.parts import add_health_port, command, require_extra, run_
 from trialog.settings import from_args
 
 
-def add_cli(serve_subparsers) -> None:
-    p = command(serve_subparsers, "gateway", "Serve the pages for people and bridge their WebSockets to trial events.")
+def add(serve) -> None:
+    p = command(serve, "gateway", "Serve the pages for people and bridge their WebSockets to trial events.")
     p.add_argument("--host", default=os.environ.get("TRIALOG_GATEWAY_HOST", "127.0.0.1"), help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     p.add_argument("--port", type=int, default=int(os.environ.get("TRIALOG_GATEWAY_PORT", "8000")), help="HTTP port (default 8000)")
     add_health_port(p)  # probes and metrics on their own port, like every service (the web port answers /livez and /readyz too)

@@ -7,7 +7,7 @@ from trialog.errors import TrialogError
 from trialog.settings import from_args
 
 
-def add_cli(serve) -> None:
+def add(serve) -> None:
     p = command(serve, "learner", "Learn for one actor implementation from the log and publish its model's versions to `models`.")
     add_health_port(p)
     p.add_argument("--implementation", required=True, metavar="NAME", help="the actor implementation (a learning Policy) to train")

@@ -9,7 +9,7 @@ from trialog.errors import TrialogError
 from trialog.settings import from_args
 
 
-def add_cli(serve) -> None:
+def add(serve) -> None:
     p = command(serve, "logger", "Archive every trial of the events topic as Parquet (late rewards as corrections).")
     add_health_port(p)
     p.add_argument("--archive-dir", default=os.environ.get("TRIALOG_ARCHIVE_DIR", ""), help="archive folder (or TRIALOG_ARCHIVE_DIR)")

@@ -6,7 +6,7 @@ from trialog.commands.parts import add_health_port, command, run_async, spec_fil
 from trialog.settings import from_args
 
 
-def add_cli(serve) -> None:
+def add(serve) -> None:
     p = command(serve, "orchestrator", "Validate start requests, start and end trials, keep the trials index.")
     add_health_port(p)
     p.set_defaults(func=_run)
