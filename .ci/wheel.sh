@@ -23,4 +23,10 @@ python3 -m venv "$work/venv"
 mkdir "$work/empty"
 cd "$work/empty"
 "$work/venv/bin/trialog" demo --trials 2 --concurrency 2
+# Every shipped example by its name, from the same empty folder, on the broker the demo
+# started (its services run from the wheel too).
+export TRIALOG_TOPIC_PREFIX=trialog-wheel.
+"$work/venv/bin/trialog" run rps --serve --trials 2 --plot ''
+"$work/venv/bin/trialog" run overcooked --serve --trials 1 --max-ticks 40 --plot ''
+"$work/venv/bin/trialog" run cartpole --serve --trials 1 --implementation agent=random --plot ''
 "$work/venv/bin/python" -c "from trialog.learn.train import load_preset; p = load_preset('dqn_cartpole'); print('shipped preset', p.name, '->', p.spec)"

@@ -67,6 +67,19 @@ def test_the_demo_campaign_has_every_argument_of_trialog_run():
         assert args.spec_file.endswith(spec_file) and args.serve
 
 
+def test_trialog_run_takes_a_shipped_example_by_its_name(tmp_path, monkeypatch):
+    from trialog.tools.demo import EXAMPLES, example_spec
+
+    monkeypatch.chdir(tmp_path)  # any folder: a wheel install has no examples/ beside it
+    for name in ("rps", "overcooked", "cartpole"):
+        assert Path(example_spec(name)) == EXAMPLES / name / "spec.yaml"
+        assert load_spec(example_spec(name)).name == name
+    (tmp_path / "rps").mkdir()  # a file or folder of that name is the user's: left alone
+    assert example_spec("rps") == "rps"
+    assert example_spec("no-such-example") == "no-such-example"
+    assert example_spec("mine/spec.yaml") == "mine/spec.yaml"
+
+
 def test_the_demo_honours_the_topic_prefix_of_the_environment():
     assert demo_settings("h:1", environ={}).topic_prefix == "trialog-demo."
     assert demo_settings("h:1", environ={"TRIALOG_TOPIC_PREFIX": "mine."}).topic_prefix == "mine."

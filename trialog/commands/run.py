@@ -13,7 +13,7 @@ from trialog.settings import Settings, from_args
 
 def add(sub) -> None:
     p = command(sub, "run", "Run a campaign of trials from a spec file, with progress and a summary.")
-    p.add_argument("spec_file", metavar="SPEC", help="the spec file")
+    p.add_argument("spec_file", metavar="SPEC", help="the spec file, or a shipped example's name (rps, overcooked, cartpole)")
     p.add_argument("--trials", type=positive_int, default=10, metavar="N", help="how many trials (default 10)")
     p.add_argument(
         "--concurrency", type=positive_int, default=4, metavar="N", help="trials running at once (default 4)"
@@ -39,6 +39,9 @@ def add(sub) -> None:
     )
 
     def do_run(args) -> int:
+        from trialog.tools.demo import example_spec
+
+        args.spec_file = example_spec(args.spec_file)
         return run_from_args(args, from_args(args))
 
     p.set_defaults(func=do_run)

@@ -26,6 +26,15 @@ def _examples_dir() -> Path:
 
 EXAMPLES = _examples_dir()
 
+
+def example_spec(spec: str) -> str:
+    """A spec file's path as given, or, when no such file exists and ``spec`` names a
+    shipped example (``rps``, ``overcooked``, ``cartpole``), that example's spec: so that
+    ``trialog run rps`` works from any folder, a wheel install included."""
+    if Path(spec).exists() or "/" in spec or not (shipped := EXAMPLES / spec / "spec.yaml").is_file():
+        return spec
+    return str(shipped)
+
 # spec file -> implementation pairings compared by the campaign
 DEMOS = {
     "rps": ("rps/spec.yaml", [{"alice": "random", "bob": "counter"}, {"alice": "counter", "bob": "counter"}, {"alice": "random", "bob": "random"}]),
