@@ -31,9 +31,10 @@ Three forms, pick the simpler that fits:
                return list(q.argmax(axis=1))
 
 ``decide`` and ``decide_batch`` run in a worker thread of their implementation, off
-the service's event loop: a slow implementation delays only its own trials. Each
-bite of observations read from the log becomes one call (one ``decide_batch``, or
-one pass over the agents' ``decide``), in tick order per trial.
+the service's event loop: a slow implementation delays only its own trials. The
+observations read from the log before the loop's next turn (a poll's worth, or a few)
+become one call (one ``decide_batch``, or one pass over the agents' ``decide``), in tick
+order per trial.
 
 Observations arrive decoded into the actor class's types (NumPy arrays where the
 schema says ``trialog.Tensor``); actions are encoded by the runtime, which raises

@@ -112,7 +112,7 @@ class LearnerHandler(Handler):
             self.handle(record, event)
 
     # --- folding -----------------------------------------------------------------------------
-    def wants(self, record: Record, kind: str | None) -> bool:
+    def should_decode(self, record: Record, kind: str | None) -> bool:
         if kind in (TrialPending.KIND, TrialStarted.KIND, Reward.KIND) or not self.restored.is_set():
             return True
         return record.trial_id in self.trials

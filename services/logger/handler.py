@@ -66,7 +66,7 @@ class LoggerHandler(Handler):
         self.stats = {"archived": 0, "corrections": 0}
 
     # --- records -------------------------------------------------------------------------
-    def wants(self, record: Record, kind: str | None) -> bool:
+    def should_decode(self, record: Record, kind: str | None) -> bool:
         entry = self.archive.entry(record.trial_id)
         if entry is not None:  # archived: only rewards logged after its cut still matter
             return kind == Reward.KIND and record.offset >= entry["cut_offset"]

@@ -87,13 +87,13 @@ class _Live:
     pending: TrialPending | None = None  # kept only while client actors join
     end_sent: bool = False
     # The latest observation or action glanced at and not verified, with when it was read:
-    # activity, its tag checked only should the trial look inactive (see glance).
+    # activity, its tag checked only should the trial look inactive (see saw_undecoded).
     unverified: tuple[Record, float] | None = None
 
 
 class OrchestratorHandler(Handler):
-    roles = (CONTROL, EVENTS)
-    role = ORCHESTRATOR
+    topics = (CONTROL, EVENTS)
+    owner_role = ORCHESTRATOR
     batched = True  # not on the tick path: lifecycle answers may wait a fetch batch
     service_name = "orchestrator"
     # Observations and actions of running trials are the environment's and the actor
@@ -122,7 +122,7 @@ class OrchestratorHandler(Handler):
         self.ended_at: RecentlyEnded[tuple[int, int]] = RecentlyEnded(_ENDED_OFFSETS_KEPT)
         self.index_read = False
 
-    def owns(self, record: Record, kind: str | None) -> bool:
+    def must_judge(self, record: Record, kind: str | None) -> bool:
         if record.role == CONTROL or owner_of(kind) == ORCHESTRATOR:
             return True
         trial = self.live_trials.get(record.trial_id)
@@ -182,7 +182,7 @@ class OrchestratorHandler(Handler):
             pass
         self.index_read = True
 
-    def glance(self, record: Record, kind: str) -> None:
+    def saw_undecoded(self, record: Record, kind: str) -> None:
         trial = self.live_trials.get(record.trial_id)
         if trial is None:
             return
@@ -432,7 +432,7 @@ class OrchestratorHandler(Handler):
         if role == EVENTS:
             self.index_read = False  # trials may have ended in it under another instance: read the index again when needed
 
-    def live(self, role: str, partition: int) -> None:
+    def caught_up(self, role: str, partition: int) -> None:
         if role == EVENTS:
             now = time.monotonic()
             for trial in self.live_trials.values():

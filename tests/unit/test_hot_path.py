@@ -10,7 +10,7 @@ import time
 import pytest
 
 from trialog.bus.memory import MemoryBus
-from trialog.protocol.events import Message, Observation, TrialStarted
+from trialog.protocol.events import Message, Observation
 from trialog.runtime.pace import Pace
 from trialog.runtime.service import Handler, ServiceLoop
 from trialog.protocol.topics import EVENTS
@@ -63,7 +63,7 @@ def test_pace_times_calls_and_waits_for_a_few_before_moving():
 
 
 class Recorder(Handler):
-    roles = (EVENTS,)
+    topics = (EVENTS,)
     service_name = "recorder"
 
     def __init__(self):
@@ -151,7 +151,7 @@ def test_the_orchestrator_checks_the_record_that_moves_a_trial_and_the_rest_only
         record = _written(bus, EVENTS, event)
         if forged:  # the same record with its tags stripped
             record = type(record)(record.role, 0, 0, record.key, record.value, tuple(h for h in record.headers if not h[0].startswith("mac.")), 0)
-        handler.glance(record, event.KIND)
+        handler.saw_undecoded(record, event.KIND)
 
     glance(Observation("t-pace", tick=0, actor="alice", payload=b""))
     assert trial.environment_deadline is None  # the first observation counts at once
@@ -179,12 +179,12 @@ class SlowRecorder(Recorder):
 
 async def test_the_loop_gives_other_tasks_a_turn_through_a_long_backlog(memory_settings):
     """Heartbeats run in tasks of the same event loop: a backlog served from records already
-    fetched must not starve them (the group would drop the member), nor get a turn per bite
-    (each bite's outputs would then go out in a produce request of their own)."""
+    fetched must not starve them (the group would drop the member), nor get a turn per poll
+    (each poll's outputs would then go out in a produce request of their own)."""
     bus = MemoryBus(memory_settings)
     bus.trust.keyring = Keyring.generate()
     bus.trust.learn(STARTED)
-    backlog = 1600  # about a second of handling, in bites of 32
+    backlog = 1600  # about a second of handling, 32 records per flush
     await bus.publish_all(EVENTS, [Message(STARTED.trial_id, tick=0, sender="alice", receivers=("bob",), payload="{}", message_id=f"m{i}") for i in range(backlog)])
     handler = SlowRecorder()
     loop = ServiceLoop(bus, handler, group="recorder")
@@ -205,5 +205,5 @@ async def test_the_loop_gives_other_tasks_a_turn_through_a_long_backlog(memory_s
     beat.cancel()
     gaps = [b[0] - a[0] for a, b in zip(turns, turns[1:])]
     assert gaps and max(gaps) < 0.3, f"other tasks waited {max(gaps, default=0):.2f} s for a turn"
-    turns_between_bites = len({handled for _, handled in turns})
-    assert turns_between_bites < backlog // 32 / 2, f"{turns_between_bites} turns for {backlog // 32} bites"
+    turns_between_polls = len({handled for _, handled in turns})
+    assert turns_between_polls < backlog // 32 / 2, f"{turns_between_polls} turns for {backlog // 32} polls"

@@ -212,8 +212,6 @@ def test_dqn_in_process_runs_and_evaluates():
 
 
 def test_dqn_learning_rate_falls_linearly_to_zero_over_its_decay_steps():
-    import optax
-
     cfg = DQNConfig(observation_size=2, actions=2, hidden=(4,), learning_starts=0, train_frequency=10, gradient_steps=5, learning_rate_decay_steps=100)
     assert cfg.updates_by(100) == 50 and cfg.updates_by(5) == 0
     learner = DQNLearner(cfg)
@@ -386,7 +384,7 @@ async def test_learner_service_adds_each_step_as_logged_following_each_actors_se
         handler.restored.set()
         handler.counted_through = {0: counted_through}
         for record, event in records:
-            if handler.wants(record, event.KIND):
+            if handler.should_decode(record, event.KIND):
                 handler.handle(record, event)
         return handler
 

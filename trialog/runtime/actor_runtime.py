@@ -6,12 +6,13 @@ coroutine ``async def run(session)``. Each implementation is one consumer group
 (``actors.<implementation>``), so it scales on its own; one host process may serve
 several.
 
-The observations of a bite (all trials) are decided in one call. While such calls
-of an implementation are slow and mostly wait (:mod:`trialog.runtime.pace`), they run
-off the event loop, in one worker thread per implementation, while the loop goes on
-reading: a slow implementation slows only its own trials, and a fast one does not pay
-a thread hop (about 0.1 ms) on every tick. A policy's calls always run in the worker,
-in order with its model loads. During catch-up
+The observations read between two turns of the event loop (a poll's worth or a few, of
+:data:`trialog.runtime.service.RECORDS_PER_FLUSH` records each; all trials) are decided in
+one call. While such calls of an implementation are slow and mostly wait
+(:mod:`trialog.runtime.pace`), they run off the event loop, in one worker thread per
+implementation, while the loop goes on reading: a slow implementation slows only its own
+trials, and a fast one does not pay a thread hop (about 0.1 ms) on every tick. A policy's
+calls always run in the worker, in order with its model loads. During catch-up
 (I-7) they run inline instead, so that replayed actions are compared with the log.
 A policy that follows a model gets each newer version from ``models`` (loaded in
 the same worker thread, between two batches) and its actions record the version.
@@ -198,7 +199,7 @@ class ActorHandler(Handler):
     """Plays one actor implementation."""
 
     kinds = frozenset({TrialStarted.KIND, Observation.KIND, Reward.KIND, Message.KIND, TrialEnded.KIND})
-    role = ACTORS
+    owner_role = ACTORS
     service_name = "actors"
 
     def __init__(self, implementation: str, entry: str | Any, config: Mapping[str, Any] | None = None):
@@ -223,11 +224,11 @@ class ActorHandler(Handler):
         self.batches = 0  # decide calls made (one per batch), for tests and metrics
         self.ended: RecentlyEnded[None] = RecentlyEnded()  # a repeated trial.started changes nothing
 
-    def hosts(self, record: Record) -> bool:
+    def runs_here(self, record: Record) -> bool:
         trial = self.trials.get(record.trial_id)
         return trial is not None and record.header(HEADER_RECEIVER) in trial.mine
 
-    def wants(self, record: Record, kind: str | None) -> bool:
+    def should_decode(self, record: Record, kind: str | None) -> bool:
         if kind == TrialStarted.KIND:
             return True
         trial = self.trials.get(record.trial_id)

@@ -118,7 +118,7 @@ class EnvironmentHandler(Handler):
         {TrialStarted.KIND, Observation.KIND, Action.KIND, ActorTimeout.KIND, TrialTerminating.KIND, TrialEnded.KIND, Message.KIND,
          ParametersChanged.KIND, ActorJoined.KIND, TrialPending.KIND}
     )  # fmt: skip
-    role = ENVIRONMENT
+    owner_role = ENVIRONMENT
     service_name = "environment"
 
     def __init__(self, implementations: Mapping[str, str | EnvFactory], operator_configs: Mapping[str, Mapping[str, Any]] | None = None):
@@ -136,7 +136,7 @@ class EnvironmentHandler(Handler):
         self._metric_children: dict[str, tuple] = {}  # environment name -> its tick metrics
 
     # --- log events ------------------------------------------------------------------------
-    def wants(self, record: Record, kind: str | None) -> bool:
+    def should_decode(self, record: Record, kind: str | None) -> bool:
         return kind in (TrialStarted.KIND, TrialPending.KIND, ActorJoined.KIND) or record.trial_id in self.trials
 
     def handle(self, record: Record, event: Event) -> None:
@@ -293,7 +293,8 @@ class EnvironmentHandler(Handler):
         while trial.backlog and not trial.stepping:
             record, event = trial.backlog.pop(0)
             kind = record.header(HEADER_KIND)
-            self.loop.handle(record, event, kind, self.owns(record, kind))  # as the loop would have, in log order
+            # as the loop would have, in log order
+            self.loop.handle(record, event, kind, self.must_judge(record, kind))
 
     def _tick_metrics(self, environment: str) -> tuple:
         """The tick metrics of one environment (a labelled child costs a lookup per tick otherwise)."""
@@ -465,7 +466,7 @@ class EnvironmentHandler(Handler):
         if trial is not None and not trial.done:
             self._fail(trial, f"{event.KIND} not sent: {reason}")
 
-    def live(self, role: str, partition: int) -> None:
+    def caught_up(self, role: str, partition: int) -> None:
         for trial in self.trials.values():
             if trial.partition == partition:
                 self._begin_wait(trial)  # response timeouts restart from now: the old clock died with the old owner
@@ -479,7 +480,7 @@ class EnvironmentHandler(Handler):
     async def close(self) -> None:
         self._workers.shutdown(wait=False, cancel_futures=True)
 
-    def hosts(self, record: Record) -> bool:
+    def runs_here(self, record: Record) -> bool:
         return record.trial_id in self.trials
 
     def safe_offset(self, role: str, partition: int) -> int | None:

@@ -62,9 +62,10 @@ def _judged(mark: str) -> int:
     return int(mark[len(_JUDGED):]) if mark.startswith(_JUDGED) and mark[len(_JUDGED):].isdigit() else 0
 
 
-ECHOES_KEPT = 100_000  # records written and not yet read back that a loop remembers (see ServiceLoop._echo)
-TURN_EVERY_S = 0.05  # the longest the loop handles bites without giving the event loop a turn
-BITE = 32  # records handled between two flushes (measured: docs/performance.md)
+# Records a loop wrote and has not read back yet, the most it remembers (see ServiceLoop._not_read_back).
+NOT_READ_BACK_KEPT = 100_000
+TURN_EVERY_S = 0.05  # the longest the loop handles records without giving the event loop a turn
+RECORDS_PER_FLUSH = 32  # records handled between two flushes, the most one poll returns (measured: docs/performance.md)
 RETRY_BACKOFF_MAX_S = 2.0  # the longest wait between two attempts to publish while Kafka refuses
 
 
@@ -96,11 +97,20 @@ def safe_point(partition: int, trials: Iterable[Opened], *also: Iterable[int]) -
 
 class Handler:
     """What a service implements. All methods are plain (not async): they change
-    local state and call :meth:`ServiceLoop.emit`; only the loop does I/O."""
+    local state and call :meth:`ServiceLoop.emit`; only the loop does I/O.
 
-    roles: tuple[str, ...] = (EVENTS,)
+    For each record the loop reads, in log order: :meth:`must_judge` says whether this
+    service is the record's owner; a record it owns is always decoded and checked. Of the
+    others, a kind not in ``kinds`` goes to :meth:`saw_undecoded` (headers only), and the
+    rest are decoded only if :meth:`should_decode` says so. What decodes and passes the
+    checks goes to :meth:`handle`. Per partition: :meth:`assigned`, then :meth:`caught_up`
+    once the catch-up from the log is over, :meth:`revoked` when it goes elsewhere."""
+
+    topics: tuple[str, ...] = (EVENTS,)  # the topics this handler consumes, by role name (trialog.protocol.topics)
     kinds: frozenset[str] | None = None  # kinds worth decoding (besides the ones it owns); None = all
-    role: str = ""  # the owner role of trialog.protocol.owners this service plays ("" = owns nothing)
+    # The owner role of trialog.protocol.owners this service plays ("" = owns nothing):
+    # with runs_here, what the default must_judge decides by.
+    owner_role: str = ""
     batched: bool = False  # off the tick path: fetch in batches (see Bus.consumer)
     service_name: str = "service"
 
@@ -108,16 +118,18 @@ class Handler:
 
     def handle(self, record: Record, event: Event) -> None: ...
 
-    def wants(self, record: Record, kind: str | None) -> bool:
-        """Worth decoding? Decided from key and headers alone (most records concern
-        other trials or other actors); default yes."""
+    def should_decode(self, record: Record, kind: str | None) -> bool:
+        """Should the loop decode this record, which this service does not own and whose kind
+        is one of ``kinds``? Decided from key and headers alone (most records concern other
+        trials or other actors); default yes. A record it says no to is skipped unread."""
         return True
 
     def undecodable(self, record: Record, reason: str) -> None:
         """A record this handler wanted did not decode (the loop reports it; see dead_letters)."""
 
-    def glance(self, record: Record, kind: str) -> None:
-        """A record of a kind this handler does not decode (headers only, cheap)."""
+    def saw_undecoded(self, record: Record, kind: str) -> None:
+        """The loop read a record of a kind this handler does not decode (not in ``kinds``, and
+        not its to judge): what its key and headers say is all the handler gets (cheap)."""
 
     def recall(self, record: Record, kind: str | None) -> Awaitable[None] | None:
         """Before a record is judged: if this handler must first learn something of the
@@ -134,16 +146,20 @@ class Handler:
     def revoked(self, role: str, partition: int) -> None:
         """A partition is no longer ours: forget its trials."""
 
-    def hosts(self, record: Record) -> bool:
+    def runs_here(self, record: Record) -> bool:
         """Is this record's trial (and receiver, for observations) running here?"""
         return False
 
-    def owns(self, record: Record, kind: str | None) -> bool:
-        """Is this service the one that dead-letters this record if it is bad (trialog.protocol.owners)?"""
-        return bool(self.role) and owner_of(kind) == self.role and self.hosts(record)
+    def must_judge(self, record: Record, kind: str | None) -> bool:
+        """Must this service judge this record — decode and check it whatever ``kinds`` and
+        :meth:`should_decode` say, and dead-letter it if it is bad? True in the one service
+        that owns it (trialog.protocol.owners): by default, when its kind's owner is
+        ``owner_role`` and its trial :meth:`runs_here`."""
+        return bool(self.owner_role) and owner_of(kind) == self.owner_role and self.runs_here(record)
 
-    def live(self, role: str, partition: int) -> None:
-        """Catch-up of a partition is over: arm timers for its trials."""
+    def caught_up(self, role: str, partition: int) -> None:
+        """The catch-up of a partition is over (the loop read the log up to the end offset it
+        found at assignment; what it emits is sent from now on): arm timers for its trials."""
 
     def safe_offset(self, role: str, partition: int) -> int | None:
         """The offset to resume from for this partition (None: the current position);
@@ -194,7 +210,7 @@ class ServiceLoop:
         # A record read back byte for byte is the event this loop sent: it is handled as sent,
         # not decoded and verified again (an environment reads back its observations, the
         # orchestrator its lifecycle records: a third of what a tick costs otherwise).
-        self._echo: dict[tuple[bytes, bytes], tuple[tuple, Event]] = {}
+        self._not_read_back: dict[tuple[bytes, bytes], tuple[tuple, Event]] = {}
         self._stopping = asyncio.Event()
         self._recalls = type(handler).recall is not Handler.recall  # see Handler.recall
         self.consumer: Consumer | None = None
@@ -231,7 +247,11 @@ class ServiceLoop:
     # --- the loop ------------------------------------------------------------------------------
     async def run(self) -> None:
         self.consumer = self.bus.consumer(
-            self.handler.roles, group=self.group, on_assigned=self._on_assigned, on_revoked=self._on_revoked, batched=self.handler.batched
+            self.handler.topics,
+            group=self.group,
+            on_assigned=self._on_assigned,
+            on_revoked=self._on_revoked,
+            batched=self.handler.batched,
         )
         await self.consumer.start()
         if self.group is None:  # a plain reader owns everything from the start
@@ -240,10 +260,11 @@ class ServiceLoop:
         last_commit = last_turn = time.monotonic()
         try:
             while not self._stopping.is_set():
-                # Small bites: outputs go out after each bite, so that the next service in
-                # the tick starts on them while this one handles the rest (trials of a busy
-                # host would otherwise move in lockstep, one side idle while the other works).
-                records = await self.consumer.poll(timeout_ms=int(self.tick_interval * 1000), max_records=BITE)
+                # A few records per flush: outputs go out after each poll's records, so that the
+                # next service in the tick starts on them while this one handles the rest (trials
+                # of a busy host would otherwise move in lockstep, one side idle while the other works).
+                timeout_ms = int(self.tick_interval * 1000)
+                records = await self.consumer.poll(timeout_ms=timeout_ms, max_records=RECORDS_PER_FLUSH)
                 for record in records:
                     if self._recalls:
                         await self._recall(record)
@@ -253,7 +274,7 @@ class ServiceLoop:
                 # loop a turn: through a long catch-up (inline updates, in log order) the
                 # consumer's heartbeats would stop, the group drop this member, and the
                 # catch-up start over at every rejoin. A turn now and then lets them through;
-                # not one per bite: the producer would then send each bite's outputs in a
+                # not one per poll: the producer would then send each poll's outputs in a
                 # request of their own (measured: twice the produce requests at 64 trials).
                 if now - last_turn >= TURN_EVERY_S:
                     last_turn = now
@@ -289,7 +310,7 @@ class ServiceLoop:
             return
         part.position = record.next_offset
         kind = record.header(HEADER_KIND)
-        owned = self.handler.owns(record, kind)
+        owned = self.handler.must_judge(record, kind)
         if record.problem is not None:  # a batch the consumer could not read, skipped
             if owned:
                 self.dead_letter(record, record.problem)
@@ -298,13 +319,13 @@ class ServiceLoop:
             self._cross_off(part, record)
         if not owned:  # someone else's to judge: decode only what this service needs
             if self.handler.kinds is not None and kind is not None and kind not in self.handler.kinds:
-                self.handler.glance(record, kind)
+                self.handler.saw_undecoded(record, kind)
                 return
-            if not self.handler.wants(record, kind):
+            if not self.handler.should_decode(record, kind):
                 return
-        echoed = self._echo.pop((record.key, record.value), None) if self._echo else None
-        if echoed is not None and echoed[0] == record.headers:
-            event = echoed[1]
+        written = self._not_read_back.pop((record.key, record.value), None) if self._not_read_back else None
+        if written is not None and written[0] == record.headers:
+            event = written[1]
         else:
             event = self._verified(record, owned, kind)
             if event is None:
@@ -424,7 +445,7 @@ class ServiceLoop:
             self.emit(event)
         if part.mismatches:
             log.warning("catch-up found differences with the log", partition=p, mismatches=part.mismatches)
-        self.handler.live(role, p)
+        self.handler.caught_up(role, p)
 
     async def _on_assigned(self, assigned: set[tuple[str, int]]) -> None:
         assert self.consumer is not None
@@ -474,8 +495,8 @@ class ServiceLoop:
             batch, self._out = self._out, []
             records, events = [], []  # aligned: an event that cannot be written has no record
             kinds = self.handler.kinds
-            if len(self._echo) > ECHOES_KEPT:  # records never read back (e.g. a partition moved)
-                self._echo.clear()
+            if len(self._not_read_back) > NOT_READ_BACK_KEPT:  # records never read back (e.g. a partition moved)
+                self._not_read_back.clear()
             for role, event in batch:
                 try:
                     record = self.bus.to_record(role, event)
@@ -484,8 +505,8 @@ class ServiceLoop:
                     continue
                 records.append(record)
                 events.append(event)
-                if role in self.handler.roles and (kinds is None or event.KIND in kinds):
-                    self._echo[(record[1], record[2])] = (tuple(record[3]), event)
+                if role in self.handler.topics and (kinds is None or event.KIND in kinds):
+                    self._not_read_back[(record[1], record[2])] = (tuple(record[3]), event)
             for attempt in itertools.count():
                 try:
                     await self.bus.send_many(records)
