@@ -194,8 +194,10 @@ def load_entry(entry: str, *, what: str = "entry") -> Any:
     return obj
 
 
-class _Reader:
-    """Walks the YAML tree, remembering where it is for error messages."""
+class SpecReader:
+    """Checks the values of a spec's tree (read from YAML, or a start request's JSON override)
+    and makes the :class:`~trialog.errors.SpecError` that names where a bad one is: ``file``
+    (a path, or ``"<start request>"``) and the key path inside it."""
 
     def __init__(self, file: str):
         self.file = file
@@ -256,7 +258,7 @@ def load_spec(path: str | Path, store: SchemaStore | None = None) -> Spec:
 
 def parse_spec(raw: Any, *, file: str = "<spec>", base_dir: Path | None = None, store: SchemaStore | None = None) -> Spec:
     store = store or SchemaStore.with_builtin()
-    r = _Reader(file)
+    r = SpecReader(file)
     top = r.mapping(raw, "(top level)")
     r.keys(top, "", {"name", "actor_classes", "environments", "actors", "trial"}, {"name", "actor_classes", "environments", "actors", "trial"})
     name = r.string(top["name"], "name")
@@ -289,7 +291,7 @@ def parse_spec(raw: Any, *, file: str = "<spec>", base_dir: Path | None = None, 
     return Spec(name, file, actor_classes, environments, actors, trial)
 
 
-def _implementation(r: _Reader, name: str, value: Any, path: str, *, allow_client: bool) -> Implementation:
+def _implementation(r: SpecReader, name: str, value: Any, path: str, *, allow_client: bool) -> Implementation:
     v = r.mapping(value, path)
     allowed = {"entry", "config", "classes", "external", "overridable"} | ({"client"} if allow_client else set())
     r.keys(v, path, allowed)
@@ -314,14 +316,14 @@ def _implementation(r: _Reader, name: str, value: Any, path: str, *, allow_clien
     return Implementation(name, entry, config, client, tuple(classes), external, tuple(overridable))
 
 
-def _flag(r: _Reader, v: dict[str, Any], key: str, path: str) -> bool:
+def _flag(r: SpecReader, v: dict[str, Any], key: str, path: str) -> bool:
     value = v.get(key, False)
     if not isinstance(value, bool):
         raise r.fail(f"{path}.{key}", f"expected true or false, got {_kind(value)}")
     return value
 
 
-def _trial_defaults(r: _Reader, v: dict[str, Any], environments, actors) -> TrialDefaults:
+def _trial_defaults(r: SpecReader, v: dict[str, Any], environments, actors) -> TrialDefaults:
     allowed = {
         "environment", "environment_config", "actors", "max_ticks", "seed", "response_timeout_ms", "timeout_policy",
         "inactivity_timeout_ms", "wall_clock_limit_ms", "join_timeout_ms", "tick_interval_ms", "parameters", "pre_trial_hooks",
@@ -354,9 +356,11 @@ def _trial_defaults(r: _Reader, v: dict[str, Any], environments, actors) -> Tria
     )
 
 
-def parse_actor_list(r: _Reader | None, value: Any, path: str, actors: Mapping[str, Implementation]) -> tuple[ActorDefault, ...]:
+def parse_actor_list(
+    r: SpecReader | None, value: Any, path: str, actors: Mapping[str, Implementation]
+) -> tuple[ActorDefault, ...]:
     """Validate a list of trial actors (from the spec or a start request's override)."""
-    r = r or _Reader("<start request>")
+    r = r or SpecReader("<start request>")
     if not isinstance(value, list) or not value:
         raise r.fail(path, "expected a non-empty list of actors")
     out = []
@@ -409,7 +413,7 @@ def _actor_class(r, name, value, path, base_dir, store, env_impl: Implementation
     return ActorClass(name, schemas["observation"], schemas["action"], default, has_default)
 
 
-def _describe(r: _Reader, path: str, impl: Implementation, env_config, actor_class: str) -> Mapping[str, Any]:
+def _describe(r: SpecReader, path: str, impl: Implementation, env_config, actor_class: str) -> Mapping[str, Any]:
     if impl.external:
         raise r.fail(path, f"'auto' needs the environment's code, but {impl.name!r} is external: write the schema in the spec")
     try:

@@ -13,7 +13,7 @@ import orjson
 
 from trialog.errors import SpecError, TrialError
 from trialog.protocol.events import StartRequest, TrialStarted, trial_id_problem
-from trialog.spec import ActorDefault, Implementation, Spec, _Reader, load_entry, parse_actor_list
+from trialog.spec import ActorDefault, Implementation, Spec, SpecReader, load_entry, parse_actor_list
 
 
 @dataclass
@@ -62,7 +62,8 @@ def resolve(spec: Spec, request: StartRequest) -> TrialStarted:
         _check_overrides(requested_config, spec.environments[env], f"environment {env}")
         env_config = {**spec.environments[env].config, **t.environment_config, **requested_config}
         if request.actors:
-            actors = list(parse_actor_list(_Reader("<start request>"), orjson.loads(request.actors), "actors", spec.actors))
+            reader = SpecReader("<start request>")
+            actors = list(parse_actor_list(reader, orjson.loads(request.actors), "actors", spec.actors))
             for a in actors:
                 _check_overrides(a.config, spec.actors[a.implementation], f"actor {a.name} ({a.implementation})")
         else:
