@@ -146,6 +146,13 @@ class ActorSpec:
 
 @dataclass(frozen=True, slots=True)
 class ActorClassSpec:
+    """An actor class of a resolved trial, as ``trial.started`` carries it
+    (``trialog.ActorClassSpec``): its two Avro schemas as JSON text and its default action as
+    JSON text (None: it has none). Made from the spec's :class:`~trialog.spec.ActorClass` (the
+    default action a value there) by its ``wire``; the runtimes read it back, schemas registered
+    and parsed and the default action decoded, as :class:`~trialog.protocol.trial.ClassSchemas`
+    (:func:`trialog.protocol.trial.class_schemas`)."""
+
     name: str
     observation_schema: str
     action_schema: str

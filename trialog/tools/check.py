@@ -152,6 +152,15 @@ class _Checker:
 
 @dataclass(frozen=True)
 class _ClassSchemas:
+    """An actor class as the check plays it: the two schemas the environment's ``describe``
+    gives (or the caller's ``schemas=``), registered, and the action space random actions are
+    drawn from. What :class:`trialog.protocol.trial.ClassSchemas` is to a running trial, less
+    what only a spec gives (a default action; the schemas as JSON for user code: the check has
+    no spec and no user code to hand them to), plus the action space (which no record carries:
+    the check samples actions itself). The actor class's other records: the spec's
+    :class:`~trialog.spec.ActorClass` and :class:`~trialog.protocol.events.ActorClassSpec` on
+    ``trial.started``."""
+
     observation: Schema
     action: Schema
     action_space: dict[str, Any]

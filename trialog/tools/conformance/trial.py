@@ -8,7 +8,7 @@ import os
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ import orjson
 
 from trialog.bus.base import Bus, Record
 from trialog.errors import TrialogError
-from trialog.protocol.events import HEADER_KIND, ActorClassSpec, ActorSpec, TrialStarted
+from trialog.protocol.events import HEADER_KIND, TrialStarted
 from trialog.protocol.topics import EVENTS
 from trialog.spec import Spec
 
@@ -59,12 +59,8 @@ def resolve_trial(spec: Spec, implementation: str, trial_id: str, seed: int, max
     for a in t.actors:
         if impl.classes and a.actor_class not in impl.classes:
             raise TrialogError(f"{implementation!r} does not play class {a.actor_class!r} of the spec's trial actor {a.name!r}")
-        config = orjson.dumps({**impl.config, **a.config}).decode()
-        actors.append(ActorSpec(a.name, a.actor_class, implementation, config, impl.client))
-    classes = tuple(
-        ActorClassSpec(c.name, c.observation_schema, c.action_schema, orjson.dumps(c.default_action).decode() if c.has_default_action else None)
-        for c in spec.actor_classes.values()
-    )
+        actors.append(replace(a, implementation=implementation).wire(impl))
+    classes = tuple(c.wire() for c in spec.actor_classes.values())
     env = spec.environments[t.environment]
     return TrialStarted(
         trial_id, spec=spec.name, environment=t.environment, environment_entry=env.entry,
