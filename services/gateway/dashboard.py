@@ -23,7 +23,7 @@ import orjson
 from trialog.bus.base import Bus, Record
 from trialog.datalog.deadletters import letter_json
 from trialog.errors import TopicMissingError
-from trialog.protocol.events import HEADER_KIND, HEADER_TICK, DeadLetter, TrialRecord
+from trialog.protocol.events import HEADER_KIND, HEADER_TICK, DeadLetter, Observation, TrialEnded, TrialRecord
 from trialog.telemetry.logs import get_logger
 from trialog.protocol.topics import DEAD_LETTERS
 
@@ -62,7 +62,7 @@ class Dashboard:
     def on_record(self, record: Record) -> None:
         """Every record of the feed's tail: a trial's first observation of a tick is a tick."""
         kind = record.header(HEADER_KIND)
-        if kind == "observation":
+        if kind == Observation.KIND:
             try:
                 tick = int(record.header(HEADER_TICK) or 0)
             except ValueError:
@@ -70,7 +70,7 @@ class Dashboard:
             if tick > self._last_tick.get(record.trial_id, 0) and self.bus.refusal(record) is None:
                 self._last_tick[record.trial_id] = tick
                 self._ticks += 1
-        elif kind == "trial.ended":
+        elif kind == TrialEnded.KIND:
             self._last_tick.pop(record.trial_id, None)
 
     def _result(self, job: str) -> Callable[[Record], None]:

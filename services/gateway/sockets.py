@@ -33,6 +33,7 @@ from trialog.protocol.events import (
     Action,
     Event,
     ActorJoined,
+    ActorTimeout,
     Message,
     Observation,
     ResolvedTrial,
@@ -120,7 +121,7 @@ class _SeatState:
                 return any(reaches(r, s, me, cls) for r in rs)
             case TrialEnded():
                 return True
-        return getattr(event, "actor", None) == me and event.KIND == "actor.timeout"
+        return getattr(event, "actor", None) == me and event.KIND == ActorTimeout.KIND
 
 
 class Page:
