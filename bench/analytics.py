@@ -131,7 +131,13 @@ def main() -> int:
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = parser.parse_args()
     trials, ticks = (100, 40) if args.short else (1000, 40)
-    settings = Settings.load({"bootstrap_servers": args.bootstrap_servers, "topic_prefix": f"bench-analytics-{uuid.uuid4().hex[:8]}.", "partitions": 4})
+    settings = Settings.load(
+        {
+            "bootstrap_servers": args.bootstrap_servers,
+            "topic_prefix": f"bench-analytics-{uuid.uuid4().hex[:8]}.",
+            "partitions": 4,
+        }
+    )
     print(f"writing {trials} trials of {ticks} ticks to {settings.topic(EVENTS)}…", file=sys.stderr)
     written, wanted = asyncio.run(write_datalog(settings, trials, ticks))
     floor_s = raw_consume(settings, written)

@@ -42,10 +42,14 @@ class TrialsRun:
     records: list[Record] = field(default_factory=list)
 
 
-async def run_trials(ctl: Controller, spec: str, count: int, ticks: int, *, timeout: float = 600, implementations=None) -> TrialsRun:
+async def run_trials(
+    ctl: Controller, spec: str, count: int, ticks: int, *, timeout: float = 600, implementations=None
+) -> TrialsRun:
     """Start ``count`` trials of ``ticks`` ticks at once and wait for all of them to end."""
     t0 = time.perf_counter()
-    ids = await asyncio.gather(*(ctl.start_trial(spec, max_ticks=ticks, implementations=implementations) for _ in range(count)))
+    ids = await asyncio.gather(
+        *(ctl.start_trial(spec, max_ticks=ticks, implementations=implementations) for _ in range(count))
+    )
     ended = await asyncio.gather(*(ctl.wait_ended(t, timeout=timeout) for t in ids))
     seconds = time.perf_counter() - t0
     bad = [(t, e.reason, e.tick) for t, e in zip(ids, ended) if e.reason != "max_ticks" or e.tick != ticks]
@@ -86,7 +90,9 @@ def check_complete(run: TrialsRun, records: list[Record], actors: int = 2) -> No
     want = [actors * (run.ticks + 1), actors * run.ticks]
     bad = {k.decode(): v for k, v in per_trial.items() if v != want}
     if bad:
-        raise IncompleteRun(f"{len(bad)} trials miss events (want {want} observations/actions): {dict(list(bad.items())[:3])}")
+        raise IncompleteRun(
+            f"{len(bad)} trials miss events (want {want} observations/actions): {dict(list(bad.items())[:3])}"
+        )
     run.records = records
     run.events = len(records)
     run.event_bytes = sum(len(r.value or b"") for r in records)
@@ -138,7 +144,15 @@ class _DiscardingLoop:
 
 def _record(bus: Bus, role: str, event, offset: int) -> Record:
     key = event.trial_id.encode()
-    return Record(role, bus.partition_of(event.trial_id), offset, key, bus.codec.encode(event), tuple(event.headers()), int(time.time() * 1000))
+    return Record(
+        role,
+        bus.partition_of(event.trial_id),
+        offset,
+        key,
+        bus.codec.encode(event),
+        tuple(event.headers()),
+        int(time.time() * 1000),
+    )
 
 
 def orchestrator_bytes_per_trial(bus: Bus, spec, trials: int) -> tuple[float, int]:
@@ -179,4 +193,9 @@ def orchestrator_bytes_per_trial(bus: Bus, spec, trials: int) -> tuple[float, in
 
 
 def summary(values: list[float]) -> dict[str, float]:
-    return {"p50": percentile(values, 50), "p99": percentile(values, 99), "mean": statistics.fmean(values), "n": len(values)}
+    return {
+        "p50": percentile(values, 50),
+        "p99": percentile(values, 99),
+        "mean": statistics.fmean(values),
+        "n": len(values),
+    }

@@ -57,7 +57,18 @@ async def measure(tree: Path, bootstrap: str, trials: int, ticks: int, runs: int
     bus = connect(settings)
     spec = load_spec(tree / SPEC, bus.store)
     await bus.create_topics()
-    flags = ["--spec", SPEC, "--bootstrap-servers", bootstrap, "--topic-prefix", prefix, "--partitions", "1", "--health-port", "0"]
+    flags = [
+        "--spec",
+        SPEC,
+        "--bootstrap-servers",
+        bootstrap,
+        "--topic-prefix",
+        prefix,
+        "--partitions",
+        "1",
+        "--health-port",
+        "0",
+    ]
     logs = Path(tempfile.mkdtemp(prefix="trialog-cpu-"))
     procs = {
         name: subprocess.Popen(  # noqa: ASYNC220 - started once, before anything is measured
@@ -76,7 +87,9 @@ async def measure(tree: Path, bootstrap: str, trials: int, ticks: int, runs: int
                 ended = await asyncio.gather(*(ctl.wait_ended(i, timeout=600) for i in ids))
                 wrong = [e for e in ended if e.reason != "max_ticks" or e.tick != t]
                 if wrong:
-                    raise SystemExit(f"{len(wrong)} of {n} trials did not run {t} ticks ({wrong[0].reason}); service logs in {logs}")
+                    raise SystemExit(
+                        f"{len(wrong)} of {n} trials did not run {t} ticks ({wrong[0].reason}); service logs in {logs}"
+                    )
                 return time.perf_counter() - t0
 
             await run(2, 20)  # the services' start and group joins
@@ -153,13 +166,27 @@ def main(argv: list[str] | None = None) -> int:
         if args.against:
             worktree = Path(tempfile.mkdtemp(prefix="trialog-against-")) / "tree"
             try:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.against], check=True, capture_output=True, text=True)
+                subprocess.run(
+                    ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.against],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
             except subprocess.CalledProcessError as exc:
                 p.error(f"cannot check out {args.against!r}: {exc.stderr.strip()}")
             trees[args.against] = worktree
         together = f", {' and '.join(trees)} at the same time" if worktree else ""
         print(f"{args.trials} trials x {args.ticks} ticks, {args.runs} runs{together}", flush=True)
-        cmd = ["--bootstrap-servers", args.bootstrap_servers, "--trials", str(args.trials), "--ticks", str(args.ticks), "--runs", str(args.runs)]
+        cmd = [
+            "--bootstrap-servers",
+            args.bootstrap_servers,
+            "--trials",
+            str(args.trials),
+            "--ticks",
+            str(args.ticks),
+            "--runs",
+            str(args.runs),
+        ]
         children = {
             name: subprocess.Popen(
                 [sys.executable, str(Path(__file__).resolve()), *cmd, "--tree", str(tree)],
@@ -174,10 +201,14 @@ def main(argv: list[str] | None = None) -> int:
             if child.returncode != 0:
                 print(f"measuring {name} failed (exit {child.returncode})", file=sys.stderr)
                 return 1
-            results[name] = json.loads(next(line for line in reversed(stdout.splitlines()) if line.startswith(RESULT))[len(RESULT):])
+            results[name] = json.loads(
+                next(line for line in reversed(stdout.splitlines()) if line.startswith(RESULT))[len(RESULT) :]
+            )
     finally:
         if worktree is not None:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], capture_output=True
+            )
             shutil.rmtree(worktree.parent, ignore_errors=True)
     print(table(results))
     if args.json:

@@ -21,14 +21,21 @@ from trialog.settings import Settings
 def producer(settings: Settings) -> AIOKafkaProducer:
     # Same as KafkaBus.start: the floor must pay what Trialog pays (idempotence, acks=all).
     return AIOKafkaProducer(
-        **settings.kafka_client_options(), enable_idempotence=True, acks="all", linger_ms=0, max_request_size=8 * 1024 * 1024
+        **settings.kafka_client_options(),
+        enable_idempotence=True,
+        acks="all",
+        linger_ms=0,
+        max_request_size=8 * 1024 * 1024,
     )
 
 
 def consumer(settings: Settings) -> AIOKafkaConsumer:
     # Same as KafkaConsumer.start, without a group (assignment is not what is measured).
     return AIOKafkaConsumer(
-        **settings.kafka_client_options(), enable_auto_commit=False, fetch_max_wait_ms=FETCH_MAX_WAIT_MS, fetch_min_bytes=1
+        **settings.kafka_client_options(),
+        enable_auto_commit=False,
+        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+        fetch_min_bytes=1,
     )
 
 

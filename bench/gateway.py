@@ -46,7 +46,14 @@ SPEC = ROOT / "bench" / "gateway.yaml"
 TICK_MS = 150
 # Every simulated person connects from this one address: the gateway's per-address limits
 # (sized for people behind one NAT, docs/humans.md#limits) are raised to what the load needs.
-ONE_ADDRESS = ["--connections-per-address", "100000", "--connections-per-s-address", "100000", "--messages-per-s-address", "100000"]
+ONE_ADDRESS = [
+    "--connections-per-address",
+    "100000",
+    "--connections-per-s-address",
+    "100000",
+    "--messages-per-s-address",
+    "100000",
+]
 
 
 def seat_socket(url: str, holder: str) -> str:
@@ -116,7 +123,11 @@ async def capacity(settings: Settings, seats: int, ticks: int) -> dict:
             written[(r.trial_id, "act", tick)] = r.timestamp_ms
         elif kind == "actor.timeout" and receiver == "bob":
             missed += 1
-    delays = [written[(t, "act", k)] - at for (t, what, k), at in written.items() if what == "obs" and (t, "act", k) in written]
+    delays = [
+        written[(t, "act", k)] - at
+        for (t, what, k), at in written.items()
+        if what == "obs" and (t, "act", k) in written
+    ]
     p99 = percentile(delays, 99) if delays else float("inf")
     return {"seats": seats, "ticks": ticks, "answered": len(delays), "missed_deadlines": missed, "p50": percentile(delays, 50) if delays else None,
             "p99": p99, "held": p99 < TICK_MS and missed == 0 and all(e.reason == "max_ticks" for e in ends), "seconds": round(seconds, 1)}  # fmt: skip
@@ -133,16 +144,23 @@ async def main_async(args) -> dict:
 
     plain = settings(f"gwbench-{uuid.uuid4().hex[:8]}.")
     await create_topics(plain)
-    with local_services(plain, str(spec_file(folder, None)), gateway_port=port, gateway_args=ONE_ADDRESS, log_dir=str(folder)):
+    with local_services(
+        plain, str(spec_file(folder, None)), gateway_port=port, gateway_args=ONE_ADDRESS, log_dir=str(folder)
+    ):
         out["round_trip"] = await round_trip(plain, 60 if args.short else 300)
     paced = settings(f"gwbench-{uuid.uuid4().hex[:8]}.")
     await create_topics(paced)
     out["capacity"] = []
-    with local_services(paced, str(spec_file(folder, TICK_MS)), gateway_port=port, gateway_args=ONE_ADDRESS, log_dir=str(folder)):
+    with local_services(
+        paced, str(spec_file(folder, TICK_MS)), gateway_port=port, gateway_args=ONE_ADDRESS, log_dir=str(folder)
+    ):
         for n in [8] if args.short else [4, 8, 16, 32, 64, 128]:
             row = await capacity(paced, n, 20 if args.short else 60)
             out["capacity"].append(row)
-            print(f"  {n} seats: p50 {row['p50']} ms, p99 {row['p99']} ms, missed {row['missed_deadlines']}: {'held' if row['held'] else 'NOT held'}", flush=True)
+            print(
+                f"  {n} seats: p50 {row['p50']} ms, p99 {row['p99']} ms, missed {row['missed_deadlines']}: {'held' if row['held'] else 'NOT held'}",
+                flush=True,
+            )
             if not row["held"]:
                 break
     out["logs"] = str(folder)
@@ -159,7 +177,9 @@ def table(out: dict) -> str:
     for r in out["capacity"]:
         lines.append(f"{'seats at a %d ms tick: %d, observation -> action p50 / p99 (ms)' % (TICK_MS, r['seats']):58} "
                      f"{r['p50']:>7} / {r['p99']:<7} missed {r['missed_deadlines']}, {'held' if r['held'] else 'NOT held'}")  # fmt: skip
-    lines.append(f"seats one gateway process holds at a {TICK_MS} ms tick (p99 < {TICK_MS} ms, no deadline missed): {max(held) if held else 'fewer than the fewest tried'}")
+    lines.append(
+        f"seats one gateway process holds at a {TICK_MS} ms tick (p99 < {TICK_MS} ms, no deadline missed): {max(held) if held else 'fewer than the fewest tried'}"
+    )
     return "\n".join(lines)
 
 
@@ -167,7 +187,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--bootstrap-servers", default=os.environ.get("TRIALOG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     p.add_argument("--port", type=int, default=0, help="the gateway's port (default: a free one)")
-    p.add_argument("--short", action="store_true", help="one seat count and few ticks (CI's smoke run; figures not to quote)")
+    p.add_argument(
+        "--short", action="store_true", help="one seat count and few ticks (CI's smoke run; figures not to quote)"
+    )
     p.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     args = p.parse_args(argv)
     if not args.port:

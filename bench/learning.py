@@ -70,10 +70,16 @@ def spread_series(curves: dict[int, list[tuple[int, float]]]) -> dict[str, list[
             f"{name}: min": [(s, v[0]) for s, v in zip(steps, at)]}  # fmt: skip
 
 
-def dqn(settings: Settings, out: Path, seeds: list[int], total_steps: int, short: bool, concurrency: int | None = None) -> dict:
+def dqn(
+    settings: Settings, out: Path, seeds: list[int], total_steps: int, short: bool, concurrency: int | None = None
+) -> dict:
     preset = load_preset(ROOT / "presets" / "dqn_cartpole.py")
-    schedule = dataclasses.replace(preset.schedule, total_steps=total_steps, steps_between_evaluations=min(preset.schedule.steps_between_evaluations, total_steps // 2),
-                                   concurrency=preset.schedule.concurrency if concurrency is None else concurrency)
+    schedule = dataclasses.replace(
+        preset.schedule,
+        total_steps=total_steps,
+        steps_between_evaluations=min(preset.schedule.steps_between_evaluations, total_steps // 2),
+        concurrency=preset.schedule.concurrency if concurrency is None else concurrency,
+    )
     preset = dataclasses.replace(preset, schedule=schedule)
     agent = {k: tuple(v) if k == "hidden" else v for k, v in preset.agent.items() if k != "seed"}
     result = train(settings, preset, out / "dqn-trialog", quiet=short)
@@ -85,8 +91,16 @@ def dqn(settings: Settings, out: Path, seeds: list[int], total_steps: int, short
     for seed in seeds:
         t0 = time.monotonic()
         cfg = DQNConfig(**agent, seed=seed)
-        curves[seed] = train_in_process(cfg, eval_at=[s for s, _ in trialog_curve], eval_episodes=schedule.evaluation_trials, episode_seed=seed * 100_000)
-        print(f"dqn in-process seed {seed}: final eval {curves[seed][-1][1]:.1f} ({time.monotonic() - t0:.0f} s)", file=sys.stderr)
+        curves[seed] = train_in_process(
+            cfg,
+            eval_at=[s for s, _ in trialog_curve],
+            eval_episodes=schedule.evaluation_trials,
+            episode_seed=seed * 100_000,
+        )
+        print(
+            f"dqn in-process seed {seed}: final eval {curves[seed][-1][1]:.1f} ({time.monotonic() - t0:.0f} s)",
+            file=sys.stderr,
+        )
     within = [lo <= r <= hi for s, r in trialog_curve for lo, hi in [spread_at(list(curves.values()), s)]]
     files = plot(preset, result, out / "dqn_cartpole.png", extra=spread_series(curves))
     final_in_process = [c[-1][1] for c in curves.values()]
@@ -108,7 +122,9 @@ def dqn(settings: Settings, out: Path, seeds: list[int], total_steps: int, short
     }
 
 
-def behaviour_cloning(settings: Settings, out: Path, demo_trials: int, eval_trials: int, max_ticks: int, epochs: int) -> dict:
+def behaviour_cloning(
+    settings: Settings, out: Path, demo_trials: int, eval_trials: int, max_ticks: int, epochs: int
+) -> dict:
     asyncio.run(create_topics(settings))  # run alone (--only bc), nothing else has made them
     spec_file = ROOT / "examples" / "overcooked" / "spec.yaml"
     spec = load_spec(spec_file)
@@ -117,9 +133,22 @@ def behaviour_cloning(settings: Settings, out: Path, demo_trials: int, eval_tria
     demos = work / "planner-demos.parquet"
     with local_services(settings, str(spec_file), log_dir=str(work / "logs")):
         t0 = time.monotonic()
-        asyncio.run(campaign(settings, spec, demo_trials, 8, lambda i: {"seed": i, "max_ticks": max_ticks, "experiment": "bc-overcooked-demos"}, quiet=True))
+        asyncio.run(
+            campaign(
+                settings,
+                spec,
+                demo_trials,
+                8,
+                lambda i: {"seed": i, "max_ticks": max_ticks, "experiment": "bc-overcooked-demos"},
+                quiet=True,
+            )
+        )
         env = {**_env(settings)}
-        subprocess.run([sys.executable, "-m", "trialog.cli", "export", "--implementation", "planner", "--out", str(demos)], env=env, check=True)
+        subprocess.run(
+            [sys.executable, "-m", "trialog.cli", "export", "--implementation", "planner", "--out", str(demos)],
+            env=env,
+            check=True,
+        )
         trained = subprocess.run([sys.executable, "-m", "trialog.learn.bc", "--demos", str(demos), "--implementation", "planner",
                                   "--model", "overcooked-bc", "--epochs", str(epochs), "--publish"],
                                  env=env, check=True, capture_output=True, text=True)  # fmt: skip
@@ -152,20 +181,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--short", action="store_true", help="a few minutes: every part end to end, no claims")
     parser.add_argument("--only", choices=("dqn", "bc"))
-    parser.add_argument("--seeds", type=int, default=10, help="in-process DQN runs (seeds 1..N): their min–max at each step is the spread")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=10,
+        help="in-process DQN runs (seeds 1..N): their min–max at each step is the spread",
+    )
     parser.add_argument("--total-steps", type=int, default=50_000)
     parser.add_argument("--concurrency", type=int, help="DQN trials at once through Trialog (default: the preset's)")
     args = parser.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="trialog-bench-learning-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
     # BC's weights (1.2 MB) are larger than a record may be: they go by reference to this store.
-    settings = Settings.load({"topic_prefix": f"bench-learning-{uuid.uuid4().hex[:8]}.", "model_store": str(out / "models")})
+    settings = Settings.load(
+        {"topic_prefix": f"bench-learning-{uuid.uuid4().hex[:8]}.", "model_store": str(out / "models")}
+    )
     figures: dict = {"short": args.short}
     if args.only in (None, "dqn"):
         if args.short:
             figures["dqn"] = dqn(settings, out, [1, 2], 3_000, True)
         else:
-            figures["dqn"] = dqn(settings, out, list(range(1, args.seeds + 1)), args.total_steps, False, args.concurrency)
+            figures["dqn"] = dqn(
+                settings, out, list(range(1, args.seeds + 1)), args.total_steps, False, args.concurrency
+            )
         d = figures["dqn"]
         print(f"DQN CartPole-v1: through Trialog best eval {d['trialog_best']}, final {d['trialog_final']}; in-process mean final {d['in_process_final_mean']:.1f}, "
               f"best per seed {d['in_process_best']}; "
@@ -173,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "bc"):
         figures["bc"] = behaviour_cloning(settings, out, *((4, 4, 60, 5) if args.short else (24, 16, 200, 40)))
     if args.short:
-        print("(short run: every part end to end, too little training to compare; the claims are the full run's, docs/learning.md)")
+        print(
+            "(short run: every part end to end, too little training to compare; the claims are the full run's, docs/learning.md)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")
     failed = []
@@ -182,8 +222,14 @@ def main(argv: list[str] | None = None) -> int:
         if not d["final_reached_threshold"]:
             failed.append(f"DQN through Trialog: final evaluation {d['trialog_final']} below {THRESHOLD}")
         if not d["all_within_spread"]:
-            failed.append(f"DQN through Trialog: only {d['evaluations_within_spread']} evaluations within the in-process spread")
-    if not args.short and "bc" in figures and not figures["bc"]["bc_plus_planner"] > figures["bc"]["random_plus_planner"]:
+            failed.append(
+                f"DQN through Trialog: only {d['evaluations_within_spread']} evaluations within the in-process spread"
+            )
+    if (
+        not args.short
+        and "bc" in figures
+        and not figures["bc"]["bc_plus_planner"] > figures["bc"]["random_plus_planner"]
+    ):
         failed.append("BC+planner did not beat random+planner")
     for line in failed:
         print(f"MISSED: {line}", file=sys.stderr)

@@ -48,7 +48,9 @@ TARGETS = {
 
 
 @contextlib.asynccontextmanager
-async def serving(settings: Settings, spec_file: Path, logdir: Path, *, environments: int = 1, played: Iterable[str] = ()):
+async def serving(
+    settings: Settings, spec_file: Path, logdir: Path, *, environments: int = 1, played: Iterable[str] = ()
+):
     """Orchestrator, environment (``environments`` instances of one group) and actor
     services as subprocesses, stopped with SIGTERM. ``played``: the actor
     implementations the run plays, the only ones the actor service hosts (each hosted
@@ -102,7 +104,10 @@ async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> No
         obs_value = next(r.value for r in run.records if r.header("kind") == "observation")
         hop = await floor.two_hop(settings, 300 if args.quick else 2000, obs_value)
         out["tick_latency"] = {"trialog": core.summary(lat), "floor": core.summary(hop)}
-        print(f"tick latency done: p50 {out['tick_latency']['trialog']['p50']:.2f} ms vs floor {out['tick_latency']['floor']['p50']:.2f}", flush=True)
+        print(
+            f"tick latency done: p50 {out['tick_latency']['trialog']['p50']:.2f} ms vs floor {out['tick_latency']['floor']['p50']:.2f}",
+            flush=True,
+        )
 
         out["throughput"] = {}
         for n in (1, 16, 64, 256):
@@ -115,7 +120,9 @@ async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> No
                 "ticks_per_s": n * per_trial / run.seconds, "events_per_s": run.events / run.seconds,
                 "floor_seconds": raw, "floor_events_per_s": run.events / raw,
             }  # fmt: skip
-            print(f"throughput {n}: {run.events / run.seconds:.0f} events/s vs floor {run.events / raw:.0f}", flush=True)
+            print(
+                f"throughput {n}: {run.events / run.seconds:.0f} events/s vs floor {run.events / raw:.0f}", flush=True
+            )
 
     # Replay: every trial of this run is finished; both sides read the whole events topic.
     replay_s, events, samples = await core.timed_replay(bus)
@@ -151,7 +158,10 @@ async def bench_overcooked(settings: Settings, args, logdir: Path, out: dict) ->
     random_cooks = {a.name: "random" for a in spec.trial.actors}
     # Two environment instances: stepping CoGrid is most of the work, and scaling a group
     # out is how Trialog goes past one loop (the floor is one process stepping one env).
-    async with serving(settings, OVERCOOKED, logdir, environments=2, played=set(random_cooks.values())), Controller(bus) as ctl:
+    async with (
+        serving(settings, OVERCOOKED, logdir, environments=2, played=set(random_cooks.values())),
+        Controller(bus) as ctl,
+    ):
         await core.run_trials(ctl, spec.name, 1, 5, timeout=180, implementations=random_cooks)
         for n in (1, 16):
             run = await core.run_trials(ctl, spec.name, n, ticks, implementations=random_cooks)
@@ -238,7 +248,12 @@ async def main_async(args) -> dict:
         await bench_trivial(Settings.load({**_flags(base), "topic_prefix": prefix}, environ={}), args, logdir, out)
     if "overcooked" in only:
         # 8 partitions: 16 trials spread evenly enough over two environment instances.
-        await bench_overcooked(Settings.load({**_flags(base), "partitions": 8, "topic_prefix": prefix + "oc."}, environ={}), args, logdir, out)
+        await bench_overcooked(
+            Settings.load({**_flags(base), "partitions": 8, "topic_prefix": prefix + "oc."}, environ={}),
+            args,
+            logdir,
+            out,
+        )
     return out
 
 
@@ -251,7 +266,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bootstrap-servers", default=os.environ.get("TRIALOG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     p.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     p.add_argument("--quick", action="store_true", help="fewer ticks and trials (a smoke run, not figures to quote)")
-    p.add_argument("--only", metavar="PARTS", help="comma-separated subset of: memory, trivial (latency, throughput, replay), overcooked")
+    p.add_argument(
+        "--only",
+        metavar="PARTS",
+        help="comma-separated subset of: memory, trivial (latency, throughput, replay), overcooked",
+    )
     args = p.parse_args(argv)
     # The same event loop as the services (trialog.commands.parts.run_async), so floors and figures compare alike.
     out = run_async(main_async(args))

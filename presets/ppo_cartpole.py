@@ -11,7 +11,16 @@ preset = Preset(
     name="ppo-cartpole",
     spec="../examples/cartpole/spec.yaml",
     implementation="ppo",
-    agent={"learning_rate": 2.5e-4, "rollout_steps": 512, "update_epochs": 4, "minibatches": 4, "hidden": [64, 64], "seed": 1},
-    schedule=Schedule(heatup_steps=0, steps_between_evaluations=10_000, evaluation_trials=10, total_steps=100_000, concurrency=8),
+    agent={
+        "learning_rate": 2.5e-4,
+        "rollout_steps": 512,
+        "update_epochs": 4,
+        "minibatches": 4,
+        "hidden": [64, 64],
+        "seed": 1,
+    },
+    schedule=Schedule(
+        heatup_steps=0, steps_between_evaluations=10_000, evaluation_trials=10, total_steps=100_000, concurrency=8
+    ),
     validation=Validation(min_reward_threshold=475),
 )

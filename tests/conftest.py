@@ -31,8 +31,12 @@ def kafka_settings():
     prefix's topics are deleted afterwards so that the broker does not fill up."""
     servers = os.environ.get("TRIALOG_BOOTSTRAP_SERVERS")
     if not servers:
-        pytest.fail("integration tests need a broker: run `export TRIALOG_BOOTSTRAP_SERVERS=$(trialog broker start)` first")
-    settings = Settings.load({"bootstrap_servers": servers, "topic_prefix": f"test-{uuid.uuid4().hex[:8]}.", "partitions": 4}, environ={})
+        pytest.fail(
+            "integration tests need a broker: run `export TRIALOG_BOOTSTRAP_SERVERS=$(trialog broker start)` first"
+        )
+    settings = Settings.load(
+        {"bootstrap_servers": servers, "topic_prefix": f"test-{uuid.uuid4().hex[:8]}.", "partitions": 4}, environ={}
+    )
     yield settings
     from trialog.bus.kafka import KafkaBus
 

@@ -43,7 +43,9 @@ class Deployment:
 
 
 @contextlib.asynccontextmanager
-async def deployment(bus: Bus, specs: Spec | list[Spec], *, env=True, actors=True, orchestrator=True) -> AsyncIterator[tuple[Deployment, Controller]]:
+async def deployment(
+    bus: Bus, specs: Spec | list[Spec], *, env=True, actors=True, orchestrator=True
+) -> AsyncIterator[tuple[Deployment, Controller]]:
     """Services for ``specs`` (environment and actor hosts for every implementation
     of the first spec; the orchestrator serves them all) and a controller."""
     specs = specs if isinstance(specs, list) else [specs]

@@ -88,10 +88,14 @@ class Broker:
 
     def _cli(self, *args: str) -> subprocess.CompletedProcess:
         cmd = [sys.executable, "-m", "trialog.cli", "broker", *args, "--data-dir", str(self.data_dir)]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=180, env={**os.environ, "TRIALOG_LOG_FORMAT": "json"})
+        return subprocess.run(
+            cmd, capture_output=True, text=True, timeout=180, env={**os.environ, "TRIALOG_LOG_FORMAT": "json"}
+        )
 
     def start(self) -> str:
-        done = self._cli("start", "--port", str(self.port), "--controller-port", str(self.controller_port), "--heap", "512m")
+        done = self._cli(
+            "start", "--port", str(self.port), "--controller-port", str(self.controller_port), "--heap", "512m"
+        )
         if done.returncode != 0:
             raise SystemExit(f"the chaos broker did not start:\n{done.stderr[-2000:]}")
         return done.stdout.strip().splitlines()[-1]
@@ -156,7 +160,17 @@ async def wait_moving(ctl: Controller, ids: list[str], ticks: int, services: Ser
     raise SystemExit(f"trials did not move {ticks} ticks on within {timeout:g} s after a kill (see the service logs)")
 
 
-async def campaign(settings: Settings, broker: Broker, services: Services, *, trials: int, ticks: int, rounds: int, seed: int, broker_down: float = 0.0) -> Report:
+async def campaign(
+    settings: Settings,
+    broker: Broker,
+    services: Services,
+    *,
+    trials: int,
+    ticks: int,
+    rounds: int,
+    seed: int,
+    broker_down: float = 0.0,
+) -> Report:
     report = Report(trials=trials)
     seeds = [seed * 1000 + i for i in range(trials)]
     bus = KafkaBus(settings)
@@ -189,7 +203,10 @@ async def campaign(settings: Settings, broker: Broker, services: Services, *, tr
         if crashed:
             report.differences.append(f"services stopped: {', '.join(crashed)}")
         for s in seeds:
-            before, after = signature(await read_trial(bus, reference[s])), signature(await read_trial(bus, disturbed[s]))
+            before, after = (
+                signature(await read_trial(bus, reference[s])),
+                signature(await read_trial(bus, disturbed[s])),
+            )
             if before == after:
                 report.identical += 1
             else:
@@ -230,8 +247,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ticks", type=int, default=2000, help="max_ticks of each trial (default 2000)")
     p.add_argument("--rounds", type=int, default=2, help="times each service and the broker are killed (default 2)")
     p.add_argument("--seed", type=int, default=1, help="the campaign's seeds are seed*1000+i")
-    p.add_argument("--broker-down", type=float, default=0.0, metavar="SECONDS", help="how long the killed broker stays down before its restart (default 0; over 40, requests time out)")
-    p.add_argument("--port", type=int, default=9492, help="port of the campaign's own broker (default 9492; controller: port+1)")
+    p.add_argument(
+        "--broker-down",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="how long the killed broker stays down before its restart (default 0; over 40, requests time out)",
+    )
+    p.add_argument(
+        "--port", type=int, default=9492, help="port of the campaign's own broker (default 9492; controller: port+1)"
+    )
     p.add_argument("--data-dir", help="the broker's data dir (default: a fresh temporary folder)")
     p.add_argument("--log-dir", help="where the services' logs and the archive go (default: a temporary folder)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
@@ -242,11 +267,27 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     broker = Broker(Path(args.data_dir or work / "broker"), args.port, args.port + 1)
     bootstrap = broker.start()
-    settings = Settings.load({"bootstrap_servers": bootstrap, "topic_prefix": f"chaos-{uuid.uuid4().hex[:8]}.", "partitions": 4})
+    settings = Settings.load(
+        {"bootstrap_servers": bootstrap, "topic_prefix": f"chaos-{uuid.uuid4().hex[:8]}.", "partitions": 4}
+    )
     services = Services(settings, work, work / "archive")
-    print(f"chaos: {args.trials} trials of {args.ticks} ticks, {args.rounds} round(s) of kills, broker {bootstrap}, logs in {work}", file=sys.stderr)
+    print(
+        f"chaos: {args.trials} trials of {args.ticks} ticks, {args.rounds} round(s) of kills, broker {bootstrap}, logs in {work}",
+        file=sys.stderr,
+    )
     try:
-        report = asyncio.run(campaign(settings, broker, services, trials=args.trials, ticks=args.ticks, rounds=args.rounds, seed=args.seed, broker_down=args.broker_down))
+        report = asyncio.run(
+            campaign(
+                settings,
+                broker,
+                services,
+                trials=args.trials,
+                ticks=args.ticks,
+                rounds=args.rounds,
+                seed=args.seed,
+                broker_down=args.broker_down,
+            )
+        )
     except BaseException:
         print_log_tails(work)  # the logs live in a temporary folder: say here why it stopped
         raise

@@ -92,9 +92,13 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not (self.crashed or sum(self.repeated.values()) or sum(self.dropped.values()) or self.differences or self.reran_ended) and (
-            self.identical == self.honest
-        )
+        return not (
+            self.crashed
+            or sum(self.repeated.values())
+            or sum(self.dropped.values())
+            or self.differences
+            or self.reran_ended
+        ) and (self.identical == self.honest)
 
     def table(self) -> str:
         width = max([len("category"), *map(len, self.by_category)])
@@ -123,11 +127,21 @@ class Report:
             "honest_trials": self.honest,
             "honest_identical": self.identical,
             "by_category": {
-                c: {"tried": self.by_category[c], "lettered": self.letters[c], "twice": self.repeated[c], "dropped": self.dropped[c], "noop": self.noop_ok[c]}
+                c: {
+                    "tried": self.by_category[c],
+                    "lettered": self.letters[c],
+                    "twice": self.repeated[c],
+                    "dropped": self.dropped[c],
+                    "noop": self.noop_ok[c],
+                }
                 for c in sorted(self.by_category)
             },
             "examples": self.examples,
-            "problems": {"crashed": self.crashed, "honest_differences": self.differences, "ended_trials_changed": self.reran_ended},
+            "problems": {
+                "crashed": self.crashed,
+                "honest_differences": self.differences,
+                "ended_trials_changed": self.reran_ended,
+            },
             "ok": self.ok,
         }
 
@@ -138,7 +152,16 @@ class Report:
 def signature(fold) -> list[tuple]:
     """What must not change: every (tick, actor) as logged, payload bytes included."""
     return [
-        (s.tick, s.actor, s.observation_avro, s.action_avro, s.reward, tuple((r.sender, r.value, r.confidence) for r in s.reward_sources), s.final, s.timed_out)
+        (
+            s.tick,
+            s.actor,
+            s.observation_avro,
+            s.action_avro,
+            s.reward,
+            tuple((r.sender, r.value, r.confidence) for r in s.reward_sources),
+            s.final,
+            s.timed_out,
+        )
         for s in fold.samples()
     ]
 
@@ -163,7 +186,15 @@ async def run_honest(ctl: Controller, seeds: list[int]) -> dict[int, str]:
 class Generator:
     """Malformed records made from real ones (templates read from the log)."""
 
-    def __init__(self, rng: random.Random, bus: KafkaBus, templates: dict[str, list[Record]], live: list[str], ended: list[str], starts: dict[str, TrialStarted]):
+    def __init__(
+        self,
+        rng: random.Random,
+        bus: KafkaBus,
+        templates: dict[str, list[Record]],
+        live: list[str],
+        ended: list[str],
+        starts: dict[str, TrialStarted],
+    ):
         self.rng = rng
         self.bus = bus
         self.templates = templates
@@ -196,7 +227,9 @@ class Generator:
 
     def event(self, role: str, event, category: str, expect: str = LETTER) -> Case:
         value = self.bus.codec.encode(event)
-        return Case(category, role, event.trial_id.encode(), value, self.tagged(event.trial_id, event.headers(), value), expect)
+        return Case(
+            category, role, event.trial_id.encode(), value, self.tagged(event.trial_id, event.headers(), value), expect
+        )
 
     def cases(self, count: int) -> list[Case]:
         makers = [getattr(self, name) for name in dir(self) if name.startswith("make_")]
@@ -206,23 +239,43 @@ class Generator:
     def make_garbage_body_tagged(self) -> Case:
         t = self.template()
         trial, value = self.target(), self.garbage()
-        return Case(f"garbage body, tagged ({t.header('kind')})", EVENTS, trial.encode(), value, self.tagged(trial, list(t.headers), value))
+        return Case(
+            f"garbage body, tagged ({t.header('kind')})",
+            EVENTS,
+            trial.encode(),
+            value,
+            self.tagged(trial, list(t.headers), value),
+        )
 
     def make_garbage_body_untagged(self) -> Case:
         t = self.template()
-        return Case(f"garbage body, no tag ({t.header('kind')})", EVENTS, self.target().encode(), self.garbage(), [(k, v) for k, v in t.headers if not k.startswith("mac.")])
+        return Case(
+            f"garbage body, no tag ({t.header('kind')})",
+            EVENTS,
+            self.target().encode(),
+            self.garbage(),
+            [(k, v) for k, v in t.headers if not k.startswith("mac.")],
+        )
 
     def make_truncated(self) -> Case:
         t = self.template()
         trial = self.target()
         value = (t.value or b"")[: self.rng.randint(0, max(0, len(t.value or b"") - 1))]
-        return Case(f"truncated body ({t.header('kind')})", EVENTS, trial.encode(), value, self.tagged(trial, list(t.headers), value))
+        return Case(
+            f"truncated body ({t.header('kind')})",
+            EVENTS,
+            trial.encode(),
+            value,
+            self.tagged(trial, list(t.headers), value),
+        )
 
     def make_unknown_fingerprint(self) -> Case:
         t = self.template()
         trial = self.target()
         value = b"\xc3\x01" + self.rng.randbytes(8) + (t.value or b"")[10:]
-        return Case("unknown schema fingerprint", EVENTS, trial.encode(), value, self.tagged(trial, list(t.headers), value))
+        return Case(
+            "unknown schema fingerprint", EVENTS, trial.encode(), value, self.tagged(trial, list(t.headers), value)
+        )
 
     def make_kind_header(self) -> Case:
         t = self.template()
@@ -236,7 +289,10 @@ class Generator:
     def make_headers_disagree(self) -> Case:
         t = self.template()
         trial = t.trial_id
-        headers = [(k, (str(int(v or b"0") + self.rng.choice([1, 7, 1000])).encode() if k == "tick" else v)) for k, v in t.headers]
+        headers = [
+            (k, (str(int(v or b"0") + self.rng.choice([1, 7, 1000])).encode() if k == "tick" else v))
+            for k, v in t.headers
+        ]
         return Case("headers disagree with the body", EVENTS, t.key, t.value, self.tagged(trial, headers, t.value))
 
     def _action(self, trial: str, **changes) -> Action:
@@ -257,23 +313,36 @@ class Generator:
 
     def make_reward_bad_number(self) -> Case:
         trial = self.rng.choice(self.live) if self.live else self.target()
-        value, confidence = self.rng.choice([(math.nan, 1.0), (math.inf, 1.0), (1.0, math.nan), (1.0, -1.0), (1.0, math.inf), (-math.inf, 0.5)])
+        value, confidence = self.rng.choice(
+            [(math.nan, 1.0), (math.inf, 1.0), (1.0, math.nan), (1.0, -1.0), (1.0, math.inf), (-math.inf, 0.5)]
+        )
         reward = Reward(trial, tick=1, receiver="alice", value=value, confidence=confidence, sender="fuzz-judge")
         return self.event(EVENTS, reward, "reward with NaN/inf/negative numbers")
 
     def make_message_bad_json(self) -> Case:
         trial = self.rng.choice(self.live) if self.live else self.target()
-        message = Message(trial, tick=1, sender="fuzz-judge", receivers=("alice",), message_id=uuid.uuid4().hex, payload=self.rng.choice(["{not json", "\x00", "[1,"]))
+        message = Message(
+            trial,
+            tick=1,
+            sender="fuzz-judge",
+            receivers=("alice",),
+            message_id=uuid.uuid4().hex,
+            payload=self.rng.choice(["{not json", "\x00", "[1,"]),
+        )
         return self.event(EVENTS, message, "message with invalid JSON")
 
     def make_parameters_bad_json(self) -> Case:
         trial = self.rng.choice(self.live) if self.live else self.target()
-        change = ParametersChanged(trial, tick=1, sender="fuzz-operator", parameters=self.rng.choice(["{oops", "", "\x00", "[1,", "[]", "42"]))
+        change = ParametersChanged(
+            trial, tick=1, sender="fuzz-operator", parameters=self.rng.choice(["{oops", "", "\x00", "[1,", "[]", "42"])
+        )
         return self.event(EVENTS, change, "parameters.changed with invalid or non-object JSON")
 
     def make_reward_unknown_trial(self) -> Case:
         self.unknown += 1
-        reward = Reward(f"fuzz-unknown-{self.unknown}", tick=0, receiver="alice", value=1.0, confidence=1.0, sender="fuzz-judge")
+        reward = Reward(
+            f"fuzz-unknown-{self.unknown}", tick=0, receiver="alice", value=1.0, confidence=1.0, sender="fuzz-judge"
+        )
         return self.event(EVENTS, reward, "reward for an unknown trial")
 
     def make_wrong_topic(self) -> Case:
@@ -282,7 +351,13 @@ class Generator:
 
     def make_control_garbage(self) -> Case:
         trial = self.target()
-        headers = [("kind", b"trial.start"), ("tick", b"-1"), ("sender", b"fuzz"), ("receiver", b""), ("schema", b"trialog.StartRequest")]
+        headers = [
+            ("kind", b"trial.start"),
+            ("tick", b"-1"),
+            ("sender", b"fuzz"),
+            ("receiver", b""),
+            ("schema", b"trialog.StartRequest"),
+        ]
         value = self.garbage()
         return Case("garbage start request", CONTROL, trial.encode(), value, self.tagged(trial, headers, value))
 
@@ -297,7 +372,9 @@ class Generator:
         trial = self.target()
         t = self.template("reward") if "reward" in self.templates else self.template()
         value = self.garbage(NEAR_LIMIT)
-        return Case("near-limit garbage (900 KB)", EVENTS, trial.encode(), value, self.tagged(trial, list(t.headers), value))
+        return Case(
+            "near-limit garbage (900 KB)", EVENTS, trial.encode(), value, self.tagged(trial, list(t.headers), value)
+        )
 
     def make_inflated(self) -> Case:
         """5 MB of zeros: zstd makes the batch a few KB, so the broker takes it (its limit
@@ -305,13 +382,21 @@ class Generator:
         trial = self.target()
         t = self.template("reward") if "reward" in self.templates else self.template()
         value = bytes(5 * 1024 * 1024)
-        case = Case("5 MB value in a small zstd batch", EVENTS, trial.encode(), value, self.tagged(trial, list(t.headers), value))
+        case = Case(
+            "5 MB value in a small zstd batch",
+            EVENTS,
+            trial.encode(),
+            value,
+            self.tagged(trial, list(t.headers), value),
+        )
         case.codec = "zstd"
         return case
 
     def make_duplicate(self) -> Case:
         t = self.rng.choice([r for r in (r for rs in self.templates.values() for r in rs) if r.trial_id in self.ended])
-        return Case(f"byte-identical duplicate ({t.header('kind')})", t.role, t.key, t.value, list(t.headers), expect=NO_OP)
+        return Case(
+            f"byte-identical duplicate ({t.header('kind')})", t.role, t.key, t.value, list(t.headers), expect=NO_OP
+        )
 
 
 # --- firing and judging -----------------------------------------------------------------------
@@ -325,7 +410,12 @@ async def fire(settings: Settings, cases: list[Case], rng: random.Random) -> Non
     for case in cases:
         by_codec[case.codec].append(case)
     for codec, group in by_codec.items():
-        producer = AIOKafkaProducer(bootstrap_servers=settings.bootstrap_servers, compression_type=codec, linger_ms=5, max_request_size=8 * 1024 * 1024)
+        producer = AIOKafkaProducer(
+            bootstrap_servers=settings.bootstrap_servers,
+            compression_type=codec,
+            linger_ms=5,
+            max_request_size=8 * 1024 * 1024,
+        )
         await producer.start()
         try:
             futures = [
@@ -395,14 +485,18 @@ async def run(settings: Settings, *, records: int, honest: int, seed: int, log_d
                 await ctl.wait_ended(tid, timeout=180)
         # 3. judge
         all_letters = await letters(bus, settle_s=6.0, max_wait_s=120.0)
-        report.crashed = [f"service {name} exited with code {p.returncode}" for name, p in procs.items() if p.poll() is not None]
+        report.crashed = [
+            f"service {name} exited with code {p.returncode}" for name, p in procs.items() if p.poll() is not None
+        ]
     async with bus:
         for s, tid in live_ids.items():
             now = signature(await read_trial(bus, tid))
             if now == baseline[s]:
                 report.identical += 1
             else:
-                report.differences.append(f"honest trial {tid} (seed {s}) differs from its undisturbed run: {first_difference(baseline[s], now)}")
+                report.differences.append(
+                    f"honest trial {tid} (seed {s}) differs from its undisturbed run: {first_difference(baseline[s], now)}"
+                )
         for tid, count in ended_counts.items():
             after = len(signature(await read_trial(bus, tid)))
             if after != count:
@@ -441,14 +535,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--honest", type=int, default=6, help="honest trials beside them (default 6)")
     p.add_argument("--seed", type=int, default=1, help="the generator's seed: the same seed fires the same records")
     p.add_argument("--bootstrap-servers", default=os.environ.get("TRIALOG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
-    p.add_argument("--topic-prefix", default=f"fuzz-{uuid.uuid4().hex[:8]}.", help="its own topics (deleted at the end); default a fresh one")
+    p.add_argument(
+        "--topic-prefix",
+        default=f"fuzz-{uuid.uuid4().hex[:8]}.",
+        help="its own topics (deleted at the end); default a fresh one",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--log-dir", help="where the services' logs go (default: a temporary folder)")
     args = p.parse_args(argv)
-    settings = Settings.load({"bootstrap_servers": args.bootstrap_servers, "topic_prefix": args.topic_prefix, "partitions": 4})
-    print(f"fuzzing {args.records} records beside {args.honest} honest trials (seed {args.seed}, topics {settings.topic_prefix}*)", file=sys.stderr)
+    settings = Settings.load(
+        {"bootstrap_servers": args.bootstrap_servers, "topic_prefix": args.topic_prefix, "partitions": 4}
+    )
+    print(
+        f"fuzzing {args.records} records beside {args.honest} honest trials (seed {args.seed}, topics {settings.topic_prefix}*)",
+        file=sys.stderr,
+    )
     try:
-        report = asyncio.run(run(settings, records=args.records, honest=args.honest, seed=args.seed, log_dir=args.log_dir))
+        report = asyncio.run(
+            run(settings, records=args.records, honest=args.honest, seed=args.seed, log_dir=args.log_dir)
+        )
     finally:
         asyncio.run(KafkaBus(settings).delete_topics())
     print(report.table())

@@ -167,15 +167,21 @@ class Report:
     honest: dict[str, Any] = field(default_factory=dict)
     rss_mb: dict[str, float] = field(default_factory=dict)
     flood: dict[str, Any] = field(default_factory=dict)
-    crowds: dict[str, dict] = field(default_factory=dict)  # per crowd: seconds to each socket's first answer, by verdict
+    crowds: dict[str, dict] = field(
+        default_factory=dict
+    )  # per crowd: seconds to each socket's first answer, by verdict
     tracebacks: list[str] = field(default_factory=list)
     exited: list[str] = field(default_factory=list)
     limits: dict[str, float] = field(default_factory=dict)
     limits_advertised: bool = False
     seconds: float = 0.0
     commit: str = ""
-    attempts: list[tuple[int, str, str, str, str]] = field(default_factory=list)  # (ms when judged, kind, verdict, label, detail)
-    log_checked: Counter = field(default_factory=Counter)  # what the log check read: trials, samples, rewards and messages counted
+    attempts: list[tuple[int, str, str, str, str]] = field(
+        default_factory=list
+    )  # (ms when judged, kind, verdict, label, detail)
+    log_checked: Counter = field(
+        default_factory=Counter
+    )  # what the log check read: trials, samples, rewards and messages counted
 
     def kind(self, name: str) -> Kind:
         return self.kinds.setdefault(name, Kind())
@@ -235,15 +241,22 @@ class Report:
                      f"p99 {h.get('observation_to_action_p99_ms', '-')} / max {h.get('observation_to_action_max_ms', '-')} ms (the tick is {h.get('tick_ms')} ms); "
                      f"drops {len(h.get('drops', []))}, errors {len(h.get('errors', []))}; load average {h.get('load_average')}")  # fmt: skip
         for name, d in h.get("by_phase", {}).items():
-            lines.append(f"  honest seat {name}: {d['ticks']} ticks, observation -> action p99 {d['p99_ms']} / max {d['max_ms']} ms")
+            lines.append(
+                f"  honest seat {name}: {d['ticks']} ticks, observation -> action p99 {d['p99_ms']} / max {d['max_ms']} ms"
+            )
         r = self.rss_mb
-        lines.append(f"gateway RSS: before {r.get('before', '-')} MB, peak {r.get('peak', '-')} MB, after {r.get('after', '-')} MB")
+        lines.append(
+            f"gateway RSS: before {r.get('before', '-')} MB, peak {r.get('peak', '-')} MB, after {r.get('after', '-')} MB"
+        )
         f = self.flood
         if f:
             lines.append(f"flood: {f.get('sent')} of {f.get('messages')} messages sent in {f.get('seconds')} s, {f.get('records')} message records in the log "
                          f"(bound {f.get('bound')}), {f.get('errors')} errors, closed {f.get('closed') or 'no'}")  # fmt: skip
         for name, waits in self.crowds.items():
-            lines.append(f"{name}: seconds to the first answer (p50, max): " + ", ".join(f"{k.split('_')[0]} {v[0]}, {v[1]}" for k, v in waits.items()))
+            lines.append(
+                f"{name}: seconds to the first answer (p50, max): "
+                + ", ".join(f"{k.split('_')[0]} {v[0]}, {v[1]}" for k, v in waits.items())
+            )
         lines.append(f"limits {'advertised by the gateway' if self.limits_advertised else 'not advertised by the gateway: judged against assumed'}: "
                      + ", ".join(f"{k} {v:g}" for k, v in sorted(self.limits.items())))  # fmt: skip
         lines.append("read from the log: " + ", ".join(f"{n} {what}" for what, n in self.log_checked.items()))
@@ -256,7 +269,9 @@ class Report:
         for name in sorted(self.kinds):
             for ev in self.kinds[name].evidence:
                 lines.append(f"  {name}: {ev}")
-        lines.append("targets: " + ", ".join(f"{what} {'met' if met else 'NOT met'}" for what, met in self.targets().items()))
+        lines.append(
+            "targets: " + ", ".join(f"{what} {'met' if met else 'NOT met'}" for what, met in self.targets().items())
+        )
         return "\n".join(lines)
 
     def targets(self) -> dict[str, bool]:
@@ -274,8 +289,16 @@ class Report:
             "refused": sum(k.refused for k in self.kinds.values()),
             "targets": self.targets(),
             "kinds": {
-                name: {"tried": k.tried, **{v: k.verdicts[v] for v in VERDICTS if v != APPLIED}, "refused": k.refused, "applied": k.applied,
-                       "applied_in_log": k.logged, "answers": dict(k.labels), "reasons": k.said, "evidence": k.evidence}
+                name: {
+                    "tried": k.tried,
+                    **{v: k.verdicts[v] for v in VERDICTS if v != APPLIED},
+                    "refused": k.refused,
+                    "applied": k.applied,
+                    "applied_in_log": k.logged,
+                    "answers": dict(k.labels),
+                    "reasons": k.said,
+                    "evidence": k.evidence,
+                }
                 for name, k in sorted(self.kinds.items())
             },  # fmt: skip
             "honest": self.honest,
@@ -300,7 +323,9 @@ def percentile(values: list[float], p: float) -> float | None:
 
 def advertised_limits() -> dict[str, float]:
     """``--<limit> N ... default V`` pairs of ``trialog serve gateway --help``."""
-    out = subprocess.run([sys.executable, "-m", "trialog.cli", "serve", "gateway", "--help"], capture_output=True, text=True, cwd=ROOT).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "trialog.cli", "serve", "gateway", "--help"], capture_output=True, text=True, cwd=ROOT
+    ).stdout
     found = {}
     for name, value in re.findall(r"--([a-z][a-z0-9-]*) N\s+default ([0-9.eE+-]+)", out):
         with contextlib.suppress(ValueError):
@@ -383,18 +408,30 @@ def tracebacks(log_file: Path, phases: list[tuple[str, int, int]], attempts: lis
             entry = None
         if isinstance(entry, dict):
             exc = str(entry.get("exception") or "")
-            if "Traceback (most recent call last)" not in exc and "Exception in ASGI application" not in str(entry.get("event")):
+            if "Traceback (most recent call last)" not in exc and "Exception in ASGI application" not in str(
+                entry.get("event")
+            ):
                 continue
             last = [x for x in exc.strip().splitlines() if x.strip()]
             when = ""
             with contextlib.suppress(ValueError, TypeError):
                 stamp = datetime.fromisoformat(str(entry["timestamp"]).replace("Z", "+00:00")).timestamp() * 1000
                 when = f"; during {next((name for name, a, b in phases if a <= stamp <= b), 'no attack phase')}"
-                near = sorted((abs(at - stamp), kind, label) for at, kind, _, label, _ in attempts if abs(at - stamp) <= 1000)
-                when += "; attempts judged closest: " + ("; ".join(f"{kind} ({label}, {gap:.0f} ms)" for gap, kind, label in near[:3]) or "none")
-            where = f" ({entry.get('path', '')} from {entry.get('address', '?')}{when})" if entry.get("path") or when else ""
+                near = sorted(
+                    (abs(at - stamp), kind, label) for at, kind, _, label, _ in attempts if abs(at - stamp) <= 1000
+                )
+                when += "; attempts judged closest: " + (
+                    "; ".join(f"{kind} ({label}, {gap:.0f} ms)" for gap, kind, label in near[:3]) or "none"
+                )
+            where = (
+                f" ({entry.get('path', '')} from {entry.get('address', '?')}{when})"
+                if entry.get("path") or when
+                else ""
+            )
             found.append(f"{entry.get('event', '')}: {last[-1] if last else exc}{where}"[:700])
-        elif line.startswith("Traceback (most recent call last)"):  # plain text: the exception is the next unindented line
+        elif line.startswith(
+            "Traceback (most recent call last)"
+        ):  # plain text: the exception is the next unindented line
             tail = next((x for x in lines[i + 1 :] if x and not x.startswith((" ", "\t"))), "")
             found.append(tail[:300])
     return found
@@ -527,7 +564,13 @@ class HonestProcess:
         try:
             return json.loads(self.out.read_text())
         except (OSError, ValueError):
-            return {"actions": 0, "trips": [], "drops": [f"the honest page's process left no figures (exit {self.proc.returncode})"], "errors": [], "ended": False}
+            return {
+                "actions": 0,
+                "trips": [],
+                "drops": [f"the honest page's process left no figures (exit {self.proc.returncode})"],
+                "errors": [],
+                "ended": False,
+            }
 
 
 # --- attack sockets -------------------------------------------------------------------------------
@@ -612,7 +655,11 @@ class Page:
             kind = msg["type"]
             if kind == "pong":
                 if barrier is not None and msg.get("t") == barrier:
-                    return Outcome(ACCEPTED, "no answer, processed", "the ping sent after it was answered, the message itself was not")
+                    return Outcome(
+                        ACCEPTED,
+                        "no answer, processed",
+                        "the ping sent after it was answered, the message itself was not",
+                    )
                 continue  # a late pong of an earlier barrier
             if kind in ("error", "refused", "replaced"):
                 return Outcome(ANSWERED, kind, str(msg.get("reason", ""))[:200])
@@ -668,7 +715,11 @@ async def open_page(url: str, address: str, within: float) -> tuple[Page | None,
         await asyncio.wait([page.reader], timeout=1.5)
         if page.closed:
             closing = closed_outcome(ws)
-            outcome = Outcome(closing.verdict if closing.verdict == CRASHED else ANSWERED, f"{outcome.label}+{closing.label}", outcome.detail)
+            outcome = Outcome(
+                closing.verdict if closing.verdict == CRASHED else ANSWERED,
+                f"{outcome.label}+{closing.label}",
+                outcome.detail,
+            )
     if outcome.verdict != ACCEPTED:
         await page.close()
         return None, outcome
@@ -678,7 +729,9 @@ async def open_page(url: str, address: str, within: float) -> tuple[Page | None,
 # --- raw HTTP ------------------------------------------------------------------------------------
 
 
-async def http(port: int, head: bytes, body: bytes | int = b"", *, within: float, address: str = ATTACKER) -> tuple[Outcome, int, int | None]:
+async def http(
+    port: int, head: bytes, body: bytes | int = b"", *, within: float, address: str = ATTACKER
+) -> tuple[Outcome, int, int | None]:
     """Send a raw request (``body``: bytes, or a size to stream); (outcome, answer bytes, status).
 
     A plain socket, not asyncio's streams: a server that answers before reading the whole
@@ -718,7 +771,9 @@ async def http(port: int, head: bytes, body: bytes | int = b"", *, within: float
     return Outcome(ACCEPTED, f"HTTP {status}", text), size, status
 
 
-async def _send(loop, sock: socket.socket, head: bytes, body: bytes | int, reading: asyncio.Task, within: float) -> None:
+async def _send(
+    loop, sock: socket.socket, head: bytes, body: bytes | int, reading: asyncio.Task, within: float
+) -> None:
     await asyncio.wait_for(loop.sock_sendall(sock, head), within)
     if isinstance(body, bytes):
         if body:
@@ -798,7 +853,9 @@ async def oversized_frame(port: int, target: str, size: int, *, within: float, a
             return Outcome(ANSWERED if status and status < 500 else CRASHED, f"HTTP {status}", text)
         reading = asyncio.create_task(_read_all(loop, sock, received))
         payload = (b'{"type": "ping", "t": "' + b"x" * size + b'"}')[:size]
-        header = bytes([0x81, 0x80 | 127]) + len(payload).to_bytes(8, "big") + b"\0\0\0\0"  # masked with a zero key: the payload as is
+        header = (
+            bytes([0x81, 0x80 | 127]) + len(payload).to_bytes(8, "big") + b"\0\0\0\0"
+        )  # masked with a zero key: the payload as is
         with contextlib.suppress(ConnectionError, OSError, TimeoutError):
             await _send(loop, sock, header, payload, reading, within)
         try:
@@ -834,7 +891,15 @@ def _frames(data: bytes | bytearray) -> tuple[bool, list[tuple[int, bytes]]]:
     return any(op == 1 for op, _ in frames), frames
 
 
-def request(method: str, target: str, port: int, *, body: bytes | int = b"", headers: tuple[str, ...] = (), length: str | None = None) -> bytes:
+def request(
+    method: str,
+    target: str,
+    port: int,
+    *,
+    body: bytes | int = b"",
+    headers: tuple[str, ...] = (),
+    length: str | None = None,
+) -> bytes:
     size = body if isinstance(body, int) else len(body)
     lines = [f"{method} {target} HTTP/1.1", f"Host: 127.0.0.1:{port}", "Connection: close", *headers]
     if method in ("POST", "PUT", "PATCH") or size:
@@ -882,7 +947,9 @@ class Attack:
         return value
 
     # --- set-up ---------------------------------------------------------------------------------
-    async def hold(self, trial_id: str, holder: str, address: str = ATTACKER, *, play_every_s: float | None = None) -> Page:
+    async def hold(
+        self, trial_id: str, holder: str, address: str = ATTACKER, *, play_every_s: float | None = None
+    ) -> Page:
         """Take a seat and keep its socket open; ``play_every_s``: answer each observation after that long."""
         page, outcome = await open_page(seat_url(self.link(trial_id), holder), address, 90)
         if page is None:
@@ -910,7 +977,9 @@ class Attack:
         t.pending = await self.ctl.start_trial(ATTACK_SPEC, implementations={"alice": "human"})
         t.takeovers = [t.takeover]
         await honest.welcomed(90)  # the honest page is in before any attack
-        self.message_pages = list(await asyncio.gather(*(self.hold(tid, f"mallory-{i}") for i, tid in enumerate(t.messages))))
+        self.message_pages = list(
+            await asyncio.gather(*(self.hold(tid, f"mallory-{i}") for i, tid in enumerate(t.messages)))
+        )
         self.victim = await self.hold(t.takeover, "victim", play_every_s=0.3)
         await self.hold(t.crowd, "keeper")
         await self.hold(t.pending, "early-bird")
@@ -926,7 +995,15 @@ class Attack:
     async def http_attacks(self) -> None:
         t, port, n = self.trials, self.port, self.tries
 
-        async def fire(kind: str, head: bytes, body: bytes | int = b"", *, must_refuse: bool = False, echo: bool = False, within: float | None = None) -> None:
+        async def fire(
+            kind: str,
+            head: bytes,
+            body: bytes | int = b"",
+            *,
+            must_refuse: bool = False,
+            echo: bool = False,
+            within: float | None = None,
+        ) -> None:
             outcome, size, status = await http(port, head, body, within=within or self.within)
             if must_refuse and status is not None and status < 400:
                 outcome = Outcome(APPLIED, outcome.label, f"answered {status}: {outcome.detail[:120]}")
@@ -938,29 +1015,76 @@ class Attack:
             return json.dumps({"trial": trial, "actor": actor}).encode()
 
         for _ in range(n):
-            await fire("http: POST /api/seat, running trial's seat", request("POST", "/api/seat", port, body=seat_body(t.takeover)), body=seat_body(t.takeover), must_refuse=True)
-            await fire("http: POST /api/seat, seat whose holder left", request("POST", "/api/seat", port, body=seat_body(t.left)), body=seat_body(t.left), must_refuse=True)
-            await fire("http: POST /api/seat, held seat of a waiting trial", request("POST", "/api/seat", port, body=seat_body(t.pending)), body=seat_body(t.pending), must_refuse=True)
+            await fire(
+                "http: POST /api/seat, running trial's seat",
+                request("POST", "/api/seat", port, body=seat_body(t.takeover)),
+                body=seat_body(t.takeover),
+                must_refuse=True,
+            )
+            await fire(
+                "http: POST /api/seat, seat whose holder left",
+                request("POST", "/api/seat", port, body=seat_body(t.left)),
+                body=seat_body(t.left),
+                must_refuse=True,
+            )
+            await fire(
+                "http: POST /api/seat, held seat of a waiting trial",
+                request("POST", "/api/seat", port, body=seat_body(t.pending)),
+                body=seat_body(t.pending),
+                must_refuse=True,
+            )
             for path in ("/api/seat", "/no/such/page"):
-                await fire(f"http: 20 MB POST {path}", request("POST", path, port, body=BIG_BODY), BIG_BODY, echo=True, within=max(self.within, 30))
+                await fire(
+                    f"http: 20 MB POST {path}",
+                    request("POST", path, port, body=BIG_BODY),
+                    BIG_BODY,
+                    echo=True,
+                    within=max(self.within, 30),
+                )
             await fire("http: request line over 10 KB", request("GET", "/api/lobby?q=" + "a" * 10_240, port))
-            await fire("http: 1 MB of headers", request("GET", "/api/lobby", port, headers=tuple(f"X-Fuzz-{i}: {'b' * 400}" for i in range(2600))))
+            await fire(
+                "http: 1 MB of headers",
+                request("GET", "/api/lobby", port, headers=tuple(f"X-Fuzz-{i}: {'b' * 400}" for i in range(2600))),
+            )
             for path in ("/api/seat", "/api/trials"):
                 for body in (b"{bad json", b"[1, 2, 3]", b"42", b"null", b'"a string"'):
                     await fire("http: bad or non-object JSON body", request("POST", path, port, body=body), body)
             deep = b"[" * 30_000 + b"]" * 30_000
             await fire("http: JSON body nested 30,000 deep", request("POST", "/api/seat", port, body=deep), deep)
-            await fire("http: Content-Length not a number", request("POST", "/api/seat", port, body=b"{}", length="abc"), b"{}")
-            for method, path in (("GET", "/api/seat"), ("PUT", "/api/trials"), ("DELETE", "/api/lobby"), ("PATCH", "/")):
+            await fire(
+                "http: Content-Length not a number", request("POST", "/api/seat", port, body=b"{}", length="abc"), b"{}"
+            )
+            for method, path in (
+                ("GET", "/api/seat"),
+                ("PUT", "/api/trials"),
+                ("DELETE", "/api/lobby"),
+                ("PATCH", "/"),
+            ):
                 await fire("http: wrong method", request(method, path, port))
             key = base64.b64encode(os.urandom(16)).decode()
             upgrade = ("Upgrade: websocket", "Connection: Upgrade")
-            await fire("http: malformed WebSocket handshake", request("GET", "/ws/watch/" + t.crowd, port, headers=(*upgrade, "Sec-WebSocket-Version: 13")))
-            await fire("http: malformed WebSocket handshake", request("GET", "/ws/watch/" + t.crowd, port, headers=(*upgrade, "Sec-WebSocket-Version: 7", f"Sec-WebSocket-Key: {key}")))
+            await fire(
+                "http: malformed WebSocket handshake",
+                request("GET", "/ws/watch/" + t.crowd, port, headers=(*upgrade, "Sec-WebSocket-Version: 13")),
+            )
+            await fire(
+                "http: malformed WebSocket handshake",
+                request(
+                    "GET",
+                    "/ws/watch/" + t.crowd,
+                    port,
+                    headers=(*upgrade, "Sec-WebSocket-Version: 7", f"Sec-WebSocket-Key: {key}"),
+                ),
+            )
         # A burst of trial starts: the lobby lets anyone start one; the door bounds how fast.
         burst = 20 if self.args.short else 100
         body = json.dumps({"spec": ATTACK_SPEC, "actor": "bob"}).encode()
-        outcomes = await asyncio.gather(*(http(port, request("POST", "/api/trials", port, body=body), body, within=self.within) for _ in range(burst)))
+        outcomes = await asyncio.gather(
+            *(
+                http(port, request("POST", "/api/trials", port, body=body), body, within=self.within)
+                for _ in range(burst)
+            )
+        )
         for outcome, _, _ in outcomes:
             self.report.record("http: burst of POST /api/trials", outcome)
 
@@ -973,15 +1097,40 @@ class Attack:
         payload, _, mac = token[len("tl1.") :].partition(".")
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
         claims["trial"] = t.takeover
-        altered = "tl1." + base64.urlsafe_b64encode(json.dumps(claims, sort_keys=True).encode()).decode().rstrip("=") + "." + mac
+        altered = (
+            "tl1."
+            + base64.urlsafe_b64encode(json.dumps(claims, sort_keys=True).encode()).decode().rstrip("=")
+            + "."
+            + mac
+        )
         keyring = self.bus.trust.keyring
         cases: list[tuple[str, str, float]] = [
             ("seat socket: no token", f"{base}/ws/seat?holder=mallory", self.within),
-            ("seat socket: garbage token", f"{base}/ws/seat?token={quote(base64.b64encode(os.urandom(48)).decode())}&holder=mallory", self.within),
-            ("seat socket: token altered to another trial", f"{base}/ws/seat?token={altered}&holder=mallory", self.within),
-            ("seat socket: token of another deployment", f"{base}/ws/seat?token={mint_join_token(Keyring.generate(), t.messages[0], 'bob')}&holder=mallory", self.within),
-            ("seat socket: expired token", f"{base}/ws/seat?token={mint_join_token(keyring, t.messages[0], 'bob', ttl_s=-60)}&holder=mallory", self.within),
-            ("seat socket: token for an agent (not a seat)", f"{base}/ws/seat?token={mint_join_token(keyring, t.messages[0], 'alice')}&holder=mallory", self.within),
+            (
+                "seat socket: garbage token",
+                f"{base}/ws/seat?token={quote(base64.b64encode(os.urandom(48)).decode())}&holder=mallory",
+                self.within,
+            ),
+            (
+                "seat socket: token altered to another trial",
+                f"{base}/ws/seat?token={altered}&holder=mallory",
+                self.within,
+            ),
+            (
+                "seat socket: token of another deployment",
+                f"{base}/ws/seat?token={mint_join_token(Keyring.generate(), t.messages[0], 'bob')}&holder=mallory",
+                self.within,
+            ),
+            (
+                "seat socket: expired token",
+                f"{base}/ws/seat?token={mint_join_token(keyring, t.messages[0], 'bob', ttl_s=-60)}&holder=mallory",
+                self.within,
+            ),
+            (
+                "seat socket: token for an agent (not a seat)",
+                f"{base}/ws/seat?token={mint_join_token(keyring, t.messages[0], 'alice')}&holder=mallory",
+                self.within,
+            ),
             ("seat socket: no holder id", seat_url(genuine, None), self.within),
             ("seat socket: bad holder id", seat_url(genuine, "a b/c"), self.within),
             ("seat socket: bad holder id", seat_url(genuine, "h" * 100), self.within),
@@ -989,7 +1138,11 @@ class Attack:
             ("seat socket: 10 KB token", f"{base}/ws/seat?token={'t' * 10_240}&holder=mallory", self.within),
             ("watch socket: 10 KB trial id", f"{base}/ws/watch/{'w' * 10_240}", self.within),
             # The gateway waits a while for a trial about to start: answered within that wait.
-            ("watch socket: unknown trial", f"{base}/ws/watch/no-such-trial-{uuid.uuid4().hex[:8]}", WATCH_WAIT_S + self.within),
+            (
+                "watch socket: unknown trial",
+                f"{base}/ws/watch/no-such-trial-{uuid.uuid4().hex[:8]}",
+                WATCH_WAIT_S + self.within,
+            ),
         ]
         long_waits = [("seat socket: token for a trial never started", f"{base}/ws/seat?token={mint_join_token(keyring, 'never-' + uuid.uuid4().hex[:8], 'bob')}&holder=mallory",
                        JOIN_WAIT_S + self.within)]  # fmt: skip
@@ -1012,7 +1165,11 @@ class Attack:
                 t.takeover = await self.ctl.start_trial(ATTACK_SPEC)
                 t.takeovers.append(t.takeover)
                 self.victim = await self.hold(t.takeover, "victim", play_every_s=0.3)
-            await one("seat socket: takeover while the holder is connected", seat_url(self.link(t.takeover), f"thief-{uuid.uuid4().hex[:6]}", takeover=True), self.within)
+            await one(
+                "seat socket: takeover while the holder is connected",
+                seat_url(self.link(t.takeover), f"thief-{uuid.uuid4().hex[:6]}", takeover=True),
+                self.within,
+            )
         await waits
 
     # --- messages on seats ----------------------------------------------------------------------------
@@ -1031,7 +1188,15 @@ class Attack:
             return [(f, True) for f in frames]
 
         def reward(page: Page, receiver: Any, value: Any, tick: Any = NOW, **more) -> str:
-            return js({"type": "reward", "receiver": receiver, "tick": page.tick if tick is NOW else tick, "value": value, **more})
+            return js(
+                {
+                    "type": "reward",
+                    "receiver": receiver,
+                    "tick": page.tick if tick is NOW else tick,
+                    "value": value,
+                    **more,
+                }
+            )
 
         async def booleans(page: Page):
             w = await now(page)
@@ -1058,35 +1223,131 @@ class Attack:
             ("seat: JSON array", lambda p: one(["[1, 2, 3]"])),
             ("seat: JSON number", lambda p: one(["42"])),
             ("seat: JSON nested 30,000 deep", lambda p: one([deep])),
-            ("seat: message payload nested 30,000 deep", lambda p: one(['{"type": "message", "receivers": ["alice"], "payload": {"a": ' + deep + "}}"])),
-            ("seat: tick beyond 64 bits", lambda p: one([js({"type": "action", "tick": 2**70, "action": "ROCK"}), reward(p, "alice", 0.5, 2**70)])),
-            ("seat: tick of 5000 digits", lambda p: one(['{"type": "action", "tick": ' + "9" * 5000 + ', "action": "ROCK"}'])),
+            (
+                "seat: message payload nested 30,000 deep",
+                lambda p: one(['{"type": "message", "receivers": ["alice"], "payload": {"a": ' + deep + "}}"]),
+            ),
+            (
+                "seat: tick beyond 64 bits",
+                lambda p: one(
+                    [js({"type": "action", "tick": 2**70, "action": "ROCK"}), reward(p, "alice", 0.5, 2**70)]
+                ),
+            ),
+            (
+                "seat: tick of 5000 digits",
+                lambda p: one(['{"type": "action", "tick": ' + "9" * 5000 + ', "action": "ROCK"}']),
+            ),
             ("seat: tick as a string", lambda p: one([js({"type": "action", "tick": str(p.tick), "action": "ROCK"})])),
             ("seat: negative tick", lambda p: one([js({"type": "action", "tick": -1, "action": "ROCK"})])),
             ("seat: future tick", lambda p: one([js({"type": "action", "tick": p.tick + 1000, "action": "ROCK"})])),
             ("seat: old tick", old),
-            ("seat: action not in the schema", lambda p: one([js({"type": "action", "tick": p.tick, "action": a}) for a in ("LIZARD", 7, {"x": 1}, None)])),
+            (
+                "seat: action not in the schema",
+                lambda p: one(
+                    [js({"type": "action", "tick": p.tick, "action": a}) for a in ("LIZARD", 7, {"x": 1}, None)]
+                ),
+            ),
             ("seat: duplicate action", duplicate),
             ("seat: unknown type", lambda p: one([js({"type": "launch", "tick": p.tick})])),
             ("seat: missing type", lambda p: one([js({"tick": p.tick, "action": "ROCK"})])),
             (OVERSIZED, None),  # on a socket of its own (see oversized_frame)
-            ("seat: three rewards of 1e308 at one tick", lambda p: one([reward(p, r, m("seat: three rewards of 1e308 at one tick", 1e308)) for r in ("alice", "*", "player.*")])),
+            (
+                "seat: three rewards of 1e308 at one tick",
+                lambda p: one(
+                    [
+                        reward(p, r, m("seat: three rewards of 1e308 at one tick", 1e308))
+                        for r in ("alice", "*", "player.*")
+                    ]
+                ),
+            ),
             ("seat: reward value 1e13", lambda p: one([reward(p, "alice", m("seat: reward value 1e13", 1e13))])),
-            ("seat: NaN/Infinity literals", lambda p: one([f'{{"type": "reward", "receiver": "alice", "tick": {p.tick}, "value": NaN}}',
-                                                           f'{{"type": "reward", "receiver": "alice", "tick": {p.tick}, "value": Infinity}}',
-                                                           f'{{"type": "reward", "receiver": "alice", "tick": {p.tick}, "value": 1, "confidence": -Infinity}}'])),
-            ("seat: confidence 0, 2, -1", lambda p: one([reward(p, "alice", m("seat: confidence 0, 2, -1", 0.666), confidence=c) for c in (0, 2, -1)])),
+            (
+                "seat: NaN/Infinity literals",
+                lambda p: one(
+                    [
+                        f'{{"type": "reward", "receiver": "alice", "tick": {p.tick}, "value": NaN}}',
+                        f'{{"type": "reward", "receiver": "alice", "tick": {p.tick}, "value": Infinity}}',
+                        f'{{"type": "reward", "receiver": "alice", "tick": {p.tick}, "value": 1, "confidence": -Infinity}}',
+                    ]
+                ),
+            ),
+            (
+                "seat: confidence 0, 2, -1",
+                lambda p: one(
+                    [reward(p, "alice", m("seat: confidence 0, 2, -1", 0.666), confidence=c) for c in (0, 2, -1)]
+                ),
+            ),
             ("seat: reward to itself", lambda p: one([reward(p, "bob", m("seat: reward to itself", 0.111))])),
-            ("seat: reward to * (not to itself)", lambda p: one([reward(p, "*", m("seat: reward to * (not to itself)", 0.222))])),
-            ("seat: reward to player.* (not to itself)", lambda p: one([reward(p, "player.*", m("seat: reward to player.* (not to itself)", 0.333))])),
-            ("seat: reward to a nonexistent actor", lambda p: one([reward(p, "zed", m("seat: reward to a nonexistent actor", 0.444)), reward(p, "ghost.*", 0.444)])),
-            ("seat: reward for a future tick", lambda p: one([reward(p, "alice", m("seat: reward for a future tick", 0.555), p.tick + 1000)])),
-            ("seat: reward fields of the wrong type", lambda p: one([reward(p, "alice", "1"), reward(p, 5, 1), reward(p, "alice", 1, None),
-                                                                     reward(p, "alice", True), reward(p, ["alice"], 1)])),
-            ("seat: message to a nonexistent receiver", lambda p: one([js({"type": "message", "receivers": ["zed"], "payload": {"fuzz": "seat: message to a nonexistent receiver"}})])),
-            ("seat: message with no receiver", lambda p: one([js({"type": "message", "receivers": [], "payload": {"fuzz": "seat: message with no receiver"}})])),
-            ("seat: message payload not an object", lambda p: one([js({"type": "message", "receivers": ["alice"], "payload": x}) for x in ("text", [1, 2], 5, None)])),
-            ("seat: message receivers not a list", lambda p: one([js({"type": "message", "receivers": "alice", "payload": {"fuzz": "seat: message receivers not a list"}})])),
+            (
+                "seat: reward to * (not to itself)",
+                lambda p: one([reward(p, "*", m("seat: reward to * (not to itself)", 0.222))]),
+            ),
+            (
+                "seat: reward to player.* (not to itself)",
+                lambda p: one([reward(p, "player.*", m("seat: reward to player.* (not to itself)", 0.333))]),
+            ),
+            (
+                "seat: reward to a nonexistent actor",
+                lambda p: one(
+                    [reward(p, "zed", m("seat: reward to a nonexistent actor", 0.444)), reward(p, "ghost.*", 0.444)]
+                ),
+            ),
+            (
+                "seat: reward for a future tick",
+                lambda p: one([reward(p, "alice", m("seat: reward for a future tick", 0.555), p.tick + 1000)]),
+            ),
+            (
+                "seat: reward fields of the wrong type",
+                lambda p: one(
+                    [
+                        reward(p, "alice", "1"),
+                        reward(p, 5, 1),
+                        reward(p, "alice", 1, None),
+                        reward(p, "alice", True),
+                        reward(p, ["alice"], 1),
+                    ]
+                ),
+            ),
+            (
+                "seat: message to a nonexistent receiver",
+                lambda p: one(
+                    [
+                        js(
+                            {
+                                "type": "message",
+                                "receivers": ["zed"],
+                                "payload": {"fuzz": "seat: message to a nonexistent receiver"},
+                            }
+                        )
+                    ]
+                ),
+            ),
+            (
+                "seat: message with no receiver",
+                lambda p: one(
+                    [js({"type": "message", "receivers": [], "payload": {"fuzz": "seat: message with no receiver"}})]
+                ),
+            ),
+            (
+                "seat: message payload not an object",
+                lambda p: one(
+                    [js({"type": "message", "receivers": ["alice"], "payload": x}) for x in ("text", [1, 2], 5, None)]
+                ),
+            ),
+            (
+                "seat: message receivers not a list",
+                lambda p: one(
+                    [
+                        js(
+                            {
+                                "type": "message",
+                                "receivers": "alice",
+                                "payload": {"fuzz": "seat: message receivers not a list"},
+                            }
+                        )
+                    ]
+                ),
+            ),
         ]
         return kinds
 
@@ -1094,17 +1355,26 @@ class Attack:
         """The message kinds, spread over the attack seats (one socket each, paced under the
         per-seat rate so that every answer is to the message itself)."""
         kinds = self.seat_kinds()
-        await asyncio.gather(*(self._seat_worker(i, kinds[i :: len(self.trials.messages)]) for i in range(len(self.trials.messages))))
+        await asyncio.gather(
+            *(self._seat_worker(i, kinds[i :: len(self.trials.messages)]) for i in range(len(self.trials.messages)))
+        )
 
     async def _seat_worker(self, i: int, kinds) -> None:
         trial, holder = self.trials.messages[i], f"mallory-{i}"
         page = self.message_pages[i]
-        pace = 1.0 / max(1.0, min(5.0, self.limits["messages-per-s-seat"] / 4))  # two messages a try (the barrier's ping): half the seat's rate
+        pace = 1.0 / max(
+            1.0, min(5.0, self.limits["messages-per-s-seat"] / 4)
+        )  # two messages a try (the barrier's ping): half the seat's rate
         for _ in range(self.tries):
             for kind, frames_of in kinds:
                 if kind == OVERSIZED:
                     path = seat_url(self.link(trial), holder).partition(f":{self.port}")[2]
-                    self.report.record(kind, await oversized_frame(self.port, path, int(self.limits["frame-bytes"]) + 1024, within=self.within))
+                    self.report.record(
+                        kind,
+                        await oversized_frame(
+                            self.port, path, int(self.limits["frame-bytes"]) + 1024, within=self.within
+                        ),
+                    )
                     await asyncio.sleep(pace)
                     continue
                 if page.closed:
@@ -1140,7 +1410,13 @@ class Attack:
         m = self.marker
 
         def judged(judge: Any, receiver: Any = "alice", value: Any = 0.5, tick: Any = None, **more) -> str:
-            msg = {"type": "reward", "receiver": receiver, "tick": page.tick if tick is None else tick, "value": value, **more}
+            msg = {
+                "type": "reward",
+                "receiver": receiver,
+                "tick": page.tick if tick is None else tick,
+                "value": value,
+                **more,
+            }
             if judge is not None:
                 msg["judge"] = judge
             return json.dumps(msg)
@@ -1149,13 +1425,30 @@ class Attack:
         kinds = [
             ("watch: reward without a judge name", lambda: [judged(None)]),
             ("watch: reward with a bad judge name", lambda: [judged(j) for j in ("../../x", "a b", "j" * 100, 5, "")]),
-            ("watch: a message that is not a reward", lambda: [json.dumps({"type": "action", "tick": page.tick, "action": "ROCK"}), json.dumps({"type": "message", "receivers": ["alice"], "payload": {}})]),
+            (
+                "watch: a message that is not a reward",
+                lambda: [
+                    json.dumps({"type": "action", "tick": page.tick, "action": "ROCK"}),
+                    json.dumps({"type": "message", "receivers": ["alice"], "payload": {}}),
+                ],
+            ),
             (big, lambda: [judged(f"judge-{j}", value=m(big, 1.5e308)) for j in range(3)]),
             ("watch: reward value 2e13", lambda: [judged("judge-x", value=m("watch: reward value 2e13", 2e13))]),
-            ("watch: NaN literal", lambda: [f'{{"type": "reward", "judge": "judge-n", "receiver": "alice", "tick": {page.tick}, "value": NaN}}']),
+            (
+                "watch: NaN literal",
+                lambda: [
+                    f'{{"type": "reward", "judge": "judge-n", "receiver": "alice", "tick": {page.tick}, "value": NaN}}'
+                ],
+            ),
             ("watch: confidence 2", lambda: [judged("judge-c", value=m("watch: confidence 2", 0.999), confidence=2)]),
-            ("watch: reward to a nonexistent actor", lambda: [judged("judge-z", "zed", m("watch: reward to a nonexistent actor", 0.777))]),
-            ("watch: reward for a future tick", lambda: [judged("judge-f", value=m("watch: reward for a future tick", 0.888), tick=page.tick + 1000)]),
+            (
+                "watch: reward to a nonexistent actor",
+                lambda: [judged("judge-z", "zed", m("watch: reward to a nonexistent actor", 0.777))],
+            ),
+            (
+                "watch: reward for a future tick",
+                lambda: [judged("judge-f", value=m("watch: reward for a future tick", 0.888), tick=page.tick + 1000)],
+            ),
         ]
         pace = 1.0 / max(1.0, min(8.0, self.limits["messages-per-s-address"] / 20))
         for _ in range(self.tries):
@@ -1167,7 +1460,9 @@ class Attack:
                             raise RuntimeError(f"could not watch {trial} again: {outcome}")
                         self.pages.append(page)
                     outcome = await page.ask(frame, self.within)
-                    if outcome.label == "rewarded":  # every one of these breaks a rule: the gateway wrote it all the same
+                    if (
+                        outcome.label == "rewarded"
+                    ):  # every one of these breaks a rule: the gateway wrote it all the same
                         outcome = Outcome(APPLIED, "rewarded", "the gateway wrote it to the log")
                     self.report.record(kind, outcome)
                     await asyncio.sleep(pace)
@@ -1186,20 +1481,32 @@ class Attack:
         waits: dict[str, list[float]] = {v: [] for v in VERDICTS}
         results = await asyncio.gather(*(timed() for _ in range(count)))
         served = [page for page, _ in results if page is not None]
-        self.report.crowds[kind] = {f"{v}_s_p50_max": [percentile(w, 50), round(max(w), 2)] for v, w in waits.items() if w}
+        self.report.crowds[kind] = {
+            f"{v}_s_p50_max": [percentile(w, 50), round(max(w), 2)] for v, w in waits.items() if w
+        }
         for i, (page, outcome) in enumerate(sorted(results, key=lambda r: r[0] is None)):
             if page is not None and i >= bound:
-                outcome = Outcome(APPLIED, outcome.label, f"{len(served)} of {count} sockets served; the limit is {bound}")
+                outcome = Outcome(
+                    APPLIED, outcome.label, f"{len(served)} of {count} sockets served; the limit is {bound}"
+                )
             self.report.record(kind, outcome)
         await asyncio.gather(*(page.close() for page in served))
 
     async def crowd_of_seats(self) -> None:
         bound = min(int(self.limits["sockets-per-seat"]), int(self.limits["connections-per-address"]))
-        await self.crowd("crowd: 300 sockets to one held seat", seat_url(self.link(self.trials.crowd), "keeper"), CROWD, 300, bound)
+        await self.crowd(
+            "crowd: 300 sockets to one held seat", seat_url(self.link(self.trials.crowd), "keeper"), CROWD, 300, bound
+        )
 
     async def crowd_of_watchers(self) -> None:
         bound = min(int(self.limits["watchers-per-trial"]), int(self.limits["connections-per-address"]))
-        await self.crowd("crowd: 300 watch sockets to one trial", f"ws://127.0.0.1:{self.port}/ws/watch/{self.trials.crowd}", WATCHERS, 300, bound)
+        await self.crowd(
+            "crowd: 300 watch sockets to one trial",
+            f"ws://127.0.0.1:{self.port}/ws/watch/{self.trials.crowd}",
+            WATCHERS,
+            300,
+            bound,
+        )
 
     # --- the flood -----------------------------------------------------------------------------------
     async def flood(self) -> None:
@@ -1266,10 +1573,14 @@ class Attack:
 
 
 def finite_in_bounds(value: float, confidence: float) -> bool:
-    return math.isfinite(value) and math.isfinite(confidence) and abs(value) <= BOUNDS[0] and 0 <= confidence <= BOUNDS[1]
+    return (
+        math.isfinite(value) and math.isfinite(confidence) and abs(value) <= BOUNDS[0] and 0 <= confidence <= BOUNDS[1]
+    )
 
 
-async def check_trial(bus: KafkaBus, trial_id: str, refused_actions: set[int], markers: dict[float, str], report: Report) -> None:
+async def check_trial(
+    bus: KafkaBus, trial_id: str, refused_actions: set[int], markers: dict[float, str], report: Report
+) -> None:
     """What counts in one attacked trial, as the datalog folds it: nothing rule-breaking."""
     fold = await read_trial(bus, trial_id)
     if fold.started is None:
@@ -1289,7 +1600,10 @@ async def check_trial(bus: KafkaBus, trial_id: str, refused_actions: set[int], m
     for tick, by_source in getattr(fold, "_rewards", {}).items():
         for (sender, receiver), r in by_source.items():
             if not finite_in_bounds(r.value, r.confidence):
-                report.logged(blame(r.value), f"{trial_id}: reward {r.value:g} (confidence {r.confidence:g}) from {sender} to {receiver} at tick {tick} counts")
+                report.logged(
+                    blame(r.value),
+                    f"{trial_id}: reward {r.value:g} (confidence {r.confidence:g}) from {sender} to {receiver} at tick {tick} counts",
+                )
     for tick, by_id in getattr(fold, "_messages", {}).items():
         for message in by_id.values():
             for receiver in message.receivers:
@@ -1298,18 +1612,25 @@ async def check_trial(bus: KafkaBus, trial_id: str, refused_actions: set[int], m
                         kind = json.loads(message.payload).get("fuzz") or "log: unattributed"
                     except (ValueError, AttributeError):
                         kind = "log: unattributed"
-                    report.logged(kind, f"{trial_id}: message from {message.sender} to {receiver!r} at tick {tick} counts")
+                    report.logged(
+                        kind, f"{trial_id}: message from {message.sender} to {receiver!r} at tick {tick} counts"
+                    )
     samples = fold.samples()
     seen["samples"] += len(samples)
     for s in samples:
         for source in s.reward_sources:
             if source.sender == s.actor:
-                report.logged(blame(source.value), f"{trial_id}: {s.actor}'s reward to {source.receiver} reaches itself at tick {s.tick}")
+                report.logged(
+                    blame(source.value),
+                    f"{trial_id}: {s.actor}'s reward to {source.receiver} reaches itself at tick {s.tick}",
+                )
         if not math.isfinite(s.reward):
             marked = next((r.value for r in s.reward_sources if r.value in markers), None)
             report.logged(blame(marked), f"{trial_id}: {s.actor}'s aggregated reward at tick {s.tick} is {s.reward}")
         if s.action_avro is not None and not s.timed_out and s.action not in SYMBOLS:
-            report.logged("log: actions", f"{trial_id}: {s.actor} played {s.action!r} at tick {s.tick}, not in the schema")
+            report.logged(
+                "log: actions", f"{trial_id}: {s.actor} played {s.action!r} at tick {s.tick}, not in the schema"
+            )
     # An action the environment refused (dead-lettered) must not be what the sample plays.
     if refused_actions:
         played = {(s.tick, s.actor): s.action_avro for s in samples if s.action_avro is not None and not s.timed_out}
@@ -1325,10 +1646,15 @@ async def check_trial(bus: KafkaBus, trial_id: str, refused_actions: set[int], m
         for (tick, actor), payload in played.items():
             offsets = offered.get((tick, actor, payload), [])
             if offsets and all(o in refused_actions for o in offsets):
-                report.logged("log: actions", f"{trial_id}: {actor}'s action at tick {tick} counts although the environment refused it")
+                report.logged(
+                    "log: actions",
+                    f"{trial_id}: {actor}'s action at tick {tick} counts although the environment refused it",
+                )
 
 
-async def honest_figures(bus: KafkaBus, trial_id: str, page: dict[str, Any], tick_ms: int, phases: list[tuple[str, int, int]]) -> dict[str, Any]:
+async def honest_figures(
+    bus: KafkaBus, trial_id: str, page: dict[str, Any], tick_ms: int, phases: list[tuple[str, int, int]]
+) -> dict[str, Any]:
     """The honest seat as the log has it: ticks, timeouts (and during which phase of the
     attack each was written), and per tick observation written -> the page's action written."""
     fold = await read_trial(bus, trial_id)
@@ -1352,8 +1678,12 @@ async def honest_figures(bus: KafkaBus, trial_id: str, page: dict[str, Any], tic
     by_phase: dict[str, list[int]] = {}
     for t, at in observed.items():
         if t in acted:
-            by_phase.setdefault(next((name for name, a, b in phases if a <= at <= b), "between phases"), []).append(acted[t] - at)
-    phase_delays = {name: {"ticks": len(d), "p99_ms": percentile(d, 99), "max_ms": max(d)} for name, d in by_phase.items()}
+            by_phase.setdefault(next((name for name, a, b in phases if a <= at <= b), "between phases"), []).append(
+                acted[t] - at
+            )
+    phase_delays = {
+        name: {"ticks": len(d), "p99_ms": percentile(d, 99), "max_ms": max(d)} for name, d in by_phase.items()
+    }
     return {"trial": trial_id, "ticks": len(bobs), "timeouts": sum(1 for s in bobs if s.timed_out), "timeouts_during": dict(timeouts_during),
             "actions": page["actions"], "round_trips": len(page["trips"]), "p50_ms": percentile(page["trips"], 50), "p99_ms": percentile(page["trips"], 99),
             "observation_to_action_p50_ms": percentile(delays, 50), "observation_to_action_p99_ms": percentile(delays, 99),
@@ -1363,7 +1693,9 @@ async def honest_figures(bus: KafkaBus, trial_id: str, page: dict[str, Any], tic
 
 
 async def flood_records(bus: KafkaBus, trial_id: str) -> int:
-    return sum([1 async for r in trial_records(bus, trial_id) if r.header("kind") == "message" and r.header("sender") == "bob"])
+    return sum(
+        [1 async for r in trial_records(bus, trial_id) if r.header("kind") == "message" and r.header("sender") == "bob"]
+    )
 
 
 # --- main -------------------------------------------------------------------------------------------------
@@ -1381,8 +1713,12 @@ async def run(args: argparse.Namespace, settings: Settings, folder: Path) -> Rep
     report.limits_advertised = all(k in advertised for k in ASSUMED_LIMITS)
     report.limits = {k: advertised.get(k, v) for k, v in ASSUMED_LIMITS.items()}
     with contextlib.suppress(Exception):
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "services", "trialog"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "services", "trialog"], capture_output=True, text=True, cwd=ROOT
+        ).stdout.strip()
         report.commit = head + (" + uncommitted changes" if dirty else "")
     t0 = time.monotonic()
     bus = KafkaBus(settings)
@@ -1401,8 +1737,14 @@ async def run(args: argparse.Namespace, settings: Settings, folder: Path) -> Rep
                 os.nice(10)
             rss.start()
             report.rss_mb["before"] = round(rss.now() / 1024, 1)
-            print(f"  set up: honest trial {attack.trials.honest} ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
-            phases: list[tuple[str, int, int]] = []  # (phase, from, to): wall-clock ms, to place the honest seat's timeouts
+            print(
+                f"  set up: honest trial {attack.trials.honest} ({time.monotonic() - t0:.0f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+            phases: list[
+                tuple[str, int, int]
+            ] = []  # (phase, from, to): wall-clock ms, to place the honest seat's timeouts
 
             async def phase(name: str, work: Awaitable) -> None:
                 start = int(time.time() * 1000)
@@ -1413,8 +1755,15 @@ async def run(args: argparse.Namespace, settings: Settings, folder: Path) -> Rep
                     print(f"  {name} done ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
 
             try:
-                await phase("the honest seat alone", asyncio.sleep(5 if args.short else 15))  # the baseline: no attack yet
-                await phase("single attacks", asyncio.gather(attack.http_attacks(), attack.handshake_attacks(), attack.seat_attacks(), attack.judge_attacks()))
+                await phase(
+                    "the honest seat alone", asyncio.sleep(5 if args.short else 15)
+                )  # the baseline: no attack yet
+                await phase(
+                    "single attacks",
+                    asyncio.gather(
+                        attack.http_attacks(), attack.handshake_attacks(), attack.seat_attacks(), attack.judge_attacks()
+                    ),
+                )
                 await phase("crowd of seat sockets", attack.crowd_of_seats())
                 await phase("crowd of watchers", attack.crowd_of_watchers())
                 await phase("flood", attack.flood())
@@ -1430,22 +1779,36 @@ async def run(args: argparse.Namespace, settings: Settings, folder: Path) -> Rep
             for tid in [attack.trials.honest, *attack.trials.attacked()]:
                 with contextlib.suppress(Exception):
                     await ctl.wait_ended(tid, timeout=30)
-        report.exited = [f"service {name} exited with code {p.returncode}" for name, p in procs.items() if p.poll() is not None]
+        report.exited = [
+            f"service {name} exited with code {p.returncode}" for name, p in procs.items() if p.poll() is not None
+        ]
     report.tracebacks = tracebacks(folder / "gateway.log", phases, report.attempts)
     with open(folder / "attempts.jsonl", "w") as out:
         for attempt in report.attempts:
             out.write(json.dumps(dict(zip(("ms", "kind", "verdict", "label", "detail"), attempt))) + "\n")
     async with bus:
         letters = await fuzz_letters(bus, settle_s=3.0, max_wait_s=30.0)
-        refused = {(letter.key, letter.offset) for letter in letters if letter.topic == settings.topic(EVENTS) and letter.headers.get("kind") == b"action"}
+        refused = {
+            (letter.key, letter.offset)
+            for letter in letters
+            if letter.topic == settings.topic(EVENTS) and letter.headers.get("kind") == b"action"
+        }
         for tid in attack.trials.attacked():
-            await check_trial(bus, tid, {offset for key, offset in refused if key == tid.encode()}, attack.markers, report)
-        report.honest = await honest_figures(bus, attack.trials.honest, page, yaml.safe_load(SPEC.read_text())["trial"]["tick_interval_ms"], phases)
+            await check_trial(
+                bus, tid, {offset for key, offset in refused if key == tid.encode()}, attack.markers, report
+            )
+        report.honest = await honest_figures(
+            bus, attack.trials.honest, page, yaml.safe_load(SPEC.read_text())["trial"]["tick_interval_ms"], phases
+        )
         records = await flood_records(bus, attack.trials.flood)
     report.flood["records"] = records
     outcome = attack.flood_outcome
     if records > report.flood["bound"]:
-        outcome = Outcome(APPLIED, outcome.label, f"{records} message records in the log, over the rate's bound of {report.flood['bound']}")
+        outcome = Outcome(
+            APPLIED,
+            outcome.label,
+            f"{records} message records in the log, over the rate's bound of {report.flood['bound']}",
+        )
     report.record(f"flood: {args.flood} messages from one seat", outcome)
     report.seconds = round(time.monotonic() - t0, 1)
     return report
@@ -1455,10 +1818,19 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--short", action="store_true", help="2 tries of each kind (CI's run, about 2 minutes); default 5")
     p.add_argument("--flood", type=int, default=20_000, help="messages in the flood (default 20000)")
-    p.add_argument("--answer-within", type=float, default=5.0, help="seconds an answer may take before an attempt counts as unanswered (default 5)")
+    p.add_argument(
+        "--answer-within",
+        type=float,
+        default=5.0,
+        help="seconds an answer may take before an attempt counts as unanswered (default 5)",
+    )
     p.add_argument("--port", type=int, default=0, help="the gateway's port (default: a free one)")
     p.add_argument("--bootstrap-servers", default=os.environ.get("TRIALOG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
-    p.add_argument("--topic-prefix", default=f"gwfuzz-{uuid.uuid4().hex[:8]}.", help="its own topics (deleted at the end); default a fresh one")
+    p.add_argument(
+        "--topic-prefix",
+        default=f"gwfuzz-{uuid.uuid4().hex[:8]}.",
+        help="its own topics (deleted at the end); default a fresh one",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--log-dir", help="where the services' logs go (default: a temporary folder, kept)")
     p.add_argument("--keep-topics", action="store_true", help="keep the run's topics (to read its trials afterwards)")
@@ -1473,7 +1845,11 @@ def main(argv: list[str] | None = None) -> int:
                               "gateway_url": f"http://127.0.0.1:{port}"}, environ={})  # fmt: skip
     folder = Path(args.log_dir or tempfile.mkdtemp(prefix="trialog-gwfuzz-"))
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"gateway fuzz ({'short' if args.short else 'long'}; topics {settings.topic_prefix}*, logs in {folder})", file=sys.stderr, flush=True)
+    print(
+        f"gateway fuzz ({'short' if args.short else 'long'}; topics {settings.topic_prefix}*, logs in {folder})",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         report = asyncio.run(run(args, settings, folder))
     finally:

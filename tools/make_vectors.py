@@ -667,7 +667,9 @@ def _fingerprint_of(store: SchemaStore, path: Path) -> bytes:
     return store.register(json.loads(path.read_text()), reader=False).fingerprint
 
 
-def _evolution_entry(name: str, writer: Schema, reader: Schema, data: bytes, written: Any, expected: Any) -> dict[str, Any]:
+def _evolution_entry(
+    name: str, writer: Schema, reader: Schema, data: bytes, written: Any, expected: Any
+) -> dict[str, Any]:
     """A vector written with ``writer`` that must read as ``expected`` through ``reader``."""
     entry = _entry(name, writer, data, expected)
     entry["written"] = to_json(writer.parsed, written, writer.parsed["__named_schemas"])

@@ -106,8 +106,15 @@ class ActorSession(Protocol):
     def act(self, action: Any) -> None:
         """Answer the latest observation."""
 
-    def reward(self, receiver: str, value: float, *, tick: int | None = None,
-               confidence: float = 1.0, user_data: Mapping[str, Any] | None = None) -> None:
+    def reward(
+        self,
+        receiver: str,
+        value: float,
+        *,
+        tick: int | None = None,
+        confidence: float = 1.0,
+        user_data: Mapping[str, Any] | None = None,
+    ) -> None:
         """Reward other actors (``name``, ``*`` or ``class.*``: a wildcard leaves this actor
         out) for ``tick`` (default: current). Raises :class:`trialog.errors.TrialError` for a
         reward that could not count (docs/protocol.md, "What counts"): value or confidence

@@ -58,9 +58,16 @@ def quix_connection(settings: Settings):
     """Quix Streams' connection config from Trialog's settings (SASL/TLS included)."""
     from quixstreams.kafka.configuration import ConnectionConfig
 
-    options: dict[str, Any] = {"bootstrap_servers": settings.bootstrap_servers, "security_protocol": settings.security_protocol}
+    options: dict[str, Any] = {
+        "bootstrap_servers": settings.bootstrap_servers,
+        "security_protocol": settings.security_protocol,
+    }
     if settings.security_protocol.startswith("SASL"):
-        options.update(sasl_mechanism=settings.sasl_mechanism, sasl_username=settings.sasl_username, sasl_password=settings.sasl_password)
+        options.update(
+            sasl_mechanism=settings.sasl_mechanism,
+            sasl_username=settings.sasl_username,
+            sasl_password=settings.sasl_password,
+        )
     if settings.security_protocol in ("SSL", "SASL_SSL"):
         options.update(
             {k: v for k, v in (("ssl_ca_location", settings.ssl_cafile), ("ssl_certificate_location", settings.ssl_certfile),
@@ -108,7 +115,9 @@ def _event_deserializer_class() -> type:
         analytics job only reads.
         """
 
-        def __init__(self, kinds: set[str] | frozenset[str] | None = None, store: SchemaStore | None = None, trust=None):
+        def __init__(
+            self, kinds: set[str] | frozenset[str] | None = None, store: SchemaStore | None = None, trust=None
+        ):
             if IgnoreMessage is None:
                 raise TrialogError("stream analytics need Quix Streams: pip install 'trialog[analytics]'")
             unknown = set(kinds or ()) - set(BY_KIND)

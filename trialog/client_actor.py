@@ -84,7 +84,14 @@ class _Emitter:
 
 @contextlib.asynccontextmanager
 async def join(
-    bus: Bus, trial_id: str, actor: str, *, timeout: float = 60, token: str | None = None, holder: str | None = None, takeover: bool = False
+    bus: Bus,
+    trial_id: str,
+    actor: str,
+    *,
+    timeout: float = 60,
+    token: str | None = None,
+    holder: str | None = None,
+    takeover: bool = False,
 ) -> AsyncIterator[Session]:
     """Join ``trial_id`` as ``actor``; raises :class:`TrialError` if the trial does not
     appear within ``timeout`` seconds, has no such client actor, or its seat is held
@@ -93,7 +100,9 @@ async def join(
     if token is not None:
         claims = read_join_token(token)
         if (claims.trial_id, claims.actor) != (trial_id, actor):
-            raise TrialError(f"this join token is for seat {claims.actor} of trial {claims.trial_id}", trial_id=trial_id)
+            raise TrialError(
+                f"this join token is for seat {claims.actor} of trial {claims.trial_id}", trial_id=trial_id
+            )
         seat_key = claims.seat_key
         try:
             bus.trust  # noqa: B018  (a keyring, if this process has one)
@@ -121,13 +130,17 @@ async def join(
         session = Session(emitter, info, me, class_schemas(bus.store, resolved)[me.actor_class])
         emitter.emit(ActorJoined(trial_id, actor=actor, implementation=spec.implementation))
         admitted: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-        reader = asyncio.create_task(_read(bus, consumer, session, seat, admitted, rest, started=isinstance(resolved, TrialStarted)))
+        reader = asyncio.create_task(
+            _read(bus, consumer, session, seat, admitted, rest, started=isinstance(resolved, TrialStarted))
+        )
         refusal = await asyncio.wait_for(asyncio.shield(admitted), timeout)
         if refusal is not None:
             raise TrialError(refusal, trial_id=trial_id, reason="seat_held")
         yield session
     except TimeoutError:
-        raise TrialError(f"trial {trial_id} did not appear (or did not admit {actor}) within {timeout:.0f} s", trial_id=trial_id) from None
+        raise TrialError(
+            f"trial {trial_id} did not appear (or did not admit {actor}) within {timeout:.0f} s", trial_id=trial_id
+        ) from None
     finally:
         if reader is not None:
             reader.cancel()
@@ -154,7 +167,9 @@ async def _find_trial(bus: Bus, consumer, trial_id: str) -> tuple[ResolvedTrial,
                 return resolved, records[i + 1 :]
 
 
-async def _read(bus: Bus, consumer, session: Session, seat: Seat, admitted: asyncio.Future, first: list, *, started: bool) -> None:
+async def _read(
+    bus: Bus, consumer, session: Session, seat: Seat, admitted: asyncio.Future, first: list, *, started: bool
+) -> None:
     """Feed the session the events addressed to its actor, in log order, until the end;
     settle ``admitted`` when this holder's join is read back (None, or why it was refused)."""
     name, actor_class = session.actor.name, session.actor.actor_class
@@ -184,9 +199,23 @@ async def _read(bus: Bus, consumer, session: Session, seat: Seat, admitted: asyn
                     session.push(ObservationEvent(event.tick, value, event.terminated, event.truncated, event.final))
                 # What the orchestrator dead-letters is not delivered (the rules of trialog.protocol.owners),
                 # and nothing reaches its own sender (trialog.protocol.trial.reaches).
-                case Reward() if reaches(event.receiver, event.sender, name, actor_class) and reward_problem(event, latest, classes) is None:
-                    session.push(RewardEvent(event.tick, event.value, event.confidence, event.sender, loads(event.user_data) if event.user_data else None))
-                case Message() if any(reaches(r, event.sender, name, actor_class) for r in event.receivers) and message_problem(event, latest, classes) is None:
+                case Reward() if (
+                    reaches(event.receiver, event.sender, name, actor_class)
+                    and reward_problem(event, latest, classes) is None
+                ):
+                    session.push(
+                        RewardEvent(
+                            event.tick,
+                            event.value,
+                            event.confidence,
+                            event.sender,
+                            loads(event.user_data) if event.user_data else None,
+                        )
+                    )
+                case Message() if (
+                    any(reaches(r, event.sender, name, actor_class) for r in event.receivers)
+                    and message_problem(event, latest, classes) is None
+                ):
                     session.push(MessageEvent(event.tick, event.sender, loads(event.payload)))
                 case TrialStarted():
                     latest = max(latest, 0)

@@ -126,7 +126,9 @@ class Controller:
         if problem:
             raise TrialError(f"cannot start a trial: {problem}", trial_id=trial_id, reason=problem)
         if max_ticks is not None and max_ticks < 1:
-            raise TrialError(f"max_ticks must be at least 1, got {max_ticks}", trial_id=trial_id, reason="invalid max_ticks")
+            raise TrialError(
+                f"max_ticks must be at least 1, got {max_ticks}", trial_id=trial_id, reason="invalid max_ticks"
+            )
         self._watch(trial_id)
         self._rewards[trial_id] = defaultdict(dict)
         await self.bus.publish(
@@ -152,7 +154,9 @@ class Controller:
         """One join link per client actor (``Spec.seats`` names them), for the gateway at the
         ``gateway_url`` setting. Pure: call it right after :meth:`start_trial`, before
         waiting — the trial waits for these people to join."""
-        return {actor: join_link(self.bus.settings.gateway_url, self.bus.trust.keyring, trial_id, actor) for actor in actors}
+        return {
+            actor: join_link(self.bus.settings.gateway_url, self.bus.trust.keyring, trial_id, actor) for actor in actors
+        }
 
     async def terminate(self, trial_id: str, *, hard: bool = False, reason: str = "") -> None:
         """Soft: the trial ends at its next tick boundary. Hard: now."""
@@ -175,7 +179,15 @@ class Controller:
             raise TrialError(f"cannot send this reward: {problem}", trial_id=trial_id, reason="invalid_reward")
         await self.bus.publish(EVENTS, reward)
 
-    async def send_message(self, trial_id: str, receivers: Sequence[str], payload: Mapping[str, Any], *, tick: int = 0, sender: str | None = None) -> None:
+    async def send_message(
+        self,
+        trial_id: str,
+        receivers: Sequence[str],
+        payload: Mapping[str, Any],
+        *,
+        tick: int = 0,
+        sender: str | None = None,
+    ) -> None:
         await self.bus.publish(
             EVENTS,
             Message(trial_id, tick=tick, sender=sender or self.name, receivers=tuple(receivers),
@@ -185,7 +197,10 @@ class Controller:
     async def change_parameters(self, trial_id: str, parameters: Mapping[str, Any], *, tick: int = 0) -> None:
         """Parameters take effect before the environment's update of ``tick`` (or its next
         update, if that tick is past). Logged, so replay reproduces the change."""
-        await self.bus.publish(EVENTS, ParametersChanged(trial_id, tick=tick, sender=self.name, parameters=orjson.dumps(parameters).decode()))
+        await self.bus.publish(
+            EVENTS,
+            ParametersChanged(trial_id, tick=tick, sender=self.name, parameters=orjson.dumps(parameters).decode()),
+        )
 
     # --- answers ------------------------------------------------------------------------------
     def _watch(self, trial_id: str) -> _Watch:
@@ -269,7 +284,9 @@ class Controller:
                 r = self.bus.codec.decode(record.value, kind)
             except Exception:
                 return
-            if reward_problem(r, self._last_tick.get(record.trial_id, 0), self._actors.get(record.trial_id)) is None:  # counted as the datalog counts it
+            if (
+                reward_problem(r, self._last_tick.get(record.trial_id, 0), self._actors.get(record.trial_id)) is None
+            ):  # counted as the datalog counts it
                 self._rewards[record.trial_id][(r.receiver, r.tick)][r.sender] = r  # a later one from a sender corrects
             return
         if kind not in LIFECYCLE or self.bus.refusal(record) is not None:
@@ -289,14 +306,22 @@ class Controller:
             self._actors[event.trial_id] = {a.name: a.actor_class for a in event.actors}
             w.started.set_result(event)
         elif isinstance(event, TrialRejected):
-            error = TrialError(f"trial {event.trial_id} rejected: {event.reason}", trial_id=event.trial_id, reason=event.reason)
+            error = TrialError(
+                f"trial {event.trial_id} rejected: {event.reason}", trial_id=event.trial_id, reason=event.reason
+            )
             for f in (w.started, w.ended):
                 if not f.done():
                     f.set_exception(error)
                     f.exception()  # mark retrieved: a caller may wait on only one of them
         elif isinstance(event, TrialEnded):
             if not w.started.done():
-                w.started.set_exception(TrialError(f"trial {event.trial_id} ended before it started: {event.reason}", trial_id=event.trial_id, reason=event.reason))
+                w.started.set_exception(
+                    TrialError(
+                        f"trial {event.trial_id} ended before it started: {event.reason}",
+                        trial_id=event.trial_id,
+                        reason=event.reason,
+                    )
+                )
                 w.started.exception()
             if not w.ended.done():
                 w.ended.set_result(event)

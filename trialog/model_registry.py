@@ -74,7 +74,9 @@ class ModelVersion:
                 raise TrialogError(f"model {self.model} v{self.version}: cannot read weights at {path}: {exc.strerror} "
                                    "(is the model_store folder shared with this service?)") from exc  # fmt: skip
         if hashlib.sha256(data).hexdigest() != self.sha256:
-            raise TrialogError(f"model {self.model} v{self.version}: weights do not match their SHA-256 (corrupt or replaced)")
+            raise TrialogError(
+                f"model {self.model} v{self.version}: weights do not match their SHA-256 (corrupt or replaced)"
+            )
         return from_safetensors(data)
 
 

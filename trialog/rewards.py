@@ -120,8 +120,15 @@ class CoGridReward(RewardComponent):
     broadcast, so that coefficient and ``common`` stay Trialog's.
     """
 
-    def __init__(self, reward: type | str, *, coefficient: float = 1.0, common: bool = False,
-                 name: str | None = None, **reward_kwargs: Any) -> None:
+    def __init__(
+        self,
+        reward: type | str,
+        *,
+        coefficient: float = 1.0,
+        common: bool = False,
+        name: str | None = None,
+        **reward_kwargs: Any,
+    ) -> None:
         cls = load_entry(reward, what="CoGrid reward") if isinstance(reward, str) else reward
         super().__init__(coefficient=coefficient, common=common, name=name or _snake(cls.__name__))
         self.reward = cls(coefficient=1.0, common_reward=False, **reward_kwargs)
@@ -164,10 +171,14 @@ _SHORT_NAMES: dict[str, tuple[type[RewardComponent], str | None]] = {
 def component_from_config(entry: Mapping[str, Any], *, path: str = "rewards") -> RewardComponent:
     """Build one component from its config entry (see the module docstring)."""
     if not isinstance(entry, Mapping) or "component" not in entry:
-        raise SpecError(f"each reward needs at least {{component: <short name or module:Class>}}, got {entry!r}", path=path)
+        raise SpecError(
+            f"each reward needs at least {{component: <short name or module:Class>}}, got {entry!r}", path=path
+        )
     unknown = set(entry) - {"component", "coefficient", "common", "name", "kwargs"}
     if unknown:
-        raise SpecError(f"unknown keys {sorted(unknown)}; a reward has component, coefficient, common, name, kwargs", path=path)
+        raise SpecError(
+            f"unknown keys {sorted(unknown)}; a reward has component, coefficient, common, name, kwargs", path=path
+        )
     ref = entry["component"]
     options = {
         "coefficient": float(entry.get("coefficient", 1.0)),
@@ -179,7 +190,9 @@ def component_from_config(entry: Mapping[str, Any], *, path: str = "rewards") ->
         cls, cogrid = _SHORT_NAMES[ref]
         return cls(cogrid, **options, **kwargs) if cogrid else cls(**options, **kwargs)
     if ":" not in str(ref):
-        raise SpecError(f"unknown reward component {ref!r}; short names: {', '.join(_SHORT_NAMES)}, or 'module:Class'", path=path)
+        raise SpecError(
+            f"unknown reward component {ref!r}; short names: {', '.join(_SHORT_NAMES)}, or 'module:Class'", path=path
+        )
     cls = load_entry(ref, what="reward component")
     if isinstance(cls, type) and issubclass(cls, RewardComponent):
         return cls(**options, **kwargs)
@@ -214,7 +227,9 @@ class RewardSet:
         by_name = {c.name: c for c in self.components}
         unknown = sorted(set(coefficients) - set(by_name))
         if unknown:
-            raise TrialError(f"reward_coefficients names unknown components {unknown}; this trial has {sorted(by_name)}")
+            raise TrialError(
+                f"reward_coefficients names unknown components {unknown}; this trial has {sorted(by_name)}"
+            )
         for name, value in coefficients.items():
             by_name[name].coefficient = float(value)
 
@@ -228,7 +243,9 @@ class RewardSet:
         for component, prev_state, state in zip(self.components, before, after, strict=True):
             raw = np.asarray(component.compute(prev_state, actions, state), dtype=np.float32)
             if raw.shape != (len(self.actors),):
-                raise TrialError(f"reward component {component.name!r} returned shape {raw.shape}, expected ({len(self.actors)},)")
+                raise TrialError(
+                    f"reward component {component.name!r} returned shape {raw.shape}, expected ({len(self.actors)},)"
+                )
             if component.common:
                 raw = np.full(len(self.actors), raw.sum(), dtype=np.float32)
             out[component.name] = raw
@@ -244,7 +261,8 @@ class RewardSet:
                 continue
             out.append(RewardOut(actor, sum(c.coefficient * v for c, v in parts), 1.0, TOTAL))
             out.extend(
-                RewardOut(actor, c.coefficient * v, 0.0, c.name, {"raw": v, "coefficient": c.coefficient}) for c, v in parts
+                RewardOut(actor, c.coefficient * v, 0.0, c.name, {"raw": v, "coefficient": c.coefficient})
+                for c, v in parts
             )
         return out
 

@@ -38,9 +38,12 @@ def _setting(default: Any, help: str, *, secret: bool = False, choices: tuple[st
 @dataclass(frozen=True)
 class Settings:
     bootstrap_servers: str = _setting("127.0.0.1:9092", "Kafka bootstrap servers, comma-separated host:port.")
-    topic_prefix: str = _setting("trialog.", "Prefix of every topic and consumer group, so deployments can share a cluster.")
+    topic_prefix: str = _setting(
+        "trialog.", "Prefix of every topic and consumer group, so deployments can share a cluster."
+    )
     partitions: int = _setting(
-        4, "Partitions of control and events (always equal: I-2); bounds how many instances of one service share the work."
+        4,
+        "Partitions of control and events (always equal: I-2); bounds how many instances of one service share the work.",
     )
     replication_factor: int = _setting(1, "Replication factor of the topics Trialog creates.")
     events_retention_ms: int = _setting(-1, "Retention of the events topic (the datalog); -1 keeps everything.")
@@ -49,7 +52,9 @@ class Settings:
     sasl_mechanism: str = _setting("PLAIN", "SASL mechanism when the protocol is SASL_*.", choices=SASL_MECHANISMS)
     sasl_username: str = _setting("", "SASL user name.")
     sasl_password: str = _setting(
-        "", "SASL password: prefer TRIALOG_SASL_PASSWORD or sasl_password_file (a flag shows in the process list).", secret=True
+        "",
+        "SASL password: prefer TRIALOG_SASL_PASSWORD or sasl_password_file (a flag shows in the process list).",
+        secret=True,
     )
     sasl_password_file: str = _setting("", "File holding the SASL password (e.g. a mounted Secret), read at start.")
     ssl_cafile: str = _setting("", "CA bundle (PEM) to verify the brokers, for SSL/SASL_SSL.")
@@ -57,10 +62,12 @@ class Settings:
     ssl_keyfile: str = _setting("", "Client private key (PEM) for mutual TLS.")
     spec: str = _setting("", "Spec YAML file(s) a service serves (the orchestrator takes several, comma-separated).")
     model_store: str = _setting(
-        "", "Folder (shared by learners and actor services) for model weights too large to travel inline on the models topic."
+        "",
+        "Folder (shared by learners and actor services) for model weights too large to travel inline on the models topic.",
     )
     gateway_url: str = _setting(
-        "http://127.0.0.1:8000", "Where people reach the web gateway: join links start with it (the gateway writes them too)."
+        "http://127.0.0.1:8000",
+        "Where people reach the web gateway: join links start with it (the gateway writes them too).",
     )
     keyring: str = _setting(
         "",
@@ -79,7 +86,10 @@ class Settings:
 
     def kafka_client_options(self) -> dict[str, Any]:
         """Keyword arguments common to aiokafka producers, consumers and admin clients."""
-        options: dict[str, Any] = {"bootstrap_servers": self.bootstrap_servers, "security_protocol": self.security_protocol}
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "security_protocol": self.security_protocol,
+        }
         if self.security_protocol.startswith("SASL"):
             options.update(
                 sasl_mechanism=self.sasl_mechanism,
@@ -131,7 +141,9 @@ class Settings:
             try:
                 values["sasl_password"] = Path(values["sasl_password_file"]).read_text().strip()
             except OSError as exc:
-                raise SettingsError(f"cannot read sasl_password_file {values['sasl_password_file']}: {exc.strerror}") from exc
+                raise SettingsError(
+                    f"cannot read sasl_password_file {values['sasl_password_file']}: {exc.strerror}"
+                ) from exc
         settings = cls(**values)
         settings._validate()
         return settings
@@ -146,7 +158,9 @@ class Settings:
         if self.partitions < 1 or self.replication_factor < 1:
             raise SettingsError("partitions and replication_factor must be at least 1")
         if self.security_protocol.startswith("SASL") and not self.sasl_username:
-            raise SettingsError(f"security_protocol {self.security_protocol} needs sasl_username (TRIALOG_SASL_USERNAME)")
+            raise SettingsError(
+                f"security_protocol {self.security_protocol} needs sasl_username (TRIALOG_SASL_USERNAME)"
+            )
         for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
             path = getattr(self, name)
             if path and not Path(path).is_file():

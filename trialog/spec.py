@@ -170,7 +170,7 @@ def _moved(module_name: str) -> str | None:
     name = module_name.removeprefix("trialog.") if module_name.startswith("trialog.services.") else module_name
     for old in sorted(_MOVED, key=len, reverse=True):
         if name == old or name.startswith(old + "."):
-            new = _MOVED[old] + name[len(old):]
+            new = _MOVED[old] + name[len(old) :]
             return new if new != module_name else None
     return None
 
@@ -215,7 +215,10 @@ class SpecReader:
     def keys(self, value: dict[str, Any], path: str, allowed: set[str], required: set[str] = frozenset()) -> None:
         unknown = sorted(set(value) - allowed)
         if unknown:
-            raise self.fail(f"{path}.{unknown[0]}" if path else unknown[0], f"unknown key; allowed here: {', '.join(sorted(allowed))}")
+            raise self.fail(
+                f"{path}.{unknown[0]}" if path else unknown[0],
+                f"unknown key; allowed here: {', '.join(sorted(allowed))}",
+            )
         for key in sorted(required):
             if key not in value:
                 raise self.fail(f"{path}.{key}" if path else key, "required key is missing")
@@ -256,11 +259,18 @@ def load_spec(path: str | Path, store: SchemaStore | None = None) -> Spec:
     return parse_spec(raw, file=file, base_dir=path.parent, store=store)
 
 
-def parse_spec(raw: Any, *, file: str = "<spec>", base_dir: Path | None = None, store: SchemaStore | None = None) -> Spec:
+def parse_spec(
+    raw: Any, *, file: str = "<spec>", base_dir: Path | None = None, store: SchemaStore | None = None
+) -> Spec:
     store = store or SchemaStore.with_builtin()
     r = SpecReader(file)
     top = r.mapping(raw, "(top level)")
-    r.keys(top, "", {"name", "actor_classes", "environments", "actors", "trial"}, {"name", "actor_classes", "environments", "actors", "trial"})
+    r.keys(
+        top,
+        "",
+        {"name", "actor_classes", "environments", "actors", "trial"},
+        {"name", "actor_classes", "environments", "actors", "trial"},
+    )
     name = r.string(top["name"], "name")
 
     environments = {
@@ -269,7 +279,10 @@ def parse_spec(raw: Any, *, file: str = "<spec>", base_dir: Path | None = None, 
     }
     if not environments:
         raise r.fail("environments", "declare at least one environment implementation")
-    actors = {key: _implementation(r, key, value, f"actors.{key}", allow_client=True) for key, value in r.mapping(top["actors"], "actors").items()}
+    actors = {
+        key: _implementation(r, key, value, f"actors.{key}", allow_client=True)
+        for key, value in r.mapping(top["actors"], "actors").items()
+    }
     if not actors:
         raise r.fail("actors", "declare at least one actor implementation")
 
@@ -284,10 +297,16 @@ def parse_spec(raw: Any, *, file: str = "<spec>", base_dir: Path | None = None, 
     }
     for i, actor in enumerate(trial.actors):
         if actor.actor_class not in actor_classes:
-            raise r.fail(f"trial.actors[{i}].class", f"unknown actor class {actor.actor_class!r}; declared: {', '.join(actor_classes)}")
+            raise r.fail(
+                f"trial.actors[{i}].class",
+                f"unknown actor class {actor.actor_class!r}; declared: {', '.join(actor_classes)}",
+            )
         impl = actors[actor.implementation]
         if impl.classes and actor.actor_class not in impl.classes:
-            raise r.fail(f"trial.actors[{i}].implementation", f"{actor.implementation!r} does not play class {actor.actor_class!r}")
+            raise r.fail(
+                f"trial.actors[{i}].implementation",
+                f"{actor.implementation!r} does not play class {actor.actor_class!r}",
+            )
     return Spec(name, file, actor_classes, environments, actors, trial)
 
 
@@ -298,11 +317,19 @@ def _implementation(r: SpecReader, name: str, value: Any, path: str, *, allow_cl
     client = _flag(r, v, "client", path)
     external = _flag(r, v, "external", path)
     if external and client:
-        raise r.fail(f"{path}.external", "an implementation is either a client (joins a seat) or external (a service of its own), not both")
+        raise r.fail(
+            f"{path}.external",
+            "an implementation is either a client (joins a seat) or external (a service of its own), not both",
+        )
     if external and "entry" in v:
-        raise r.fail(f"{path}.entry", "an external implementation has no entry: its own process serves it (see docs/protocol.md)")
+        raise r.fail(
+            f"{path}.entry", "an external implementation has no entry: its own process serves it (see docs/protocol.md)"
+        )
     if not (client or external) and "entry" not in v:
-        raise r.fail(f"{path}.entry", "required key is missing (an import path like 'package.module:Name', or 'external: true' for a service in another process)")
+        raise r.fail(
+            f"{path}.entry",
+            "required key is missing (an import path like 'package.module:Name', or 'external: true' for a service in another process)",
+        )
     entry = r.string(v["entry"], f"{path}.entry") if "entry" in v else ""
     if entry and ":" not in entry:
         raise r.fail(f"{path}.entry", f"{entry!r} must look like 'package.module:Name'")
@@ -331,7 +358,9 @@ def _trial_defaults(r: SpecReader, v: dict[str, Any], environments, actors) -> T
     r.keys(v, "trial", allowed, {"environment", "actors"})
     env = r.string(v["environment"], "trial.environment")
     if env not in environments:
-        raise r.fail("trial.environment", f"unknown environment implementation {env!r}; declared: {', '.join(environments)}")
+        raise r.fail(
+            "trial.environment", f"unknown environment implementation {env!r}; declared: {', '.join(environments)}"
+        )
     actor_list = parse_actor_list(r, v["actors"], "trial.actors", actors)
     policy = v.get("timeout_policy", "default_action")
     if policy not in TIMEOUT_POLICIES:
@@ -347,8 +376,12 @@ def _trial_defaults(r: SpecReader, v: dict[str, Any], environments, actors) -> T
         seed=r.integer(v.get("seed"), "trial.seed", optional=True),
         response_timeout_ms=r.integer(v.get("response_timeout_ms", 10_000), "trial.response_timeout_ms", minimum=1),
         timeout_policy=policy,
-        inactivity_timeout_ms=r.integer(v.get("inactivity_timeout_ms", 60_000), "trial.inactivity_timeout_ms", optional=True, minimum=1),
-        wall_clock_limit_ms=r.integer(v.get("wall_clock_limit_ms"), "trial.wall_clock_limit_ms", optional=True, minimum=1),
+        inactivity_timeout_ms=r.integer(
+            v.get("inactivity_timeout_ms", 60_000), "trial.inactivity_timeout_ms", optional=True, minimum=1
+        ),
+        wall_clock_limit_ms=r.integer(
+            v.get("wall_clock_limit_ms"), "trial.wall_clock_limit_ms", optional=True, minimum=1
+        ),
         join_timeout_ms=r.integer(v.get("join_timeout_ms", 60_000), "trial.join_timeout_ms", minimum=1),
         tick_interval_ms=r.integer(v.get("tick_interval_ms"), "trial.tick_interval_ms", optional=True, minimum=1),
         parameters=r.mapping(v.get("parameters"), "trial.parameters", required=False),
@@ -378,7 +411,14 @@ def parse_actor_list(
         impl = r.string(a["implementation"], f"{p}.implementation")
         if impl not in actors:
             raise r.fail(f"{p}.implementation", f"unknown actor implementation {impl!r}; declared: {', '.join(actors)}")
-        out.append(ActorDefault(name, r.string(a["class"], f"{p}.class"), impl, r.mapping(a.get("config"), f"{p}.config", required=False)))
+        out.append(
+            ActorDefault(
+                name,
+                r.string(a["class"], f"{p}.class"),
+                impl,
+                r.mapping(a.get("config"), f"{p}.config", required=False),
+            )
+        )
     return tuple(out)
 
 
@@ -415,7 +455,9 @@ def _actor_class(r, name, value, path, base_dir, store, env_impl: Implementation
 
 def _describe(r: SpecReader, path: str, impl: Implementation, env_config, actor_class: str) -> Mapping[str, Any]:
     if impl.external:
-        raise r.fail(path, f"'auto' needs the environment's code, but {impl.name!r} is external: write the schema in the spec")
+        raise r.fail(
+            path, f"'auto' needs the environment's code, but {impl.name!r} is external: write the schema in the spec"
+        )
     try:
         cls = load_entry(impl.entry, what=f"environment {impl.name}")
     except SpecError as exc:

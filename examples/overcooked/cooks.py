@@ -82,8 +82,8 @@ class Kitchen:
         global_size = len(cls.MASKS) * cls.GRID[0] * cls.GRID[1]
         n = cls._cooks(len(obs) - global_size)
         block = cls._block_size(n)
-        blocks = [cls._agent_block(obs[i * block:(i + 1) * block], n) for i in range(n)]
-        masks = obs[n * block:].reshape(len(cls.MASKS), *cls.GRID) > 0.5
+        blocks = [cls._agent_block(obs[i * block : (i + 1) * block], n) for i in range(n)]
+        masks = obs[n * block :].reshape(len(cls.MASKS), *cls.GRID) > 0.5
         (me, direction, holding, pots) = blocks[0]
         step = STEP_OF_DIRECTION[direction]
         return cls(
@@ -116,7 +116,7 @@ class Kitchen:
         inventory = values[4:9]
         holding = cls.INVENTORY[int(np.argmax(inventory))] if inventory.max() > 0.5 else None
         pots = []
-        for p in values[29:29 + cls.POTS * cls.POT_FEATURES].reshape(cls.POTS, cls.POT_FEATURES):
+        for p in values[29 : 29 + cls.POTS * cls.POT_FEATURES].reshape(cls.POTS, cls.POT_FEATURES):
             reachable, ready, _empty, cooking, _partial, onions = p[:6]
             if reachable > 0.5:  # absent pots are zero padding
                 pots.append(Pot((int(p[10]), int(p[11])), int(onions), bool(cooking > 0.5), bool(ready > 0.5)))

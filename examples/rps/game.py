@@ -13,6 +13,7 @@ from trialog.environment import Environment, Step
 MOVES = ("ROCK", "PAPER", "SCISSORS")
 BEATS = {"ROCK": "SCISSORS", "PAPER": "ROCK", "SCISSORS": "PAPER"}
 
+
 class RockPaperScissors(Environment):
     def start(self):
         names = self.trial.actor_names
@@ -28,8 +29,18 @@ class RockPaperScissors(Environment):
     def _observations(self):
         a, b = self.players
         return {
-            a: {"round": self.round, "my_score": self.score[a], "their_score": self.score[b], "their_last_move": self.last[b]},
-            b: {"round": self.round, "my_score": self.score[b], "their_score": self.score[a], "their_last_move": self.last[a]},
+            a: {
+                "round": self.round,
+                "my_score": self.score[a],
+                "their_score": self.score[b],
+                "their_last_move": self.last[b],
+            },
+            b: {
+                "round": self.round,
+                "my_score": self.score[b],
+                "their_score": self.score[a],
+                "their_last_move": self.last[a],
+            },
         }
 
     def update(self, actions):
@@ -45,4 +56,6 @@ class RockPaperScissors(Environment):
         self.last = {a: move_a, b: move_b}
         self.round += 1
         done = max(self.score.values()) >= self.target
-        return Step(observations=self._observations(), rewards=rewards, terminated=dict.fromkeys(self.players, done), done=done)
+        return Step(
+            observations=self._observations(), rewards=rewards, terminated=dict.fromkeys(self.players, done), done=done
+        )

@@ -12,4 +12,10 @@ def _main():
 
 
 def add(serve) -> None:
-    add_implementation_host(serve, "actors", "Play actor implementations (one consumer group each).", "all but client and external ones", _main)
+    add_implementation_host(
+        serve,
+        "actors",
+        "Play actor implementations (one consumer group each).",
+        "all but client and external ones",
+        _main,
+    )

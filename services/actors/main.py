@@ -25,10 +25,19 @@ def loops_for(bus: Bus, spec: Spec, implementations: Sequence[str] = ()) -> list
         if n not in spec.actors:
             raise SpecError(f"unknown actor implementation {n!r}; declared: {', '.join(spec.actors)}", file=spec.file)
         if spec.actors[n].client:
-            raise SpecError(f"actor implementation {n!r} is a client actor: it joins from outside, no service plays it", file=spec.file)
+            raise SpecError(
+                f"actor implementation {n!r} is a client actor: it joins from outside, no service plays it",
+                file=spec.file,
+            )
         if spec.actors[n].external:
-            raise SpecError(f"actor implementation {n!r} is external: its own process serves it (see docs/protocol.md)", file=spec.file)
-    return [ServiceLoop(bus, ActorHandler(n, spec.actors[n].entry, spec.actors[n].config), group=f"actors.{n}") for n in names]
+            raise SpecError(
+                f"actor implementation {n!r} is external: its own process serves it (see docs/protocol.md)",
+                file=spec.file,
+            )
+    return [
+        ServiceLoop(bus, ActorHandler(n, spec.actors[n].entry, spec.actors[n].config), group=f"actors.{n}")
+        for n in names
+    ]
 
 
 async def main(bus: Bus, spec: Spec, implementations: Sequence[str] = (), health_port: int = 0) -> None:

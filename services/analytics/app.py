@@ -32,7 +32,14 @@ log = get_logger(__name__)
 TRANSACTION_TIMEOUT_MS = 10_000
 
 
-def build(settings: Settings, *, state_dir: str | Path, window: int = 20, guarantee: str = "exactly-once", commit_interval: float = 1.0):
+def build(
+    settings: Settings,
+    *,
+    state_dir: str | Path,
+    window: int = 20,
+    guarantee: str = "exactly-once",
+    commit_interval: float = 1.0,
+):
     """The Quix Application running every shipped job (call ``.run()`` on it)."""
     from quixstreams import Application
     from quixstreams.models.topics import TopicConfig
@@ -53,19 +60,32 @@ def build(settings: Settings, *, state_dir: str | Path, window: int = 20, guaran
         # Like every Trialog service: a dead instance's partitions move after 10 s, not 45.
         consumer_extra_config={"session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000},
     )
-    compacted = TopicConfig(num_partitions=settings.partitions, replication_factor=settings.replication_factor, extra_config={"cleanup.policy": "compact"})
+    compacted = TopicConfig(
+        num_partitions=settings.partitions,
+        replication_factor=settings.replication_factor,
+        extra_config={"cleanup.policy": "compact"},
+    )
     trust = Authenticator(Keyring.load(settings))  # only records written by a key allowed to count
-    events = app.topic(settings.topic(EVENTS), key_deserializer="str", value_deserializer=EventDeserializer(KINDS, trust=trust))
+    events = app.topic(
+        settings.topic(EVENTS), key_deserializer="str", value_deserializer=EventDeserializer(KINDS, trust=trust)
+    )
     trials = app.topic(result_topic(settings, "trials"), key_serializer="str", value_serializer="json",
                        key_deserializer="str", value_deserializer="json", config=compacted)  # fmt: skip
-    outputs = {job: app.topic(result_topic(settings, job), key_serializer="str", value_serializer="json", config=compacted) for job in SUMMARY_JOBS}
+    outputs = {
+        job: app.topic(result_topic(settings, job), key_serializer="str", value_serializer="json", config=compacted)
+        for job in SUMMARY_JOBS
+    }
 
-    per_trial = app.dataframe(events).apply(fold_trial, stateful=True, metadata=True).filter(lambda result: result is not None)
+    per_trial = (
+        app.dataframe(events).apply(fold_trial, stateful=True, metadata=True).filter(lambda result: result is not None)
+    )
     per_trial.to_topic(trials)
 
     per_group = app.dataframe(trials).apply(contributions, expand=True).group_by(group_key, name="groups")
     per_group = per_group.apply(functools.partial(fold_group, window=window), stateful=True)
-    per_group.to_topic(lambda summary, key, timestamp, headers: outputs[summary["job"]], key=lambda summary: summary["key"])
+    per_group.to_topic(
+        lambda summary, key, timestamp, headers: outputs[summary["job"]], key=lambda summary: summary["key"]
+    )
     return app
 
 
@@ -75,7 +95,9 @@ def main(settings: Settings, *, state_dir: str, window: int, guarantee: str, hea
     asyncio.run(_wait_for_events_topic(settings))
     if health_port:
         threading.Thread(target=_serve_health, args=(health_port,), daemon=True, name="health").start()
-    log.info("analytics starting", group=settings.group("analytics"), state_dir=state_dir, guarantee=guarantee, window=window)
+    log.info(
+        "analytics starting", group=settings.group("analytics"), state_dir=state_dir, guarantee=guarantee, window=window
+    )
     app.run()
     log.info("analytics stopped")
 

@@ -148,7 +148,9 @@ def contributions(result: dict) -> list[dict]:
     agents = [result["returns"][a["name"]] for a in result["actors"] if not a["human"]]
     if humans and agents:
         contribution = {"human": sum(humans) / len(humans), "agent": sum(agents) / len(agents)}
-        out.append({"job": "human-vs-agent", "key": result["environment"], "trial": result["trial_id"], "c": contribution})
+        out.append(
+            {"job": "human-vs-agent", "key": result["environment"], "trial": result["trial_id"], "c": contribution}
+        )
     for sender, source in result["reward_sources"].items():
         out.append({"job": "reward-sources", "key": sender, "trial": result["trial_id"], "c": source})
     return out
@@ -216,7 +218,18 @@ def _human_vs_agent(per_trial: dict, window: int) -> dict:
 
 def _reward_source(per_trial: dict, window: int) -> dict:
     total = sum(c["total"] for c in per_trial.values())
-    return {"trials": len(per_trial), "total": total, "count": sum(c["count"] for c in per_trial.values()), "mean_per_trial": total / len(per_trial)}
+    return {
+        "trials": len(per_trial),
+        "total": total,
+        "count": sum(c["count"] for c in per_trial.values()),
+        "mean_per_trial": total / len(per_trial),
+    }
 
 
-SUMMARIES = {"returns-by-pairing": _returns, "returns-by-phase": _returns, "environments": _environment, "human-vs-agent": _human_vs_agent, "reward-sources": _reward_source}
+SUMMARIES = {
+    "returns-by-pairing": _returns,
+    "returns-by-phase": _returns,
+    "environments": _environment,
+    "human-vs-agent": _human_vs_agent,
+    "reward-sources": _reward_source,
+}

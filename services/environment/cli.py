@@ -12,4 +12,10 @@ def _main():
 
 
 def add(serve) -> None:
-    add_implementation_host(serve, "environment", "Host environment implementations (one consumer group each).", "all but external ones", _main)
+    add_implementation_host(
+        serve,
+        "environment",
+        "Host environment implementations (one consumer group each).",
+        "all but external ones",
+        _main,
+    )

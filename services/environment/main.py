@@ -21,11 +21,22 @@ def loops_for(bus: Bus, spec: Spec, implementations: Sequence[str] = ()) -> list
     names = list(implementations) or [n for n, impl in spec.environments.items() if impl.served_here]
     unknown = [n for n in names if n not in spec.environments]
     if unknown:
-        raise SpecError(f"unknown environment implementation(s) {', '.join(unknown)}; declared: {', '.join(spec.environments)}", file=spec.file)
+        raise SpecError(
+            f"unknown environment implementation(s) {', '.join(unknown)}; declared: {', '.join(spec.environments)}",
+            file=spec.file,
+        )
     external = [n for n in names if spec.environments[n].external]
     if external:
-        raise SpecError(f"environment implementation(s) {', '.join(external)} are external: their own process serves them", file=spec.file)
-    return [ServiceLoop(bus, EnvironmentHandler({n: spec.environments[n].entry}, {n: spec.operator_config(n)}), group=f"env.{n}") for n in names]
+        raise SpecError(
+            f"environment implementation(s) {', '.join(external)} are external: their own process serves them",
+            file=spec.file,
+        )
+    return [
+        ServiceLoop(
+            bus, EnvironmentHandler({n: spec.environments[n].entry}, {n: spec.operator_config(n)}), group=f"env.{n}"
+        )
+        for n in names
+    ]
 
 
 async def main(bus: Bus, spec: Spec, implementations: Sequence[str] = (), health_port: int = 0) -> None:

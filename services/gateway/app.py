@@ -44,7 +44,15 @@ STOP_WITHIN_S = 5.0
 class Gateway:
     """What every page and socket of one gateway process shares."""
 
-    def __init__(self, bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0, limits: Limits | None = None):
+    def __init__(
+        self,
+        bus: Bus,
+        specs: Mapping[str, Spec],
+        *,
+        base_url: str,
+        join_wait_s: float = 60.0,
+        limits: Limits | None = None,
+    ):
         self.bus = bus
         self.door = Door(limits)
         # People's rewards and messages, and the trials the lobby starts, are the gateway's to sign.
@@ -89,7 +97,11 @@ class Gateway:
             async for record in records:
                 if record is CAUGHT_UP:
                     return True
-                if record.header(HEADER_KIND) == ActorJoined.KIND and isinstance(event := self.decoded(record), ActorJoined) and event.actor == actor:
+                if (
+                    record.header(HEADER_KIND) == ActorJoined.KIND
+                    and isinstance(event := self.decoded(record), ActorJoined)
+                    and event.actor == actor
+                ):
                     return False
         return True
 
@@ -100,7 +112,11 @@ class Gateway:
             raise TrialError(f"this gateway serves no spec {spec_name!r}; it serves {', '.join(self.specs) or 'none'}")
         default = next((a for a in spec.trial.actors if a.name == actor), None)
         client = next(
-            (name for name, impl in spec.actors.items() if impl.client and default and (not impl.classes or default.actor_class in impl.classes)),
+            (
+                name
+                for name, impl in spec.actors.items()
+                if impl.client and default and (not impl.classes or default.actor_class in impl.classes)
+            ),
             None,
         )
         if default is None or client is None:
@@ -109,7 +125,9 @@ class Gateway:
         return trial_id, link(self.base_url, self.bus.trust.keyring, trial_id, actor)
 
 
-def build_app(bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0, limits: Limits | None = None) -> Starlette:
+def build_app(
+    bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0, limits: Limits | None = None
+) -> Starlette:
     gateway = Gateway(bus, specs, base_url=base_url, join_wait_s=join_wait_s, limits=limits)
     app = Starlette(routes=ROUTES, lifespan=_lifespan(gateway))
     app.state.gateway = gateway
@@ -141,7 +159,11 @@ async def _stop(part) -> None:
     try:
         await asyncio.wait_for(part.__aexit__(None, None, None), STOP_WITHIN_S)
     except TimeoutError:
-        log.warning("a part of the gateway did not stop in time; left to the process exit", part=type(part).__name__, seconds=STOP_WITHIN_S)
+        log.warning(
+            "a part of the gateway did not stop in time; left to the process exit",
+            part=type(part).__name__,
+            seconds=STOP_WITHIN_S,
+        )
 
 
 CLOSE_WITHIN_S = 1.0  # after the gateway's close frame, how long a page has to read it before the connection is closed
@@ -221,7 +243,10 @@ def _http_protocol(door: Door):
                 super().connection_made(transport)
                 return
             body = reason.encode()
-            self.refusal = b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
+            self.refusal = (
+                b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+                % (len(body), body)
+            )
             self.transport = transport
 
         def data_received(self, data: bytes) -> None:
@@ -252,7 +277,16 @@ def server_config(app: Starlette, *, host: str, port: int, limits: Limits):
                           timeout_graceful_shutdown=STOP_WITHIN_S)  # fmt: skip
 
 
-async def main(bus: Bus, specs: Mapping[str, Spec], *, host: str, port: int, base_url: str, health_port: int = 0, limits: Limits | None = None) -> None:
+async def main(
+    bus: Bus,
+    specs: Mapping[str, Spec],
+    *,
+    host: str,
+    port: int,
+    base_url: str,
+    health_port: int = 0,
+    limits: Limits | None = None,
+) -> None:
     """Serve until SIGTERM/SIGINT (uvicorn handles the signals and closes the sockets)."""
     import uvicorn
 

@@ -11,9 +11,17 @@ from trialog.settings import from_args
 
 def add(serve) -> None:
     p = command(serve, "gateway", "Serve the pages for people and bridge their WebSockets to trial events.")
-    p.add_argument("--host", default=os.environ.get("TRIALOG_GATEWAY_HOST", "127.0.0.1"), help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
-    p.add_argument("--port", type=int, default=int(os.environ.get("TRIALOG_GATEWAY_PORT", "8000")), help="HTTP port (default 8000)")
-    add_health_port(p)  # probes and metrics on their own port, like every service (the web port answers /livez and /readyz too)
+    p.add_argument(
+        "--host",
+        default=os.environ.get("TRIALOG_GATEWAY_HOST", "127.0.0.1"),
+        help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)",
+    )
+    p.add_argument(
+        "--port", type=int, default=int(os.environ.get("TRIALOG_GATEWAY_PORT", "8000")), help="HTTP port (default 8000)"
+    )
+    add_health_port(
+        p
+    )  # probes and metrics on their own port, like every service (the web port answers /livez and /readyz too)
     Limits.add_flags(p)
 
     def do_gateway(args) -> int:
@@ -31,7 +39,17 @@ def add(serve) -> None:
         bus = connect(settings)
         specs = {s.name: s for s in (load_spec(f, bus.store) for f in spec_files(args))}
         # Join links the lobby hands out start with --gateway-url (where people reach this gateway).
-        run_async(main(bus, specs, host=args.host, port=args.port, base_url=settings.gateway_url, health_port=args.health_port, limits=limits))
+        run_async(
+            main(
+                bus,
+                specs,
+                host=args.host,
+                port=args.port,
+                base_url=settings.gateway_url,
+                health_port=args.health_port,
+                limits=limits,
+            )
+        )
         return 0
 
     p.set_defaults(func=do_gateway)

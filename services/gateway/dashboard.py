@@ -87,8 +87,16 @@ class Dashboard:
         try:
             letter = letter_json(DeadLetter(**self.bus.store.decode(record.value, DeadLetter.SCHEMA)), record.offset)
         except Exception:
-            letter = {"service": "?", "kind": "", "trial_id": record.trial_id, "reason": "not a dead letter", "category": "not a dead letter"}
-        self.letters.append({k: letter.get(k) for k in ("time", "service", "kind", "trial_id", "reason", "explanation")})
+            letter = {
+                "service": "?",
+                "kind": "",
+                "trial_id": record.trial_id,
+                "reason": "not a dead letter",
+                "category": "not a dead letter",
+            }
+        self.letters.append(
+            {k: letter.get(k) for k in ("time", "service", "kind", "trial_id", "reason", "explanation")}
+        )
         self.letter_counts[letter["category"]] += 1
 
     async def _follow(self, role: str, apply: Callable[[Record], None]) -> None:

@@ -47,7 +47,9 @@ class Limits:
     def __post_init__(self) -> None:
         for f in fields(self):
             if not getattr(self, f.name) > 0:
-                raise ValueError(f"gateway limit {f.name.replace('_', '-')} must be above 0, not {getattr(self, f.name)!r}")
+                raise ValueError(
+                    f"gateway limit {f.name.replace('_', '-')} must be above 0, not {getattr(self, f.name)!r}"
+                )
 
     @classmethod
     def add_flags(cls, parser) -> None:
@@ -112,12 +114,17 @@ class Door:
         """May ``address`` open one more connection now (HTTP or WebSocket)? None, or why not."""
         if self._bucket(("connect", address), self.limits.connections_per_s_address).take(time.monotonic()):
             return None
-        return f"too many new connections from your address (at most {self.limits.connections_per_s_address:g} per second)"
+        return (
+            f"too many new connections from your address (at most {self.limits.connections_per_s_address:g} per second)"
+        )
 
     def enter(self, address: str) -> None:
         """One more socket from ``address``; :class:`Refused` past the limit."""
         if self._by_address[address] >= self.limits.connections_per_address:
-            raise Refused(f"too many connections from your address (at most {self.limits.connections_per_address} at once)", LIMITED)
+            raise Refused(
+                f"too many connections from your address (at most {self.limits.connections_per_address} at once)",
+                LIMITED,
+            )
         self._by_address[address] += 1
 
     def leave(self, address: str) -> None:
@@ -125,7 +132,10 @@ class Door:
 
     def watch(self, trial_id: str) -> None:
         if self._watchers[trial_id] >= self.limits.watchers_per_trial:
-            raise Refused(f"trial {trial_id} has as many watchers as this gateway allows ({self.limits.watchers_per_trial}); try again later", LIMITED)
+            raise Refused(
+                f"trial {trial_id} has as many watchers as this gateway allows ({self.limits.watchers_per_trial}); try again later",
+                LIMITED,
+            )
         self._watchers[trial_id] += 1
 
     def unwatch(self, trial_id: str) -> None:
@@ -138,7 +148,10 @@ class Door:
         taken from a page that is still there."""
         holders = self._seat_sockets.setdefault((trial_id, actor), {})
         if sum(holders.values()) >= self.limits.sockets_per_seat:
-            raise Refused(f"seat {actor} has as many open pages as this gateway allows ({self.limits.sockets_per_seat}); close one", LIMITED)
+            raise Refused(
+                f"seat {actor} has as many open pages as this gateway allows ({self.limits.sockets_per_seat}); close one",
+                LIMITED,
+            )
         if takeover and any(h != holder for h in holders):
             raise Refused(f"seat {actor} is played by another page that is still connected; it can be taken over once that page is closed",
                           REFUSED, held=True)  # fmt: skip

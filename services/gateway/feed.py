@@ -146,7 +146,9 @@ class Feed:
         try:
             return await asyncio.wait_for(wait(), timeout)
         except TimeoutError:
-            raise TrialError(f"trial {trial_id} is not known (not started, or rejected) after {timeout:.0f} s", trial_id=trial_id) from None
+            raise TrialError(
+                f"trial {trial_id} is not known (not started, or rejected) after {timeout:.0f} s", trial_id=trial_id
+            ) from None
 
     # --- trial events -------------------------------------------------------------------
     async def _follow_tail(self) -> None:
@@ -209,7 +211,10 @@ class Feed:
                 raise
         except TimeoutError:
             self._queued[partition] -= 1
-            raise Refused(f"this gateway is busy reading other trials for other pages (waited {self.limits.catchup_wait_s:g} s); try again", LIMITED) from None
+            raise Refused(
+                f"this gateway is busy reading other trials for other pages (waited {self.limits.catchup_wait_s:g} s); try again",
+                LIMITED,
+            ) from None
         except BaseException:
             self._queued[partition] -= 1
             raise
@@ -221,7 +226,9 @@ class Feed:
             position = indexed.start_offset or 0
             while position < end:
                 if asyncio.get_running_loop().time() > deadline:
-                    raise Refused(f"this page took over {CATCHUP_WITHIN_S:g} s to read the trial's history; reload it", SLOW)
+                    raise Refused(
+                        f"this page took over {CATCHUP_WITHIN_S:g} s to read the trial's history; reload it", SLOW
+                    )
                 for record in await reader.poll(timeout_ms=500):
                     position = record.next_offset
                     if record.offset >= end:

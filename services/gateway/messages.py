@@ -67,7 +67,10 @@ class TrialView:
             "trial": r.trial_id,
             "spec": r.spec,
             "environment": r.environment,
-            "actors": [{"name": a.name, "class": a.actor_class, "implementation": a.implementation, "client": a.client} for a in r.actors],
+            "actors": [
+                {"name": a.name, "class": a.actor_class, "implementation": a.implementation, "client": a.client}
+                for a in r.actors
+            ],
             "classes": {
                 c.name: {
                     "action_schema": s.action_json,

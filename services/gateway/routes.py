@@ -63,7 +63,10 @@ async def take_seat(request: Request) -> JSONResponse:
     except (Refused, TrialogError) as exc:
         return JSONResponse({"error": str(exc)}, status_code=503)
     if not is_open:
-        return JSONResponse({"error": f"seat {actor} of trial {trial_id} is taken: ask whoever holds it, or the trial's starter"}, status_code=409)
+        return JSONResponse(
+            {"error": f"seat {actor} of trial {trial_id} is taken: ask whoever holds it, or the trial's starter"},
+            status_code=409,
+        )
     return JSONResponse({"url": link(gw.base_url, gw.bus.trust.keyring, trial_id, actor)})
 
 

@@ -135,9 +135,13 @@ class Page:
     async def send(self, message: dict[str, Any]) -> None:
         """Send one message; a page that does not take it within the limit is dropped."""
         if self.ws.application_state != WebSocketState.CONNECTED:
-            raise WebSocketDisconnect(1006)  # closed meanwhile (a frame over the limit, the page left): nothing to send to
+            raise WebSocketDisconnect(
+                1006
+            )  # closed meanwhile (a frame over the limit, the page left): nothing to send to
         try:
-            await asyncio.wait_for(self.ws.send_text(orjson.dumps(message).decode()), self.gw.door.limits.send_timeout_s)
+            await asyncio.wait_for(
+                self.ws.send_text(orjson.dumps(message).decode()), self.gw.door.limits.send_timeout_s
+            )
         except TimeoutError:
             raise Refused(f"this page did not read for {self.gw.door.limits.send_timeout_s:g} s", SLOW) from None
         except RuntimeError:  # the server closed the socket between the check and the send
@@ -170,7 +174,9 @@ class Page:
         with contextlib.suppress(Exception):
             if self.ws.application_state == WebSocketState.CONNECTING:
                 await self.ws.accept()
-            await asyncio.wait_for(self.ws.send_text(orjson.dumps({"type": "refused", "reason": reason, "held": held}).decode()), 1.0)
+            await asyncio.wait_for(
+                self.ws.send_text(orjson.dumps({"type": "refused", "reason": reason, "held": held}).decode()), 1.0
+            )
         with contextlib.suppress(Exception):
             await self.ws.close(code, _close_reason(reason))
 
@@ -273,7 +279,9 @@ async def seat_socket(ws: WebSocket) -> None:
 
 async def _play(page: Page, gw: Gateway, state: _SeatState, records) -> None:
     caught_up = asyncio.Event()
-    await _until_either(_seat_from_log(page, gw, state, records, caught_up), _after(caught_up, lambda: _from_person(page, gw, state)))
+    await _until_either(
+        _seat_from_log(page, gw, state, records, caught_up), _after(caught_up, lambda: _from_person(page, gw, state))
+    )
     with contextlib.suppress(Exception):
         await page.ws.close()
 
@@ -303,7 +311,9 @@ async def _seat_from_log(page: Page, gw: Gateway, state: _SeatState, records, ca
             _check_seat(state)
             if state.ended is None:
                 await _take_seat(gw, state)
-            await page.send({"type": "welcome", "actor": state.seat.actor, "holder": state.seat.holder, **state.trial.describe()})
+            await page.send(
+                {"type": "welcome", "actor": state.seat.actor, "holder": state.seat.holder, **state.trial.describe()}
+            )
             if state.ended is not None:
                 await page.send(state.trial.message(state.ended))
                 return
@@ -371,7 +381,9 @@ async def _from_person(page: Page, gw: Gateway, state: _SeatState) -> None:
         kind = msg.get("type")
         if kind == "ping":
             t = msg.get("t")
-            await page.send({"type": "pong", "t": t if isinstance(t, int | float | str) and not isinstance(t, bool) else None})
+            await page.send(
+                {"type": "pong", "t": t if isinstance(t, int | float | str) and not isinstance(t, bool) else None}
+            )
             continue
         if kind not in ("action", "reward", "message"):
             await page.error(f"unknown message type {str(kind)[:64]!r}: a seat sends action, reward, message or ping")
@@ -400,12 +412,24 @@ def _seat_record(msg: dict[str, Any], kind: str, state: _SeatState) -> Action | 
     if kind == "reward":
         return _reward(msg, trial, sender=me, current_tick=current)
     receivers, payload = msg.get("receivers"), msg.get("payload")
-    if not isinstance(payload, dict) or not isinstance(receivers, list) or not receivers or not all(isinstance(r, str) for r in receivers):
+    if (
+        not isinstance(payload, dict)
+        or not isinstance(receivers, list)
+        or not receivers
+        or not all(isinstance(r, str) for r in receivers)
+    ):
         return "a message has receivers (a list of actor names, class.* or *) and a payload (a JSON object)"
     mid = msg.get("id", "")
     if not isinstance(mid, str | int) or isinstance(mid, bool) or len(str(mid)) > 64:
         return "a message id is a string or number of at most 64 characters"
-    message = Message(tid, tick=current, sender=me, receivers=tuple(receivers), message_id=f"{me}-{current}-{mid}", payload=dumps(payload))
+    message = Message(
+        tid,
+        tick=current,
+        sender=me,
+        receivers=tuple(receivers),
+        message_id=f"{me}-{current}-{mid}",
+        payload=dumps(payload),
+    )
     return message_problem(message, current, trial.class_of) or message
 
 
@@ -414,7 +438,12 @@ def _reward(msg: dict[str, Any], trial: TrialView, *, sender: str, current_tick:
     (:func:`trialog.protocol.owners.reward_problem`: within bounds, for a tick up to the current
     one, never to its sender, not even through ``*`` or its class), with a person's
     confidence in (0, 1]."""
-    receiver, tick, value, confidence = msg.get("receiver"), msg.get("tick"), msg.get("value"), msg.get("confidence", 1.0)
+    receiver, tick, value, confidence = (
+        msg.get("receiver"),
+        msg.get("tick"),
+        msg.get("value"),
+        msg.get("confidence", 1.0),
+    )
     if not isinstance(receiver, str) or len(receiver) > 200:
         return "a reward has a receiver: an actor's name, class.* or *"
     if _tick(tick) is None:
@@ -423,7 +452,14 @@ def _reward(msg: dict[str, Any], trial: TrialView, *, sender: str, current_tick:
         return "value and confidence must be numbers"
     if not 0 < confidence <= 1:
         return "confidence must be in (0, 1]"
-    reward = Reward(trial.resolved.trial_id, tick=tick, receiver=receiver, value=float(value), confidence=float(confidence), sender=sender)
+    reward = Reward(
+        trial.resolved.trial_id,
+        tick=tick,
+        receiver=receiver,
+        value=float(value),
+        confidence=float(confidence),
+        sender=sender,
+    )
     return reward_problem(reward, current_tick, trial.class_of) or reward
 
 
@@ -440,7 +476,10 @@ async def watch_socket(ws: WebSocket) -> None:
             await ws.accept()
             state = _Watched()
             async with gw.feed.subscribe(trial_id, timeout=10) as records:
-                await _until_either(_watch_from_log(page, gw, state, records), _after(state.trial_known, lambda: _judge(page, gw, state)))
+                await _until_either(
+                    _watch_from_log(page, gw, state, records),
+                    _after(state.trial_known, lambda: _judge(page, gw, state)),
+                )
         finally:
             gw.door.unwatch(trial_id)
 
@@ -487,4 +526,6 @@ async def _judge(page: Page, gw: Gateway, state: _Watched) -> None:
             continue
         reward = _reward(msg, state.trial, sender=f"person:{name}", current_tick=state.tick)
         if await page.write(reward):
-            await page.send({"type": "rewarded", "tick": reward.tick, "receiver": reward.receiver, "value": reward.value})
+            await page.send(
+                {"type": "rewarded", "tick": reward.tick, "receiver": reward.receiver, "value": reward.value}
+            )

@@ -8,10 +8,20 @@ from trialog.settings import from_args
 
 
 def add(serve) -> None:
-    p = command(serve, "learner", "Learn for one actor implementation from the log and publish its model's versions to `models`.")
+    p = command(
+        serve,
+        "learner",
+        "Learn for one actor implementation from the log and publish its model's versions to `models`.",
+    )
     add_health_port(p)
-    p.add_argument("--implementation", required=True, metavar="NAME", help="the actor implementation (a learning Policy) to train")
-    p.add_argument("--experiment", default="", help="learn only from trials of this experiment (default: any experiment's heatup and train trials)")
+    p.add_argument(
+        "--implementation", required=True, metavar="NAME", help="the actor implementation (a learning Policy) to train"
+    )
+    p.add_argument(
+        "--experiment",
+        default="",
+        help="learn only from trials of this experiment (default: any experiment's heatup and train trials)",
+    )
     p.set_defaults(func=_run)
 
 

@@ -42,7 +42,17 @@ import numpy as np
 from trialog import model_registry
 from trialog.bus.base import Record
 from trialog.datalog.samples import TrialFold
-from trialog.protocol.events import Action, ActorJoined, ActorTimeout, Event, Observation, Reward, TrialEnded, TrialPending, TrialStarted
+from trialog.protocol.events import (
+    Action,
+    ActorJoined,
+    ActorTimeout,
+    Event,
+    Observation,
+    Reward,
+    TrialEnded,
+    TrialPending,
+    TrialStarted,
+)
 from trialog.learn.memory import Transitions, transitions
 from trialog.telemetry.logs import get_logger
 from trialog.runtime.recent import RecentlyEnded
@@ -61,16 +71,37 @@ class _Folding:
     partition: int
     start_offset: int
     actors: tuple[str, ...]  # the learner's implementation's actors in this trial
-    serials: dict[str, dict[int, int]] = field(default_factory=dict)  # actor -> tick -> serial of its transition in memory
+    serials: dict[str, dict[int, int]] = field(
+        default_factory=dict
+    )  # actor -> tick -> serial of its transition in memory
     added: int = 0  # transitions added to memory
 
 
 class LearnerHandler(Handler):
     # trial.pending and actor.joined too: who holds a client seat decides which of its actions count (the fold's seat rule).
-    kinds = frozenset({TrialPending.KIND, TrialStarted.KIND, ActorJoined.KIND, Observation.KIND, Action.KIND, ActorTimeout.KIND, Reward.KIND, TrialEnded.KIND})
+    kinds = frozenset(
+        {
+            TrialPending.KIND,
+            TrialStarted.KIND,
+            ActorJoined.KIND,
+            Observation.KIND,
+            Action.KIND,
+            ActorTimeout.KIND,
+            Reward.KIND,
+            TrialEnded.KIND,
+        }
+    )
     batched = True  # off the tick path
 
-    def __init__(self, implementation: str, policy_class: type, config: dict[str, Any], *, experiment: str = "", model_store: str = ""):
+    def __init__(
+        self,
+        implementation: str,
+        policy_class: type,
+        config: dict[str, Any],
+        *,
+        experiment: str = "",
+        model_store: str = "",
+    ):
         self.implementation = implementation
         self.learner = policy_class.learner(config)
         self.on_policy = getattr(self.learner, "on_policy", False)  # Coach's two modes (trialog.learn)
@@ -80,9 +111,13 @@ class LearnerHandler(Handler):
         self.service_name = f"learner.{self.model}"
         self.trials: dict[str, _Folding] = {}  # live trials being folded
         self.recent: RecentlyEnded[_Folding] = RecentlyEnded(RECENT_TRIALS)  # ended trials, for late rewards
-        self.window: deque[tuple[int, int, int]] = deque()  # (partition, start offset, transitions) of what memory holds
+        self.window: deque[tuple[int, int, int]] = (
+            deque()
+        )  # (partition, start offset, transitions) of what memory holds
         self.version = 0
-        self.counted_through: dict[int, int] = {}  # partition -> offset of the last record whose transitions were counted
+        self.counted_through: dict[
+            int, int
+        ] = {}  # partition -> offset of the last record whose transitions were counted
         self.discarded = 0
         self._training: asyncio.Task | None = None
         self.restored = asyncio.Event()
@@ -103,7 +138,12 @@ class LearnerHandler(Handler):
             self.learner.restore(latest.tensors(), meta)
             self.version = latest.version
             self.counted_through = {int(p): int(o) for p, o in meta.get("counted_through", {}).items()}
-            log.info("learner resumed from the last version", model=self.model, version=self.version, env_steps=self.learner.env_steps)
+            log.info(
+                "learner resumed from the last version",
+                model=self.model,
+                version=self.version,
+                env_steps=self.learner.env_steps,
+            )
         elif getattr(self.learner, "publish_initial", False):
             await self._publish(loss=0.0, rounds=0)  # on-policy: actors act with version 1 before anything is learned
         self.restored.set()
@@ -125,11 +165,15 @@ class LearnerHandler(Handler):
             # From trial.pending when the trial has client seats: their joins come before its start.
             ours = tuple(a.name for a in event.actors if a.implementation == self.implementation)
             if ours and event.phase in LEARN_PHASES and (not self.experiment or event.experiment == self.experiment):
-                folding = _Folding(TrialFold(event.trial_id, self.loop.bus.store), record.partition, record.offset, ours)
+                folding = _Folding(
+                    TrialFold(event.trial_id, self.loop.bus.store), record.partition, record.offset, ours
+                )
                 folding.fold.add(event, record.headers)
                 self.trials[event.trial_id] = folding
             return
-        folding = self.trials.get(event.trial_id) or (self.recent.get(event.trial_id) if isinstance(event, Reward) else None)
+        folding = self.trials.get(event.trial_id) or (
+            self.recent.get(event.trial_id) if isinstance(event, Reward) else None
+        )
         if folding is None:
             return
         folding.fold.add(event, record.headers)
@@ -170,7 +214,11 @@ class LearnerHandler(Handler):
     def _ended(self, record: Record, folding: _Folding) -> None:
         if self.on_policy:  # the trial's transitions at once, those of the version being trained
             samples = folding.fold.samples()
-            parts = [(actor, t) for actor in folding.actors if (t := transitions([s for s in samples if s.actor == actor])) is not None]
+            parts = [
+                (actor, t)
+                for actor in folding.actors
+                if (t := transitions([s for s in samples if s.actor == actor])) is not None
+            ]
             counted = self._counts(record)
             for actor, t in self._current_version_only(folding, parts):
                 self.learner.add(t, count=counted)
@@ -181,7 +229,9 @@ class LearnerHandler(Handler):
             self.window.popleft()  # overwritten in memory: the log before it is no longer needed
         self.recent.add(folding.fold.trial_id, folding)
 
-    def _current_version_only(self, folding: _Folding, parts: list[tuple[str, Transitions]]) -> list[tuple[str, Transitions]]:
+    def _current_version_only(
+        self, folding: _Folding, parts: list[tuple[str, Transitions]]
+    ) -> list[tuple[str, Transitions]]:
         """On-policy: keep the transitions acted by the version being trained; say what goes."""
         kept = []
         for actor, t in parts:
@@ -219,9 +269,20 @@ class LearnerHandler(Handler):
 
     async def _publish(self, loss: float, rounds: int, number: int | None = None) -> None:
         self.version = number or self.version + 1
-        meta = {**self.learner.metadata(), "counted_through": {str(p): o for p, o in self.counted_through.items()}, "discarded": self.discarded, "loss": loss}
+        meta = {
+            **self.learner.metadata(),
+            "counted_through": {str(p): o for p, o in self.counted_through.items()},
+            "discarded": self.discarded,
+            "loss": loss,
+        }
         version = await asyncio.to_thread(
-            model_registry.make_version, self.model, self.version, self.learner.algorithm, self.learner.tensors(), meta, store=self.model_store
+            model_registry.make_version,
+            self.model,
+            self.version,
+            self.learner.algorithm,
+            self.learner.tensors(),
+            meta,
+            store=self.model_store,
         )
         await model_registry.publish(self.loop.bus, version)
         log.info("model version published", model=self.model, version=self.version, rounds=rounds, env_steps=self.learner.env_steps,

@@ -16,13 +16,22 @@ from trialog.spec import Spec, load_entry
 def loop_for(bus: Bus, spec: Spec, implementation: str, *, experiment: str = "") -> ServiceLoop:
     impl = spec.actors.get(implementation)
     if impl is None:
-        raise SpecError(f"unknown actor implementation {implementation!r}; declared: {', '.join(spec.actors)}", file=spec.file)
+        raise SpecError(
+            f"unknown actor implementation {implementation!r}; declared: {', '.join(spec.actors)}", file=spec.file
+        )
     target = load_entry(impl.entry, what=f"actor implementation {implementation}")
     if not (inspect.isclass(target) and issubclass(target, Policy)):
-        raise SpecError(f"actor implementation {implementation!r} ({impl.entry}) is not a trialog.actor.Policy: nothing to learn", file=spec.file)
-    handler = LearnerHandler(implementation, target, dict(impl.config), experiment=experiment, model_store=bus.settings.model_store)
+        raise SpecError(
+            f"actor implementation {implementation!r} ({impl.entry}) is not a trialog.actor.Policy: nothing to learn",
+            file=spec.file,
+        )
+    handler = LearnerHandler(
+        implementation, target, dict(impl.config), experiment=experiment, model_store=bus.settings.model_store
+    )
     return ServiceLoop(bus, handler, group=handler.service_name)
 
 
 async def main(bus: Bus, spec: Spec, implementation: str, *, experiment: str = "", health_port: int = 0) -> None:
-    await serve(bus, [loop_for(bus, spec, implementation, experiment=experiment)], name="learner", health_port=health_port)
+    await serve(
+        bus, [loop_for(bus, spec, implementation, experiment=experiment)], name="learner", health_port=health_port
+    )

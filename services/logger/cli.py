@@ -12,9 +12,25 @@ from trialog.settings import from_args
 def add(serve) -> None:
     p = command(serve, "logger", "Archive every trial of the events topic as Parquet (late rewards as corrections).")
     add_health_port(p)
-    p.add_argument("--archive-dir", default=os.environ.get("TRIALOG_ARCHIVE_DIR", ""), help="archive folder (or TRIALOG_ARCHIVE_DIR)")
-    p.add_argument("--grace", type=float, default=5.0, metavar="SECONDS", help="wait this long after a trial ends for late rewards before archiving it (default 5)")
-    p.add_argument("--idle", type=float, default=3600.0, metavar="SECONDS", help="archive a trial with no end after this long without events (default 3600)")
+    p.add_argument(
+        "--archive-dir",
+        default=os.environ.get("TRIALOG_ARCHIVE_DIR", ""),
+        help="archive folder (or TRIALOG_ARCHIVE_DIR)",
+    )
+    p.add_argument(
+        "--grace",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="wait this long after a trial ends for late rewards before archiving it (default 5)",
+    )
+    p.add_argument(
+        "--idle",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="archive a trial with no end after this long without events (default 3600)",
+    )
     p.set_defaults(func=_run)
 
 

@@ -84,9 +84,14 @@ class LoggerHandler(Handler):
         if entry is None or record.offset < entry["cut_offset"]:
             return None
         sender = record.header(HEADER_SENDER)
-        if all(a["name"] != sender for a in entry["actors"]) or self.loop.bus.trust.actor_key(record.trial_id, sender) is not None:
+        if (
+            all(a["name"] != sender for a in entry["actors"])
+            or self.loop.bus.trust.actor_key(record.trial_id, sender) is not None
+        ):
             return None
-        return recall_start(self.loop.bus, record.trial_id, entry["partition"], entry["start_offset"], entry["cut_offset"])
+        return recall_start(
+            self.loop.bus, record.trial_id, entry["partition"], entry["start_offset"], entry["cut_offset"]
+        )
 
     def handle(self, record: Record, event: Event) -> None:
         tid = record.trial_id
@@ -96,7 +101,13 @@ class LoggerHandler(Handler):
             return
         trial = self.trials.get(tid)
         if trial is None:
-            trial = self.trials[tid] = _Trial(TrialFold(tid, self.archive.store), record.partition, record.offset, record.timestamp_ms, record.timestamp_ms)
+            trial = self.trials[tid] = _Trial(
+                TrialFold(tid, self.archive.store),
+                record.partition,
+                record.offset,
+                record.timestamp_ms,
+                record.timestamp_ms,
+            )
         trial.last_event_ms = max(trial.last_event_ms, record.timestamp_ms)
         trial.fold.add(event, record.headers)
         if isinstance(event, TrialEnded) and trial.ended_ms is None:
@@ -108,7 +119,9 @@ class LoggerHandler(Handler):
         if trial is not None:
             trial.last_event_ms = max(trial.last_event_ms, record.timestamp_ms)
             trial.fold.bad_record(record.offset, reason)
-        log.warning("undecodable record", trial=record.trial_id, partition=record.partition, offset=record.offset, error=reason)
+        log.warning(
+            "undecodable record", trial=record.trial_id, partition=record.partition, offset=record.offset, error=reason
+        )
 
     # --- archiving ---------------------------------------------------------------------------
     def periodic(self, now: float) -> None:
@@ -149,7 +162,13 @@ class LoggerHandler(Handler):
             return
         del self.trials[tid]
         self.stats["archived"] += 1
-        log.info("trial archived", trial=tid, samples=entry["samples"], status=entry["status"], problems=len(entry["problems"]))
+        log.info(
+            "trial archived",
+            trial=tid,
+            samples=entry["samples"],
+            status=entry["status"],
+            problems=len(entry["problems"]),
+        )
 
     # --- partitions ----------------------------------------------------------------------------
     def assigned(self, role: str, partition: int) -> None:
@@ -166,4 +185,3 @@ class LoggerHandler(Handler):
         # Also the oldest late reward not yet written to a correction file.
         late = (late.rewards[0][0] for late in self.late.values() if late.partition == partition)
         return safe_point(partition, self.trials.values(), late)
-

@@ -18,5 +18,9 @@ def loop_for(bus: Bus, archive_dir: str | Path, *, grace_s: float = 5.0, idle_s:
     return ServiceLoop(bus, handler, group=GROUP)
 
 
-async def main(bus: Bus, archive_dir: str | Path, *, grace_s: float = 5.0, idle_s: float = 3600.0, health_port: int = 0) -> None:
-    await serve(bus, [loop_for(bus, archive_dir, grace_s=grace_s, idle_s=idle_s)], name="logger", health_port=health_port)
+async def main(
+    bus: Bus, archive_dir: str | Path, *, grace_s: float = 5.0, idle_s: float = 3600.0, health_port: int = 0
+) -> None:
+    await serve(
+        bus, [loop_for(bus, archive_dir, grace_s=grace_s, idle_s=idle_s)], name="logger", health_port=health_port
+    )

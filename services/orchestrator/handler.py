@@ -158,7 +158,9 @@ class OrchestratorHandler(Handler):
         started = await recall_start(bus, tid, partition, start, end + 1)
         ended = await recall_end(bus, tid, partition, end)
         if ended is None:
-            log.warning("the trials index names an end the log does not hold", trial=tid, partition=partition, offset=end)
+            log.warning(
+                "the trials index names an end the log does not hold", trial=tid, partition=partition, offset=end
+            )
             return
         actors = {a.name: a.actor_class for a in started.actors} if started is not None else {}
         self.ended.add(tid, (ended.tick if started is not None else -1, actors))
@@ -176,7 +178,12 @@ class OrchestratorHandler(Handler):
                     continue
                 if entry is None:
                     self.ended_at.forget(r.trial_id)
-                elif entry.status == "ended" and entry.partition in ours and entry.start_offset is not None and entry.end_offset is not None:
+                elif (
+                    entry.status == "ended"
+                    and entry.partition in ours
+                    and entry.start_offset is not None
+                    and entry.end_offset is not None
+                ):
                     self.ended_at.add(r.trial_id, (entry.start_offset, entry.end_offset))
         except TopicMissingError:
             pass
@@ -295,7 +302,9 @@ class OrchestratorHandler(Handler):
 
     def _check_message(self, trial: _Live | None, message: Message) -> None:
         if trial is None or trial.status == "pending":
-            raise BadRecord(f"message for trial {message.trial_id!r}, which is not running ({self._why_not(message.trial_id)})")
+            raise BadRecord(
+                f"message for trial {message.trial_id!r}, which is not running ({self._why_not(message.trial_id)})"
+            )
         problem = message_problem(message, trial.tick, trial.actors)
         if problem:
             raise BadRecord(problem)
@@ -309,12 +318,16 @@ class OrchestratorHandler(Handler):
             case TerminateRequest():
                 trial = self.live_trials.get(event.trial_id)
                 if trial is None:
-                    raise BadRecord(f"terminate request for trial {event.trial_id!r}, which is not running ({self._why_not(event.trial_id)})")
+                    raise BadRecord(
+                        f"terminate request for trial {event.trial_id!r}, which is not running ({self._why_not(event.trial_id)})"
+                    )
                 if event.hard or trial.status == "pending":
                     self._end(event.trial_id, trial, "terminated", trial.tick, event.reason or "hard terminate")
                 elif trial.status == "running":
                     trial.status = "ending"
-                    self.loop.emit(TrialTerminating(event.trial_id, reason=event.reason, requested_by=event.requested_by))
+                    self.loop.emit(
+                        TrialTerminating(event.trial_id, reason=event.reason, requested_by=event.requested_by)
+                    )
             case _:
                 raise BadRecord(f"{event.KIND} does not belong on the control topic")
 
@@ -326,7 +339,9 @@ class OrchestratorHandler(Handler):
         spec = self.specs.get(request.spec)
         try:
             if spec is None:
-                raise TrialError(f"unknown spec {request.spec!r}; this orchestrator serves {', '.join(self.specs) or 'none'}")
+                raise TrialError(
+                    f"unknown spec {request.spec!r}; this orchestrator serves {', '.join(self.specs) or 'none'}"
+                )
             started = resolve(spec, request)
         except TrialError as exc:
             log.info("start request rejected", trial=tid, reason=str(exc))
@@ -393,13 +408,30 @@ class OrchestratorHandler(Handler):
         if trial is None:
             if event.trial_id in self.ended:
                 return  # a repeat: changes nothing
-            raise BadRecord(f"trial.ended for trial {event.trial_id!r}, which is not running ({self._why_not(event.trial_id)})")
+            raise BadRecord(
+                f"trial.ended for trial {event.trial_id!r}, which is not running ({self._why_not(event.trial_id)})"
+            )
         self.ended.add(event.trial_id, (event.tick if trial.status != "pending" else -1, trial.actors))
         self.ended_at.add(event.trial_id, (trial.start_offset, record.offset))
         if self.loop.is_live(EVENTS, record.partition):
             metrics.TRIALS_ENDED.labels(event.reason).inc()
-            log.info("trial ended", trial=event.trial_id, spec=trial.spec, reason=event.reason, tick=event.tick, details=event.details)
-        self._index(event.trial_id, trial, record.timestamp_ms, status="ended", end_offset=record.offset, ticks=event.tick, reason=event.reason)
+            log.info(
+                "trial ended",
+                trial=event.trial_id,
+                spec=trial.spec,
+                reason=event.reason,
+                tick=event.tick,
+                details=event.details,
+            )
+        self._index(
+            event.trial_id,
+            trial,
+            record.timestamp_ms,
+            status="ended",
+            end_offset=record.offset,
+            ticks=event.tick,
+            reason=event.reason,
+        )
 
     def _index(self, tid: str, trial: _Live, updated_ms: int, **changes) -> None:
         """Upsert the trial's record in the ``trials`` index (``changes`` override the live state)."""
@@ -419,10 +451,18 @@ class OrchestratorHandler(Handler):
                 continue
             if trial.status == "pending":
                 if trial.join_deadline_ms is not None and now_ms > trial.join_deadline_ms:
-                    self._end(tid, trial, "join_timeout", 0, f"still waiting for {', '.join(sorted(trial.waiting_for))}")
+                    self._end(
+                        tid, trial, "join_timeout", 0, f"still waiting for {', '.join(sorted(trial.waiting_for))}"
+                    )
                 continue
             if trial.environment_deadline is not None and mono > trial.environment_deadline:
-                self._end(tid, trial, "error", 0, f"no environment service started the trial within {self.environment_timeout_s:g} s: is one serving its environment implementation?")
+                self._end(
+                    tid,
+                    trial,
+                    "error",
+                    0,
+                    f"no environment service started the trial within {self.environment_timeout_s:g} s: is one serving its environment implementation?",
+                )
             elif trial.wall_clock_ms is not None and now_ms - trial.created_ms > trial.wall_clock_ms:
                 self._end(tid, trial, "wall_clock", trial.tick, f"ran longer than {trial.wall_clock_ms} ms")
             elif trial.inactivity_ms is not None and self._inactive(trial, mono):
@@ -430,7 +470,9 @@ class OrchestratorHandler(Handler):
 
     def assigned(self, role: str, partition: int) -> None:
         if role == EVENTS:
-            self.index_read = False  # trials may have ended in it under another instance: read the index again when needed
+            self.index_read = (
+                False  # trials may have ended in it under another instance: read the index again when needed
+            )
 
     def caught_up(self, role: str, partition: int) -> None:
         if role == EVENTS:

@@ -57,7 +57,9 @@ def resolve(spec: Spec, request: StartRequest) -> TrialStarted:
     try:
         env = request.environment or t.environment
         if env not in spec.environments:
-            raise TrialError(f"unknown environment implementation {env!r}; the spec declares {', '.join(spec.environments)}")
+            raise TrialError(
+                f"unknown environment implementation {env!r}; the spec declares {', '.join(spec.environments)}"
+            )
         requested_config = _json_object(request.environment_config, "environment_config")
         _check_overrides(requested_config, spec.environments[env], f"environment {env}")
         env_config = {**spec.environments[env].config, **t.environment_config, **requested_config}
@@ -73,7 +75,9 @@ def resolve(spec: Spec, request: StartRequest) -> TrialStarted:
             environment=env,
             environment_config=env_config,
             actors=actors,
-            seed=request.seed if request.seed is not None else (t.seed if t.seed is not None else default_seed(request.trial_id)),
+            seed=request.seed
+            if request.seed is not None
+            else (t.seed if t.seed is not None else default_seed(request.trial_id)),
             max_ticks=request.max_ticks if request.max_ticks is not None else t.max_ticks,
             parameters={**t.parameters, **_json_object(request.parameters, "parameters")},
             experiment=request.experiment,
@@ -103,12 +107,16 @@ def _finalize(spec: Spec, d: TrialDraft) -> TrialStarted:
     actor_specs = []
     for a in d.actors:
         if a.implementation not in spec.actors:
-            raise TrialError(f"actor {a.name}: unknown implementation {a.implementation!r}; the spec declares {', '.join(spec.actors)}")
+            raise TrialError(
+                f"actor {a.name}: unknown implementation {a.implementation!r}; the spec declares {', '.join(spec.actors)}"
+            )
         if a.actor_class not in spec.actor_classes:
             raise TrialError(f"actor {a.name}: unknown actor class {a.actor_class!r}")
         impl = spec.actors[a.implementation]
         if impl.classes and a.actor_class not in impl.classes:
-            raise TrialError(f"actor {a.name}: implementation {a.implementation!r} does not play class {a.actor_class!r}")
+            raise TrialError(
+                f"actor {a.name}: implementation {a.implementation!r} does not play class {a.actor_class!r}"
+            )
         actor_specs.append(a.wire(impl))
     used = {a.actor_class for a in d.actors}
     classes = tuple(c.wire() for c in spec.actor_classes.values() if c.name in used)

@@ -141,10 +141,18 @@ def test_defaults_deploy_the_four_services_hardened_and_probed(render: Callable)
         assert len(annotations["checksum/spec"]) == 64
     assert container(deployments["rel-trialog-orchestrator"])["args"][:2] == ["serve", "orchestrator"]
     assert container(deployments["rel-trialog-env-default"])["args"][:4] == [
-        "serve", "environment", "--spec", "/etc/trialog/spec/trialog.yaml",
+        "serve",
+        "environment",
+        "--spec",
+        "/etc/trialog/spec/trialog.yaml",
     ]
     assert container(deployments["rel-trialog-logger"])["args"][:6] == [
-        "serve", "logger", "--spec", "/etc/trialog/spec/trialog.yaml", "--archive-dir", "/var/lib/trialog/archive",
+        "serve",
+        "logger",
+        "--spec",
+        "/etc/trialog/spec/trialog.yaml",
+        "--archive-dir",
+        "/var/lib/trialog/archive",
     ]
     logger_volumes = {v["name"]: v for v in deployments["rel-trialog-logger"]["spec"]["template"]["spec"]["volumes"]}
     assert logger_volumes["archive"] == {"name": "archive", "emptyDir": {}}
@@ -169,9 +177,14 @@ def test_the_gateway_serves_people_behind_a_service_and_an_ingress(render: Calla
     main = container(gateway)
     assert gateway["spec"]["replicas"] == 2
     assert main["args"][:2] == ["serve", "gateway"] and main["args"][-2:] == ["--health-port", "8080"]
-    assert main["args"][main["args"].index("--port") + 1] == "8000" and main["args"][main["args"].index("--host") + 1] == "0.0.0.0"
+    assert (
+        main["args"][main["args"].index("--port") + 1] == "8000"
+        and main["args"][main["args"].index("--host") + 1] == "0.0.0.0"
+    )
     assert {"name": "http", "containerPort": 8000, "protocol": "TCP"} in main["ports"]
-    assert env_of(gateway)["TRIALOG_GATEWAY_URL"]["value"] == "https://play.example.org"  # join links point at the Ingress
+    assert (
+        env_of(gateway)["TRIALOG_GATEWAY_URL"]["value"] == "https://play.example.org"
+    )  # join links point at the Ingress
     service = rendered.get("Service", "rel-trialog-gateway")
     assert service["spec"]["ports"] == [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP"}]
     assert service["spec"]["selector"]["app.kubernetes.io/component"] == "gateway"
@@ -201,7 +214,12 @@ def test_metrics_are_scraped_by_a_service_monitor_and_drawn_by_the_dashboard(ren
     assert dashboard_map["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert dashboard_map["metadata"]["annotations"] == {"grafana_folder": "Trialog"}
     dashboard = json.loads(dashboard_map["data"]["trialog.json"])
-    queried = {name for panel in dashboard["panels"] for target in panel["targets"] for name in re.findall(r"trialog_[a-z_]+", target["expr"])}
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(r"trialog_[a-z_]+", target["expr"])
+    }
     assert queried and queried <= exposed_metric_names(), queried - exposed_metric_names()
 
 
@@ -249,8 +267,14 @@ def test_sasl_and_tls_come_from_existing_secrets(render: Callable) -> None:
         env = env_of(workload)
         assert env["TRIALOG_SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
         assert env["TRIALOG_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
-        assert env["TRIALOG_SASL_USERNAME"]["valueFrom"]["secretKeyRef"] == {"name": "trialog-kafka-credentials", "key": "user"}
-        assert env["TRIALOG_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {"name": "trialog-kafka-credentials", "key": "pass"}
+        assert env["TRIALOG_SASL_USERNAME"]["valueFrom"]["secretKeyRef"] == {
+            "name": "trialog-kafka-credentials",
+            "key": "user",
+        }
+        assert env["TRIALOG_SASL_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+            "name": "trialog-kafka-credentials",
+            "key": "pass",
+        }
         assert env["TRIALOG_SSL_CAFILE"]["value"] == "/etc/trialog/kafka/ca/ca.pem"
         assert "TRIALOG_SSL_CERTFILE" not in env
         pod = workload["spec"]["template"]["spec"]
@@ -303,14 +327,25 @@ def test_strimzi_mode_declares_topics_and_a_user_per_service(render: Callable) -
     assert topics["trialog.control"]["spec"]["partitions"] == topics["trialog.events"]["spec"]["partitions"] == 6
     assert topics["trialog.trials"]["spec"]["config"]["cleanup.policy"] == "compact"
     assert topics["trialog.models"]["spec"]["config"]["cleanup.policy"] == "compact"
-    assert topics["trialog.events"]["spec"]["config"] == {"cleanup.policy": "delete", "retention.ms": -1, "max.message.bytes": 1048576}
+    assert topics["trialog.events"]["spec"]["config"] == {
+        "cleanup.policy": "delete",
+        "retention.ms": -1,
+        "max.message.bytes": 1048576,
+    }
     assert topics["trialog.dead-letters"]["spec"]["config"]["retention.ms"] == 2592000000
 
     deployments = {d["metadata"]["name"]: d for d in rendered.of_kind("Deployment")}
     users = {u["metadata"]["name"]: u for u in rendered.of_kind("KafkaUser")}
-    assert set(users) == set(deployments) == {
-        "rel-trialog-orchestrator", "rel-trialog-env-overcooked", "rel-trialog-actors-bots", "rel-trialog-logger",
-    }
+    assert (
+        set(users)
+        == set(deployments)
+        == {
+            "rel-trialog-orchestrator",
+            "rel-trialog-env-overcooked",
+            "rel-trialog-actors-bots",
+            "rel-trialog-logger",
+        }
+    )
     for name, user in users.items():
         assert user["metadata"]["labels"]["strimzi.io/cluster"] == "my-cluster"
         assert user["spec"]["authentication"] == {"type": "scram-sha-512"}
@@ -319,9 +354,16 @@ def test_strimzi_mode_declares_topics_and_a_user_per_service(render: Callable) -
         # Least privilege per role: the same table as the local secured broker's.
         role = container(deployments[name])["name"]
         reads, writes = ROLE_ACLS[role]
-        granted = {(acl["resource"]["name"], op) for acl in acls if acl["resource"]["type"] == "topic" for op in acl["operations"]}
+        granted = {
+            (acl["resource"]["name"], op)
+            for acl in acls
+            if acl["resource"]["type"] == "topic"
+            for op in acl["operations"]
+        }
         assert all(acl["resource"]["patternType"] == "literal" for acl in acls if acl["resource"]["type"] == "topic")
-        assert {(n, op) for n, op in granted if op != "Describe"} == {(f"trialog.{t}", "Read") for t in reads} | {(f"trialog.{t}", "Write") for t in writes}
+        assert {(n, op) for n, op in granted if op != "Describe"} == {(f"trialog.{t}", "Read") for t in reads} | {
+            (f"trialog.{t}", "Write") for t in writes
+        }
         assert by_type["group"]["resource"] == {"type": "group", "name": "trialog.", "patternType": "prefix"}
         assert by_type["transactionalId"]["operations"] == ["Describe", "Write"]
         # The service's pods log in as that user, with the Secret the User Operator writes.
@@ -389,9 +431,16 @@ def test_several_hosts_each_get_a_deployment_sized_on_its_own(render: Callable) 
     overcooked = deployments["rel-trialog-env-overcooked"]
     assert overcooked["spec"]["replicas"] == 6
     assert container(overcooked)["args"] == [
-        "serve", "environment", "--spec", "/etc/trialog/spec/trialog.yaml",
-        "--implementation", "overcooked-cramped-room", "--implementation", "overcooked-asymmetric",
-        "--health-port", "8080",
+        "serve",
+        "environment",
+        "--spec",
+        "/etc/trialog/spec/trialog.yaml",
+        "--implementation",
+        "overcooked-cramped-room",
+        "--implementation",
+        "overcooked-asymmetric",
+        "--health-port",
+        "8080",
     ]
     assert container(overcooked)["resources"]["requests"] == {"cpu": "1", "memory": "1Gi"}
     # An entry's 0 and false win over hostDefaults' 1 and true.
@@ -400,12 +449,14 @@ def test_several_hosts_each_get_a_deployment_sized_on_its_own(render: Callable) 
     assert "rel-trialog-env-gym" not in pdbs
     assert pdbs["rel-trialog-actors-bots"]["spec"] == {
         "minAvailable": "50%",
-        "selector": {"matchLabels": {
-            "app.kubernetes.io/name": "trialog",
-            "app.kubernetes.io/instance": "rel",
-            "app.kubernetes.io/component": "actors",
-            "trialog/host": "bots",
-        }},
+        "selector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "trialog",
+                "app.kubernetes.io/instance": "rel",
+                "app.kubernetes.io/component": "actors",
+                "trialog/host": "bots",
+            }
+        },
     }
     learners = deployments["rel-trialog-actors-learners"]
     pod = learners["spec"]["template"]["spec"]
@@ -502,7 +553,11 @@ def _both(*changes: Callable[[dict[str, Any]], None]) -> Callable[[dict[str, Any
 
 SCHEMA_REFUSALS = [
     ("missing bootstrap servers", _without_bootstrap, "at '/kafka': missing property 'bootstrapServers'"),
-    ("replicas as a word", _set("orchestrator.replicas", "two"), "at '/orchestrator/replicas': got string, want integer"),
+    (
+        "replicas as a word",
+        _set("orchestrator.replicas", "two"),
+        "at '/orchestrator/replicas': got string, want integer",
+    ),
     ("unknown key", _set("orchestrator.replica", 2), "at '/orchestrator': additional properties 'replica' not allowed"),
     ("misplaced key", _set("replicas", 2), "additional properties 'replicas' not allowed"),
     ("bootstrap without a port", _set("kafka.bootstrapServers", "kafka"), "at '/kafka/bootstrapServers'"),
@@ -511,16 +566,30 @@ SCHEMA_REFUSALS = [
     ("zero partitions", _set("kafka.partitions", 0), "at '/kafka/partitions'"),
     ("host name with capitals", _set("actors", [{"name": "Bots"}]), "at '/actors/0/name'"),
     ("host without a name", _set("environments", [{"replicas": 2}]), "at '/environments/0': missing property 'name'"),
-    ("host with an unknown key", _set("actors", [{"name": "a", "replica": 2}]), "additional properties 'replica' not allowed"),
+    (
+        "host with an unknown key",
+        _set("actors", [{"name": "a", "replica": 2}]),
+        "additional properties 'replica' not allowed",
+    ),
     ("log level", _set("logging.level", "verbose"), "at '/logging/level'"),
-    ("two learners of one model", _set("learners", [{"name": "l", "implementation": "dqn", "replicas": 2}]), "at '/learners/0/replicas'"),
+    (
+        "two learners of one model",
+        _set("learners", [{"name": "l", "implementation": "dqn", "replicas": 2}]),
+        "at '/learners/0/replicas'",
+    ),
     ("spec file outside its folder", _set("spec.files", {"../x.avsc": "{}"}), "invalid propertyName '../x.avsc'"),
     ("Strimzi authentication", _set("strimzi.users.authentication", "plain"), "at '/strimzi/users/authentication'"),
-    ("PDB as a word", _set("orchestrator.podDisruptionBudget.maxUnavailable", "one"), "at '/orchestrator/podDisruptionBudget/maxUnavailable'"),
+    (
+        "PDB as a word",
+        _set("orchestrator.podDisruptionBudget.maxUnavailable", "one"),
+        "at '/orchestrator/podDisruptionBudget/maxUnavailable'",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("change", "expected"), [case[1:] for case in SCHEMA_REFUSALS], ids=[c[0] for c in SCHEMA_REFUSALS])
+@pytest.mark.parametrize(
+    ("change", "expected"), [case[1:] for case in SCHEMA_REFUSALS], ids=[c[0] for c in SCHEMA_REFUSALS]
+)
 def test_values_schema_refuses_bad_values(helm: ModuleType, chart: Any, change: Callable, expected: str) -> None:
     values = load_values("minimal")
     change(values)
@@ -534,7 +603,11 @@ def test_values_schema_refuses_bad_values(helm: ModuleType, chart: Any, change: 
 
 
 TEMPLATE_REFUSALS = [
-    ("no spec", _set("spec.content", None), "set spec.content (--set-file spec.content=trialog.yaml) or spec.existingConfigMap"),
+    (
+        "no spec",
+        _set("spec.content", None),
+        "set spec.content (--set-file spec.content=trialog.yaml) or spec.existingConfigMap",
+    ),
     ("two specs", _set("spec.existingConfigMap", "mine"), "set only one of spec.content and spec.existingConfigMap"),
     (
         "spec files with an external ConfigMap",
@@ -550,7 +623,11 @@ TEMPLATE_REFUSALS = [
         _set("strimzi", {"enabled": True, "clusterName": "c"}),
         "scram-sha-512 needs kafka.security.protocol SASL_SSL or SASL_PLAINTEXT, not PLAINTEXT",
     ),
-    ("two hosts named alike", _set("actors", [{"name": "bots"}, {"name": "bots"}]), 'actors: the name "bots" is used twice'),
+    (
+        "two hosts named alike",
+        _set("actors", [{"name": "bots"}, {"name": "bots"}]),
+        'actors: the name "bots" is used twice',
+    ),
     (
         "CPU autoscaling without a CPU request",
         _set("actors", [{"name": "a", "resources": {"requests": {"memory": "1Gi"}}, "autoscaling": {"enabled": True}}]),
@@ -569,7 +646,9 @@ TEMPLATE_REFUSALS = [
 ]
 
 
-@pytest.mark.parametrize(("change", "expected"), [case[1:] for case in TEMPLATE_REFUSALS], ids=[c[0] for c in TEMPLATE_REFUSALS])
+@pytest.mark.parametrize(
+    ("change", "expected"), [case[1:] for case in TEMPLATE_REFUSALS], ids=[c[0] for c in TEMPLATE_REFUSALS]
+)
 def test_inconsistent_values_fail_the_render(helm: ModuleType, chart: Any, change: Callable, expected: str) -> None:
     values = load_values("minimal")
     change(values)

@@ -92,7 +92,8 @@ def _context_files() -> list[str]:
         # Docker reads every folder; skipping the excluded ones (a local
         # virtualenv, .git) is only safe where no exception could let a file back in.
         subfolders[:] = [
-            sub for sub in subfolders
+            sub
+            for sub in subfolders
             if _in_context(prefix + sub, rules)
             or any(exception and regex.pattern.startswith(re.escape(prefix + sub)) for exception, regex in rules)
         ]
@@ -132,7 +133,17 @@ def test_the_builder_stage_makes_a_complete_wheel_from_that_context(tmp_path: Pa
     # What `pip install ".[envs,datalog,learn]"` does first, without the dependencies
     # (they come from PyPI as wheels) and without fetching the build backend.
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(context)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path / "dist"),
+            str(context),
+        ],
         capture_output=True,
         text=True,
     )
@@ -141,13 +152,17 @@ def test_the_builder_stage_makes_a_complete_wheel_from_that_context(tmp_path: Pa
     names = zipfile.ZipFile(wheel).namelist()
     assert "trialog/telemetry/health.py" in names
     assert any(n.startswith("trialog/services/") for n in names), "the services are not in the wheel"
-    assert {n.split("/")[0] for n in names if ".dist-info" not in n} == {"trialog"}, "the wheel installs a top-level package besides trialog"
+    assert {n.split("/")[0] for n in names if ".dist-info" not in n} == {"trialog"}, (
+        "the wheel installs a top-level package besides trialog"
+    )
     assert "trialog/examples/rps/spec.yaml" in names, "the examples are not in the wheel"
     assert any(n.startswith("trialog/_schemas/") and n.endswith(".avsc") for n in names), "no Avro schemas in the wheel"
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     entry_text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "trialog = trialog.cli:main" in entry_text
-    assert "[trialog.commands]" in entry_text and "services = trialog.services.cli:add_commands" in entry_text, "`trialog serve` would list no service"
+    assert "[trialog.commands]" in entry_text and "services = trialog.services.cli:add_commands" in entry_text, (
+        "`trialog serve` would list no service"
+    )
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     for extra in ("envs", "datalog"):
         assert f"Provides-Extra: {extra}" in metadata, f"the image installs the extra {extra}, which the package lacks"
@@ -159,8 +174,13 @@ def test_the_final_stage_is_what_the_chart_expects() -> None:
     values = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
     # The virtualenv is copied between stages, so both must have the same Python at the same path.
     assert builder[0][1].split()[0] == final[0][1].split()[0] == "${PYTHON_IMAGE}"
-    assert final_instructions["USER"] == f"{values['podSecurityContext']['runAsUser']}:{values['podSecurityContext']['runAsGroup']}"
+    assert (
+        final_instructions["USER"]
+        == f"{values['podSecurityContext']['runAsUser']}:{values['podSecurityContext']['runAsGroup']}"
+    )
     assert final_instructions["EXPOSE"] == str(values["health"]["port"])
     # The chart's args start with a subcommand ("serve", "topics"), so the entrypoint is the CLI itself.
     assert json.loads(final_instructions["ENTRYPOINT"]) == ["trialog"]
-    assert not any("apt-get" in arguments or "pip " in arguments for _, arguments in final), "the final stage installs nothing"
+    assert not any("apt-get" in arguments or "pip " in arguments for _, arguments in final), (
+        "the final stage installs nothing"
+    )

@@ -19,7 +19,9 @@ COMMAND = ["tools/fuzz.py", "--records", str(RECORDS), "--honest", "2", "--seed"
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
     if not os.environ.get("TRIALOG_BOOTSTRAP_SERVERS"):
-        pytest.fail("integration tests need a broker: run `export TRIALOG_BOOTSTRAP_SERVERS=$(trialog broker start)` first")
+        pytest.fail(
+            "integration tests need a broker: run `export TRIALOG_BOOTSTRAP_SERVERS=$(trialog broker start)` first"
+        )
     out = tmp_path_factory.mktemp("fuzz") / "fuzz.json"
     return run_suite([*COMMAND, "--topic-prefix", f"test-fuzz-{uuid.uuid4().hex[:8]}."], out, timeout=600)
 

@@ -20,9 +20,15 @@ COMMAND = ["tools/gateway_fuzz.py", "--short"]  # as in docs/reliability.md
 @pytest.fixture(scope="module")
 def report(tmp_path_factory) -> dict:
     if not os.environ.get("TRIALOG_BOOTSTRAP_SERVERS"):
-        pytest.fail("integration tests need a broker: run `export TRIALOG_BOOTSTRAP_SERVERS=$(trialog broker start)` first")
+        pytest.fail(
+            "integration tests need a broker: run `export TRIALOG_BOOTSTRAP_SERVERS=$(trialog broker start)` first"
+        )
     folder = tmp_path_factory.mktemp("gateway-fuzz")
-    return run_suite([*COMMAND, "--topic-prefix", f"test-gwfuzz-{uuid.uuid4().hex[:8]}.", "--log-dir", str(folder / "logs")], folder / "gateway-fuzz.json", timeout=600)
+    return run_suite(
+        [*COMMAND, "--topic-prefix", f"test-gwfuzz-{uuid.uuid4().hex[:8]}.", "--log-dir", str(folder / "logs")],
+        folder / "gateway-fuzz.json",
+        timeout=600,
+    )
 
 
 def shown(value) -> str:
@@ -32,7 +38,11 @@ def shown(value) -> str:
 
 def failing(report: dict, verdict: str) -> dict:
     """Per kind with attempts of ``verdict``: how many, and what was seen (the evidence)."""
-    return {name: {verdict: k[verdict], "answers": k["answers"], "evidence": k["evidence"]} for name, k in report["kinds"].items() if k[verdict]}
+    return {
+        name: {verdict: k[verdict], "answers": k["answers"], "evidence": k["evidence"]}
+        for name, k in report["kinds"].items()
+        if k[verdict]
+    }
 
 
 def test_every_kind_was_fired_and_judged(report):
@@ -54,7 +64,13 @@ def test_every_attempt_is_answered(report):
 
 
 def test_nothing_crashes(report):
-    assert report["crashed"] == 0, shown({"kinds": failing(report, "crashed"), "gateway tracebacks": report["gateway_tracebacks"], "exited": report["exited"]})
+    assert report["crashed"] == 0, shown(
+        {
+            "kinds": failing(report, "crashed"),
+            "gateway tracebacks": report["gateway_tracebacks"],
+            "exited": report["exited"],
+        }
+    )
 
 
 def test_nothing_rule_breaking_is_applied(report):

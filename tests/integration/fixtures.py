@@ -68,7 +68,9 @@ class Bloated(RockPaperScissors):
         step = super().update(actions)
         if self.round == int(self.trial.config.get("bloat_at", 3)):
             blob = "x" * int(self.trial.config.get("bloat_bytes", 2_000_000))
-            step = dataclasses.replace(step, messages=[MessageOut(receivers=list(self.players), payload={"blob": blob})])
+            step = dataclasses.replace(
+                step, messages=[MessageOut(receivers=list(self.players), payload={"blob": blob})]
+            )
         return step
 
 

@@ -26,7 +26,11 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = str(Path(__file__).resolve().parent / "trialtest.yaml")
 DOC = ROOT / "docs" / "analytics.md"
-PAIRINGS = [{"alice": "random", "bob": "counter"}, {"alice": "counter", "bob": "random"}, {"alice": "random", "bob": "random"}]
+PAIRINGS = [
+    {"alice": "random", "bob": "counter"},
+    {"alice": "counter", "bob": "random"},
+    {"alice": "random", "bob": "random"},
+]
 TRIALS, WINDOW = 18, 5
 
 
@@ -45,7 +49,12 @@ def sql(marker: str, archive: Path, window: int | None = None) -> list[tuple]:
 
 
 def start_analytics(settings, tmp_path: Path, state: str, run: int):
-    proc, port = start_service(settings, SPEC, ["analytics", "--state-dir", str(tmp_path / state), "--window", str(WINDOW)], tmp_path / f"analytics-{run}.log")
+    proc, port = start_service(
+        settings,
+        SPEC,
+        ["analytics", "--state-dir", str(tmp_path / state), "--window", str(WINDOW)],
+        tmp_path / f"analytics-{run}.log",
+    )
     wait_ready({"analytics": proc}, {"analytics": port}, tmp_path, timeout=60)
     return proc
 
@@ -96,14 +105,20 @@ async def test_analytics_survive_sigkill_and_equal_duckdb_over_the_archive(kafka
                 await ctl.send_reward(tid, "alice", 3.0, tick=2, sender="judge")
                 judged.append(tid)
             tids = [o.trial_id for o in result.outcomes] + judged
-            pairings = Counter(" + ".join(PAIRINGS[i % 3].values()) for i in range(TRIALS)) + Counter({" + ".join(PAIRINGS[0].values()): 3})
+            pairings = Counter(" + ".join(PAIRINGS[i % 3].values()) for i in range(TRIALS)) + Counter(
+                {" + ".join(PAIRINGS[0].values()): 3}
+            )
             await asyncio.to_thread(wait_archived, str(archive), tids, 120)
 
             async def settled():
                 by_pairing = await results("returns-by-pairing")
                 per_trial = await results("trials")
                 seen_judge = sum(1 for t in judged if "judge" in per_trial.get(t, {}).get("reward_sources", {}))
-                return (by_pairing, per_trial) if sum(v["trials"] for v in by_pairing.values()) == len(tids) and seen_judge == 3 else None
+                return (
+                    (by_pairing, per_trial)
+                    if sum(v["trials"] for v in by_pairing.values()) == len(tids) and seen_judge == 3
+                    else None
+                )
 
             deadline = asyncio.get_running_loop().time() + 120
             while (done := await settled()) is None:
@@ -114,12 +129,26 @@ async def test_analytics_survive_sigkill_and_equal_duckdb_over_the_archive(kafka
             environments = await results("environments")
 
         # What people run to read them (docs/analytics.md).
-        env = dict(os.environ, TRIALOG_BOOTSTRAP_SERVERS=kafka_settings.bootstrap_servers, TRIALOG_TOPIC_PREFIX=kafka_settings.topic_prefix)
-        shown = subprocess.run([sys.executable, "-m", "trialog.cli", "analytics", "returns-by-pairing", "--json"], env=env, capture_output=True, text=True, timeout=60)
+        env = dict(
+            os.environ,
+            TRIALOG_BOOTSTRAP_SERVERS=kafka_settings.bootstrap_servers,
+            TRIALOG_TOPIC_PREFIX=kafka_settings.topic_prefix,
+        )
+        shown = subprocess.run(
+            [sys.executable, "-m", "trialog.cli", "analytics", "returns-by-pairing", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert shown.returncode == 0, shown.stderr[-2000:]
         assert {line["key"]: line["value"] for line in map(orjson.loads, shown.stdout.splitlines())} == by_pairing
-        shown = subprocess.run([sys.executable, "-m", "trialog.cli", "analytics"], env=env, capture_output=True, text=True, timeout=60)
-        assert shown.returncode == 0 and "reward-sources" in shown.stdout and "judge:" in shown.stdout, shown.stdout + shown.stderr[-2000:]
+        shown = subprocess.run(
+            [sys.executable, "-m", "trialog.cli", "analytics"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert shown.returncode == 0 and "reward-sources" in shown.stdout and "judge:" in shown.stdout, (
+            shown.stdout + shown.stderr[-2000:]
+        )
 
         # Per trial and actor, the stream's returns equal DuckDB's over the archive.
         expected_returns = {(t, a): r for t, a, r in sql("-- return per trial and actor", archive)}
@@ -131,7 +160,9 @@ async def test_analytics_survive_sigkill_and_equal_duckdb_over_the_archive(kafka
 
         # Rolling returns per pairing and actor, with the docs' SQL.
         rows = sql("-- rolling returns per pairing and actor", archive, window=WINDOW)
-        assert {(p, a) for p, a, _, _ in rows} == {(p, a) for p, v in by_pairing.items() for a in v["rolling_mean_by_actor"]}
+        assert {(p, a) for p, a, _, _ in rows} == {
+            (p, a) for p, v in by_pairing.items() for a in v["rolling_mean_by_actor"]
+        }
         for pairing, actor, rolling, n in rows:
             assert by_pairing[pairing]["rolling_mean_by_actor"][actor] == pytest.approx(rolling), (pairing, actor)
             assert n == min(WINDOW, by_pairing[pairing]["trials"])
@@ -142,7 +173,9 @@ async def test_analytics_survive_sigkill_and_equal_duckdb_over_the_archive(kafka
         assert environments["slow"]["trials"] == TRIALS and environments["rps"]["trials"] == 3
         assert sum(e["ticks"] for e in environments.values()) == sum(v["ticks"] for v in per_trial.values())
         # The docs' other queries answer the same (the archive joins a reward once per actor it reaches).
-        by_sender = {sender: (total, count, trials) for sender, total, count, trials in sql("-- reward sources", archive)}
+        by_sender = {
+            sender: (total, count, trials) for sender, total, count, trials in sql("-- reward sources", archive)
+        }
         assert by_sender["judge"] == (pytest.approx(9.0), 3, 3) and by_sender["env"][2] == len(tids)
         assert {env: (trials, ticks) for env, trials, ticks, _ in sql("-- ticks per environment", archive)} == {
             env: (e["trials"], e["ticks"]) for env, e in environments.items()
@@ -168,7 +201,9 @@ async def test_the_docs_example_job_counts_trial_ends(kafka_settings, tmp_path):
         script.write_text(doc_block("python", "ends-by-reason").replace("app.run()", "app.run(timeout=8)"))
         env = dict(os.environ, TRIALOG_BOOTSTRAP_SERVERS=kafka_settings.bootstrap_servers, TRIALOG_TOPIC_PREFIX=kafka_settings.topic_prefix,
                    TRIALOG_PARTITIONS=str(kafka_settings.partitions))  # fmt: skip
-        done = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+        done = subprocess.run(
+            [sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         async with KafkaBus(kafka_settings) as reader:
             counts = await reader.read_latest("analytics.ends-by-reason", orjson.loads)

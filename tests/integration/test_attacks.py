@@ -157,8 +157,14 @@ async def test_impostor_actions_are_refused_and_the_trial_is_undisturbed(running
         # Bob's process holds bob's seat key only: alice's action gets bob's tag, or none.
         action = Action(attacked, tick=tick, actor="alice", payload=client.store.encode("rps.Move", "SCISSORS"))
         value, headers = client.codec.encode(action), action.headers()
-        seat_tag = compute_tag(client.trust.keyring.key("seat.bob", attacked), mac_input(attacked.encode(), dict(headers), value))
-        forged.extend(await client.send_many([("events", attacked.encode(), value, headers + [(MAC_PREFIX + "seat.bob", seat_tag)])]))
+        seat_tag = compute_tag(
+            client.trust.keyring.key("seat.bob", attacked), mac_input(attacked.encode(), dict(headers), value)
+        )
+        forged.extend(
+            await client.send_many(
+                [("events", attacked.encode(), value, headers + [(MAC_PREFIX + "seat.bob", seat_tag)])]
+            )
+        )
 
     assert await play_bob(bus, attacked, impostor=act_as_alice) == "max_ticks"
     await ctl.wait_ended(attacked, timeout=60)
@@ -188,7 +194,9 @@ async def test_a_seat_has_one_holder_a_takeover_is_explicit_and_told(running):
         async with join(outsider(bus, Keyring({})), tid, "bob", token=token, holder="first", timeout=30):
             pass
         # An explicit takeover: the first holder is told, and its actions stop counting.
-        async with join(outsider(bus, Keyring({})), tid, "bob", token=token, holder="third", takeover=True, timeout=30) as taker:
+        async with join(
+            outsider(bus, Keyring({})), tid, "bob", token=token, holder="third", takeover=True, timeout=30
+        ) as taker:
             told = None
             async for event in session:
                 if isinstance(event, EndEvent):
@@ -229,7 +237,9 @@ async def test_forged_lifecycle_records_and_environment_rewards_change_nothing(r
     def forged(event, key_id: str | None = None, secret: bytes | None = None):
         value, headers = bus.codec.encode(event), event.headers()
         if key_id is not None:
-            headers = headers + [(MAC_PREFIX + key_id, compute_tag(secret, mac_input(event.trial_id.encode(), dict(headers), value)))]
+            headers = headers + [
+                (MAC_PREFIX + key_id, compute_tag(secret, mac_input(event.trial_id.encode(), dict(headers), value)))
+            ]
         return ("events", event.trial_id.encode(), value, headers)
 
     fake_start = TrialStarted(
@@ -277,7 +287,9 @@ async def test_start_requests_and_records_name_no_code(running, tmp_path, capsys
         await ctl.wait_started(rejected, timeout=30)
     rewards = {"rewards": [{"component": "os:system", "kwargs": {"command": f"id > {marker}"}}]}
     with pytest.raises(TrialError, match="may not set rewards"):
-        await ctl.wait_started(await ctl.start_trial("attacks-hosted", environment="pz", environment_config=rewards), timeout=30)
+        await ctl.wait_started(
+            await ctl.start_trial("attacks-hosted", environment="pz", environment_config=rewards), timeout=30
+        )
     # An operator who lets requests set `env` anyway: the service still imports only its spec's.
     allowed = await ctl.start_trial("attacks-hosted", environment="open", environment_config={**attack, **rewards})
     ended = await ctl.wait_ended(allowed, timeout=60)
@@ -293,7 +305,14 @@ async def test_start_requests_and_records_name_no_code(running, tmp_path, capsys
     )  # fmt: skip
     async with outsider(bus, Keyring({})) as stranger:
         [at] = await stranger.send_many([("events", evil.trial_id.encode(), bus.codec.encode(evil), evil.headers())])
-    flags = ["--bootstrap-servers", bus.settings.bootstrap_servers, "--topic-prefix", bus.settings.topic_prefix, "--partitions", "4"]
+    flags = [
+        "--bootstrap-servers",
+        bus.settings.bootstrap_servers,
+        "--topic-prefix",
+        bus.settings.topic_prefix,
+        "--partitions",
+        "4",
+    ]
     spec_file = str(tmp_path / "hosted.yaml")
     assert await asyncio.to_thread(cli.main, ["replay", evil.trial_id, "--verify", "--spec", spec_file, *flags]) == 1
     assert "has no trial.started" in capsys.readouterr().err

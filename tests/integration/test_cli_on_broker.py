@@ -16,8 +16,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def trialog(settings, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    flags = ["--bootstrap-servers", settings.bootstrap_servers, "--topic-prefix", settings.topic_prefix, "--partitions", "4"]
-    return subprocess.run([sys.executable, "-m", "trialog.cli", *args, *flags], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    flags = [
+        "--bootstrap-servers",
+        settings.bootstrap_servers,
+        "--topic-prefix",
+        settings.topic_prefix,
+        "--partitions",
+        "4",
+    ]
+    return subprocess.run(
+        [sys.executable, "-m", "trialog.cli", *args, *flags], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def test_terminating_an_unknown_trial_fails(kafka_settings):
@@ -57,5 +66,7 @@ def test_a_deployments_topics_can_be_deleted_as_the_test_fixture_does(kafka_sett
         return deleted, await bus.describe_topics()
 
     deleted, left = asyncio.run(go())
-    assert sorted(deleted) == sorted(kafka_settings.topic(r) for r in ("control", "events", "trials", "models", "dead-letters"))
+    assert sorted(deleted) == sorted(
+        kafka_settings.topic(r) for r in ("control", "events", "trials", "models", "dead-letters")
+    )
     assert left == {}

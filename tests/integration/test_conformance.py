@@ -12,8 +12,23 @@ SPEC = "tests/integration/conformance.yaml"
 
 
 def _conformance(settings, implementation: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRIALOG_BOOTSTRAP_SERVERS": settings.bootstrap_servers, "TRIALOG_TOPIC_PREFIX": settings.topic_prefix}
-    cmd = [sys.executable, "-m", "trialog.cli", "conformance", "--spec", SPEC, "--implementation", implementation, "--trials", "2"]
+    env = {
+        **os.environ,
+        "TRIALOG_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "TRIALOG_TOPIC_PREFIX": settings.topic_prefix,
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "trialog.cli",
+        "conformance",
+        "--spec",
+        SPEC,
+        "--implementation",
+        implementation,
+        "--trials",
+        "2",
+    ]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 

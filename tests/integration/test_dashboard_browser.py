@@ -25,17 +25,33 @@ from trialog.protocol.topics import EVENTS
 pytestmark = pytest.mark.integration
 SPEC = Path(__file__).resolve().parent / "trialtest.yaml"
 SHOTS = os.environ.get("TRIALOG_SCREENSHOTS")
-PAIRINGS = [{"alice": "random", "bob": "counter"}, {"alice": "counter", "bob": "random"}, {"alice": "random", "bob": "random"}]
+PAIRINGS = [
+    {"alice": "random", "bob": "counter"},
+    {"alice": "counter", "bob": "random"},
+    {"alice": "random", "bob": "random"},
+]
 TRIALS = 24
 
 
 def watch_dashboard(base: str, campaign_done) -> dict:
     with chromium(width=1100, height=1250) as driver:
         driver.get(f"{base}/dashboard")
-        live = until(lambda: (s := page_state(driver)).get("running", 0) > 0 and s.get("ticks_per_s", 0) > 0 and s, timeout=60, what="running trials and ticks/s")
-        first = until(lambda: (s := page_state(driver)).get("pairings", 0) >= 2 and s, timeout=90, what="returns per pairing from the analytics jobs")
+        live = until(
+            lambda: (s := page_state(driver)).get("running", 0) > 0 and s.get("ticks_per_s", 0) > 0 and s,
+            timeout=60,
+            what="running trials and ticks/s",
+        )
+        first = until(
+            lambda: (s := page_state(driver)).get("pairings", 0) >= 2 and s,
+            timeout=90,
+            what="returns per pairing from the analytics jobs",
+        )
         # Live: more trial returns appear on the plot without a reload.
-        later = until(lambda: (s := page_state(driver)).get("points", 0) > first["points"] and s, timeout=60, what="the plot to grow")
+        later = until(
+            lambda: (s := page_state(driver)).get("points", 0) > first["points"] and s,
+            timeout=60,
+            what="the plot to grow",
+        )
         until(lambda: page_state(driver).get("dead_letters", 0) >= 1, timeout=30, what="the dead letter")
         until(lambda: campaign_done() or None, timeout=120, what="the campaign's end")
         final = until(lambda: (s := page_state(driver)).get("points") == TRIALS and s.get("pairing_trials") == TRIALS and s.get("running") == 0 and s,
@@ -43,7 +59,9 @@ def watch_dashboard(base: str, campaign_done) -> dict:
         if SHOTS:
             Path(SHOTS).mkdir(parents=True, exist_ok=True)
             driver.save_screenshot(str(Path(SHOTS) / "dashboard.png"))
-        rows = driver.execute_script("return [...document.querySelectorAll('#pairings tbody tr')].map(r => r.cells[0].textContent)")
+        rows = driver.execute_script(
+            "return [...document.querySelectorAll('#pairings tbody tr')].map(r => r.cells[0].textContent)"
+        )
         letters = driver.execute_script("return document.querySelector('#dead-letters tbody').textContent")
         return {"live": live, "first": first, "later": later, "final": final, "rows": rows, "letters": letters}
 
@@ -58,7 +76,11 @@ async def test_the_dashboard_shows_a_live_campaign_in_chromium(kafka_settings, t
     try:
         wait_ready(procs, ports, tmp_path)
         spec = load_spec(SPEC, bus.store)
-        async with bus, Controller(bus, name="dashboard-test") as ctl, gateway(KafkaBus(kafka_settings, bus.store), [spec]) as base:
+        async with (
+            bus,
+            Controller(bus, name="dashboard-test") as ctl,
+            gateway(KafkaBus(kafka_settings, bus.store), [spec]) as base,
+        ):
             await bus.send_many([(EVENTS, b"ghost-trial", b"garbage", [(HEADER_KIND, b"observation")])])
             campaign = asyncio.create_task(run_campaign(
                 ctl, "trialtest", TRIALS, 3,

@@ -69,7 +69,10 @@ class FlakyRps(RockPaperScissors):
         if self.round < 5:
             return step
         first = self.players[0]
-        observations = {**step.observations, first: {**step.observations[first], "round": self.round * 1000 + self.instance}}
+        observations = {
+            **step.observations,
+            first: {**step.observations[first], "round": self.round * 1000 + self.instance},
+        }
         return dataclasses.replace(step, observations=observations)
 
 
@@ -106,7 +109,11 @@ async def test_archive_equals_replay_and_keeps_late_rewards(running, tmp_path):
         assert Archive(tmp_path / "archive").read(tid).samples == [s async for s in replay(bus, tid)]
 
     await ctl.send_reward(tids[0], "alice", 7.0, tick=3, confidence=2.0, sender="late-judge")
-    await wait_for(lambda: list((tmp_path / "archive" / "corrections" / file_name(tids[0])).glob("*.parquet")), timeout=30, what="correction")
+    await wait_for(
+        lambda: list((tmp_path / "archive" / "corrections" / file_name(tids[0])).glob("*.parquet")),
+        timeout=30,
+        what="correction",
+    )
     from_archive = Archive(tmp_path / "archive").read(tids[0]).samples
     from_topic = [s async for s in replay(bus, tids[0])]
     assert from_archive == from_topic
@@ -121,7 +128,11 @@ async def test_logger_killed_mid_stream_loses_and_duplicates_nothing(running, tm
     first = logger_loop(bus, archive_dir, grace_s=0.5)
     task = asyncio.create_task(first.run())
     tids = [await ctl.start_trial("datatest", environment="slow", max_ticks=30, seed=s) for s in range(4)]
-    await wait_for(lambda: sum(len(t.fold.samples()) for t in first.handler.trials.values()) >= 20, timeout=60, what="logger mid-stream")
+    await wait_for(
+        lambda: sum(len(t.fold.samples()) for t in first.handler.trials.values()) >= 20,
+        timeout=60,
+        what="logger mid-stream",
+    )
     task.cancel()  # killed mid-stream
     await asyncio.gather(task, return_exceptions=True)
     second = d.add([logger_loop(bus, archive_dir, grace_s=0.5)])[0]
@@ -145,7 +156,14 @@ async def test_verify_passes_on_rps_and_pinpoints_a_flaky_env(running, capsys, t
     bad = await ctl.start_trial("datatest", seed=22, environment="flaky")
     for tid in (good, bad):
         await ctl.wait_ended(tid, timeout=60)
-    flags = ["--bootstrap-servers", bus.settings.bootstrap_servers, "--topic-prefix", bus.settings.topic_prefix, "--partitions", "4"]
+    flags = [
+        "--bootstrap-servers",
+        bus.settings.bootstrap_servers,
+        "--topic-prefix",
+        bus.settings.topic_prefix,
+        "--partitions",
+        "4",
+    ]
     assert await asyncio.to_thread(cli.main, ["replay", good, "--verify", "--spec", spec_file, *flags]) == 0
     assert "deterministic" in capsys.readouterr().out
     assert await asyncio.to_thread(cli.main, ["replay", bad, "--verify", "--spec", spec_file, *flags]) == 1
@@ -159,9 +177,21 @@ async def test_export_read_back_with_duckdb_matches_the_log(running, tmp_path):
     for tid in tids:
         await ctl.wait_ended(tid, timeout=60)
     await ctl.send_reward(tids[1], "*", 3.0, tick=2, sender="late")
-    flags = ["--bootstrap-servers", bus.settings.bootstrap_servers, "--topic-prefix", bus.settings.topic_prefix, "--partitions", "4"]
+    flags = [
+        "--bootstrap-servers",
+        bus.settings.bootstrap_servers,
+        "--topic-prefix",
+        bus.settings.topic_prefix,
+        "--partitions",
+        "4",
+    ]
     out = tmp_path / "export.parquet"
-    assert await asyncio.to_thread(cli.main, ["export", "--out", str(out), "--spec", "datatest", "--status", "ended", *flags]) == 0
+    assert (
+        await asyncio.to_thread(
+            cli.main, ["export", "--out", str(out), "--spec", "datatest", "--status", "ended", *flags]
+        )
+        == 0
+    )
 
     # What the log says, computed independently of the datalog package.
     rows, reward_sum = 0, 0.0
@@ -177,16 +207,23 @@ async def test_export_read_back_with_duckdb_matches_the_log(running, tmp_path):
         reward_sum += sum(aggregate(rs) for rs in per_tick.values())
 
     con = duckdb.connect()
-    count, total, trials = con.execute(f"select count(*), sum(reward), count(distinct trial_id) from '{out}'").fetchone()
+    count, total, trials = con.execute(
+        f"select count(*), sum(reward), count(distinct trial_id) from '{out}'"
+    ).fetchone()
     assert (count, trials) == (rows, 3)
     assert total == pytest.approx(reward_sum)
-    late = con.execute(f"select count(*) from (select unnest(reward_sources) as r from '{out}') where r.sender = 'late'").fetchone()[0]
+    late = con.execute(
+        f"select count(*) from (select unnest(reward_sources) as r from '{out}') where r.sender = 'late'"
+    ).fetchone()[0]
     assert late == 2
 
     # The late reward lands in the trial file (within the grace period) or in a correction: either way it counts once.
     await wait_for(lambda: archived(tmp_path / "archive", tids), timeout=30, what="archives")
     out2 = tmp_path / "from-archive.parquet"
-    assert await asyncio.to_thread(cli.main, ["export", "--out", str(out2), "--from-archive", str(tmp_path / "archive")]) == 0
+    assert (
+        await asyncio.to_thread(cli.main, ["export", "--out", str(out2), "--from-archive", str(tmp_path / "archive")])
+        == 0
+    )
     count2, total2 = con.execute(f"select count(*), sum(reward) from '{out2}'").fetchone()
     assert count2 == rows and total2 == pytest.approx(reward_sum)
 

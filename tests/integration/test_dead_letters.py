@@ -74,23 +74,41 @@ async def test_each_bad_record_is_dead_lettered_once_and_honest_trials_finish(ka
             actors=(ActorSpec("alice", "player", "random"),), actor_classes=(ActorClassSpec("player", "{not json", "{}"),), seed=1,
         )  # fmt: skip
         cases = {
-            "garbage under a reward kind": record(EVENTS, Reward(tid, tick=1), headers=[("kind", b"reward")], value=b"\x00garbage"),
+            "garbage under a reward kind": record(
+                EVENTS, Reward(tid, tick=1), headers=[("kind", b"reward")], value=b"\x00garbage"
+            ),
             "unknown kind": record(EVENTS, Reward(tid, tick=1), headers=[("kind", b"bogus")]),
-            "non-UTF-8 kind": record(EVENTS, Reward(tid, tick=1), headers=[*Reward(tid, tick=1).headers()[1:], ("kind", b"\xff\xfe")]),
+            "non-UTF-8 kind": record(
+                EVENTS, Reward(tid, tick=1), headers=[*Reward(tid, tick=1).headers()[1:], ("kind", b"\xff\xfe")]
+            ),
             "no headers": record(EVENTS, Reward(tid, tick=1), headers=[]),
             "action for tick 10^9": record(EVENTS, Action(tid, tick=10**9, actor="alice", payload=move.encode("ROCK"))),
             "action for tick -5": record(EVENTS, Action(tid, tick=-5, actor="alice", payload=move.encode("ROCK"))),
             "early action": record(EVENTS, Action(tid, tick=early, actor="alice", payload=move.encode("SCISSORS"))),
-            "early environment reward": record(EVENTS, Reward(tid, tick=early, receiver="alice", value=99.0, sender="env")),
-            "message with invalid JSON": record(EVENTS, Message(tid, tick=1, sender="bob", receivers=("alice",), message_id="m1", payload="{nope")),
-            "parameters with invalid JSON": record(EVENTS, ParametersChanged(tid, tick=1, sender="ops", parameters="[1,")),
+            "early environment reward": record(
+                EVENTS, Reward(tid, tick=early, receiver="alice", value=99.0, sender="env")
+            ),
+            "message with invalid JSON": record(
+                EVENTS, Message(tid, tick=1, sender="bob", receivers=("alice",), message_id="m1", payload="{nope")
+            ),
+            "parameters with invalid JSON": record(
+                EVENTS, ParametersChanged(tid, tick=1, sender="ops", parameters="[1,")
+            ),
             "reward for an unknown trial": record(EVENTS, Reward("no-such-trial", tick=0)),
             "action on control": record(CONTROL, Action(tid, tick=now, actor="alice", payload=move.encode("ROCK"))),
             "start with schemas that do not parse": record(EVENTS, bad_schema),
-            "undecodable, plausible headers": record(EVENTS, Observation(tid, tick=1_000_000, actor="alice"), value=b"\x00\x01"),
-            "NaN confidence": record(EVENTS, Reward(tid, tick=1, receiver="alice", confidence=float("nan"), sender="judge")),
-            "infinite confidence": record(EVENTS, Reward(tid, tick=1, receiver="alice", confidence=float("inf"), sender="judge2")),
-            "negative confidence": record(EVENTS, Reward(tid, tick=1, receiver="alice", confidence=-1.0, sender="judge3")),
+            "undecodable, plausible headers": record(
+                EVENTS, Observation(tid, tick=1_000_000, actor="alice"), value=b"\x00\x01"
+            ),
+            "NaN confidence": record(
+                EVENTS, Reward(tid, tick=1, receiver="alice", confidence=float("nan"), sender="judge")
+            ),
+            "infinite confidence": record(
+                EVENTS, Reward(tid, tick=1, receiver="alice", confidence=float("inf"), sender="judge2")
+            ),
+            "negative confidence": record(
+                EVENTS, Reward(tid, tick=1, receiver="alice", confidence=-1.0, sender="judge3")
+            ),
             "NaN value": record(EVENTS, Reward(tid, tick=1, receiver="alice", value=float("nan"), sender="judge4")),
             "second start request for a live trial": record(CONTROL, StartRequest(tid, spec="trialtest")),
             "terminate an unknown trial": record(CONTROL, TerminateRequest("no-such-trial")),
@@ -107,8 +125,13 @@ async def test_each_bad_record_is_dead_lettered_once_and_honest_trials_finish(ka
         logged = await read_events(bus, tid)
 
     where = {(kafka_settings.topic(d.role), d.partition, d.offset): name for name, d in sent.items()}
-    lettered = [where.get((letter["topic"], letter["partition"], letter["offset"]), f"honest record? {letter['reason']}") for letter in letters]
-    assert sorted(lettered) == sorted(cases), "\n".join(f"{letter['service']}: {letter['reason']}" for letter in letters)
+    lettered = [
+        where.get((letter["topic"], letter["partition"], letter["offset"]), f"honest record? {letter['reason']}")
+        for letter in letters
+    ]
+    assert sorted(lettered) == sorted(cases), "\n".join(
+        f"{letter['service']}: {letter['reason']}" for letter in letters
+    )
     reasons = {where[(letter["topic"], letter["partition"], letter["offset"])]: letter["reason"] for letter in letters}
     assert "confidence nan" in reasons["NaN confidence"]
     assert "finite" in reasons["NaN value"] and "between 0 and the current one" in reasons["early environment reward"]

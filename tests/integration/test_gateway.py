@@ -34,7 +34,11 @@ async def test_a_person_plays_reconnects_and_the_log_has_their_moves(running):
     url = seat_url(link(base, bus.trust.keyring, tid, "bob"))
     async with socket(url) as seat:
         welcome = await seat.next("welcome")
-        assert welcome["actor"] == "bob" and welcome["classes"]["player"]["action_schema"]["symbols"] == ["ROCK", "PAPER", "SCISSORS"]
+        assert welcome["actor"] == "bob" and welcome["classes"]["player"]["action_schema"]["symbols"] == [
+            "ROCK",
+            "PAPER",
+            "SCISSORS",
+        ]
         first = await play(seat, "PAPER", until_tick=3)
     # Reconnect (a reload, or another gateway instance): the seat resumes from the log.
     async with socket(url) as seat:
@@ -45,7 +49,9 @@ async def test_a_person_plays_reconnects_and_the_log_has_their_moves(running):
     bob = [e for e in events if isinstance(e, Action) and e.actor == "bob"]
     assert [a.tick for a in bob] == first + rest and len(first) == 4 and rest[0] == 4
     assert ended.reason in ("max_ticks", "environment")
-    assert [e.actor for e in events if isinstance(e, ActorJoined)] == ["bob"]  # joined once, resumed without a second join
+    assert [e.actor for e in events if isinstance(e, ActorJoined)] == [
+        "bob"
+    ]  # joined once, resumed without a second join
 
 
 async def test_a_watcher_judges_a_past_tick(running):
@@ -56,7 +62,9 @@ async def test_a_watcher_judges_a_past_tick(running):
         trial = await watch.next("trial")
         assert {a["name"] for a in trial["actors"]} == {"alice", "bob"}
         await watch.next("live")
-        await watch.send({"type": "reward", "judge": "ada", "receiver": "alice", "tick": 2, "value": 1, "confidence": 0.5})
+        await watch.send(
+            {"type": "reward", "judge": "ada", "receiver": "alice", "tick": 2, "value": 1, "confidence": 0.5}
+        )
         assert (await watch.next("rewarded", "error"))["type"] == "rewarded"
         await watch.send({"type": "reward", "judge": "ada", "receiver": "nobody", "tick": 2, "value": 1})
         assert "no actor" in (await watch.next("rewarded", "error"))["reason"]

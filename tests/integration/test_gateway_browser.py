@@ -71,13 +71,19 @@ def take_seat_and_play(base: str, trial_id: str) -> dict:
 def judge_past_tick(base: str, trial_id: str, tick: int) -> dict:
     with chromium() as driver:
         driver.get(f"{base}/watch/{trial_id}")
-        until(lambda: page_state(driver).get("live") and page_state(driver).get("tick", 0) > tick, what="the trial's history")
+        until(
+            lambda: page_state(driver).get("live") and page_state(driver).get("tick", 0) > tick,
+            what="the trial's history",
+        )
         driver.execute_script(
-            "const t = document.querySelector('#timeline'); t.value = arguments[0]; t.dispatchEvent(new Event('input'));", tick
+            "const t = document.querySelector('#timeline'); t.value = arguments[0]; t.dispatchEvent(new Event('input'));",
+            tick,
         )
         driver.find_element(By.ID, "judge-name").send_keys("ada")
         driver.find_element(By.CSS_SELECTOR, "#judge-actor option[value=cook_b]").click()
-        driver.execute_script("const c = document.querySelector('#judge-confidence'); c.value = 0.8; c.dispatchEvent(new Event('input'));")
+        driver.execute_script(
+            "const c = document.querySelector('#judge-confidence'); c.value = 0.8; c.dispatchEvent(new Event('input'));"
+        )
         driver.find_element(By.ID, "thumbs-up").click()
         until(lambda: page_state(driver).get("rewarded"), what="the judgement to be accepted")
         shot(driver, "watch-judge")
@@ -117,7 +123,9 @@ async def test_a_person_plays_overcooked_with_the_planner_in_chromium(overcooked
 
     # Real time: one step per 150 ms interval, and a drawable view with every tick.
     assert {e.tick for e in events if isinstance(e, View)} == set(range(TICKS + 1))
-    written = {int(r.header("tick")): r.timestamp_ms async for r in trial_records(bus, tid) if r.header("kind") == "view"}
+    written = {
+        int(r.header("tick")): r.timestamp_ms async for r in trial_records(bus, tid) if r.header("kind") == "view"
+    }
     assert written[TICKS] - written[1] >= (TICKS - 1) * 150 * 0.95
 
     # The page's round trip (action sent -> next observation drawn) stays under a tick.
@@ -205,7 +213,11 @@ async def test_a_person_plays_rock_paper_scissors_and_exports_the_demonstration(
 
     # The person's moves are demonstrations: `trialog export --implementation human` (docs/humans.md).
     out = tmp_path / "people.parquet"
-    env = {**os.environ, "TRIALOG_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers, "TRIALOG_TOPIC_PREFIX": kafka_settings.topic_prefix}
+    env = {
+        **os.environ,
+        "TRIALOG_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        "TRIALOG_TOPIC_PREFIX": kafka_settings.topic_prefix,
+    }
     done = subprocess.run([sys.executable, "-m", "trialog.cli", "export", "--implementation", "human", "--out", str(out)],
                           env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr

@@ -98,7 +98,9 @@ async def crowd(urls: list[str]) -> dict[str, int]:
     # Niced: an attacker is another machine; here it shares the two cores with the deployment.
     proc = await asyncio.create_subprocess_exec("nice", "-n", "19", sys.executable, "-m", "tests.gateway.crowd", stdin=asyncio.subprocess.PIPE,
                                                 stdout=asyncio.subprocess.PIPE, cwd=ROOT)  # fmt: skip
-    out, _ = await asyncio.wait_for(proc.communicate(json.dumps([u.replace("http://", "ws://", 1) for u in urls]).encode()), 180)
+    out, _ = await asyncio.wait_for(
+        proc.communicate(json.dumps([u.replace("http://", "ws://", 1) for u in urls]).encode()), 180
+    )
     return json.loads(out)
 
 
@@ -113,7 +115,10 @@ async def test_floods_of_sockets_are_refused_at_the_door_and_another_trial_keeps
         async with Controller(bus, name="flood-test") as ctl:
             honest_tid, honest_url = await seat_link(bus, ctl, base, max_ticks=80)
             target_tid, target_url = await seat_link(bus, ctl, base, max_ticks=1000)
-            async with socket(seat_url(honest_url, "honest")) as honest, socket(seat_url(target_url, "victim")) as victim:
+            async with (
+                socket(seat_url(honest_url, "honest")) as honest,
+                socket(seat_url(target_url, "victim")) as victim,
+            ):
                 await honest.next("welcome")
                 await victim.next("welcome")
                 honest_play = asyncio.create_task(play(honest))
@@ -129,9 +134,13 @@ async def test_floods_of_sockets_are_refused_at_the_door_and_another_trial_keeps
     # refused for its limit (by connection rate, seat, trial or address) at the door, with
     # HTTP 429 and the reason. None is left unanswered, none gets the seat.
     assert sum(seats.values()) == 300 and set(seats) <= {"refused 4403", "http 429"} and seats["http 429"] >= 200, seats
-    assert sum(watchers.values()) == 300 and set(watchers) <= {"trial", "http 429"} and watchers["http 429"] >= 200, watchers
+    assert sum(watchers.values()) == 300 and set(watchers) <= {"trial", "http 429"} and watchers["http 429"] >= 200, (
+        watchers
+    )
     timeouts = [(e.tick, e.actor) for e in events if isinstance(e, ActorTimeout)]
-    assert ended.reason == "max_ticks" and timeouts == [], f"the honest trial timed out at {timeouts} during the floods ({seats}, {watchers})"
+    assert ended.reason == "max_ticks" and timeouts == [], (
+        f"the honest trial timed out at {timeouts} during the floods ({seats}, {watchers})"
+    )
 
 
 async def test_a_flood_of_messages_is_bounded_and_told(running):

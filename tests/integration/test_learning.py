@@ -28,7 +28,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 
 
-async def _durations(ctl: Controller, spec: str, implementations: dict[str, str], trials: int, seed: int) -> list[float]:
+async def _durations(
+    ctl: Controller, spec: str, implementations: dict[str, str], trials: int, seed: int
+) -> list[float]:
     async def one(i: int) -> float:
         t0 = time.monotonic()
         tid = await ctl.start_trial(spec, seed=seed + i, implementations=implementations)
@@ -68,8 +70,16 @@ async def test_phases_versions_and_a_learner_killed_mid_training_resumes(kafka_s
         name="itest-dqn",
         spec=str(ROOT / "examples" / "cartpole" / "spec.yaml"),
         implementation="dqn",
-        agent={"learning_starts": 200, "train_frequency": 100, "gradient_steps": 10, "hidden": [16, 16], "exploration_steps": 1000},
-        schedule=Schedule(heatup_steps=200, steps_between_evaluations=600, evaluation_trials=2, total_steps=1200, concurrency=4),
+        agent={
+            "learning_starts": 200,
+            "train_frequency": 100,
+            "gradient_steps": 10,
+            "hidden": [16, 16],
+            "exploration_steps": 1000,
+        },
+        schedule=Schedule(
+            heatup_steps=200, steps_between_evaluations=600, evaluation_trials=2, total_steps=1200, concurrency=4
+        ),
     )
     spec_file = derived_spec(preset, tmp_path)
     spec = load_spec(spec_file)
@@ -90,11 +100,15 @@ async def test_phases_versions_and_a_learner_killed_mid_training_resumes(kafka_s
             before = await _latest(bus, preset.name)
             os.kill(procs["learner-0"].pid, signal.SIGKILL)
             procs["learner-0"].wait()
-            procs["learner-0"], port = start_service(settings, str(spec_file), learner_args, logs / "learner-restarted.log")
+            procs["learner-0"], port = start_service(
+                settings, str(spec_file), learner_args, logs / "learner-restarted.log"
+            )
             wait_ready({"learner-0": procs["learner-0"]}, {"learner-0": port}, logs)
             result = await first
             # More training after the restart: the resumed learner publishes on from the last version.
-            more = dataclasses.replace(preset, seed=10_000, schedule=dataclasses.replace(preset.schedule, heatup_steps=0, total_steps=600))
+            more = dataclasses.replace(
+                preset, seed=10_000, schedule=dataclasses.replace(preset.schedule, heatup_steps=0, total_steps=600)
+            )
             await run_phases(settings, more, spec, quiet=True)
             after = await _latest(bus, preset.name)
             folds = [f async for f in read_trials(bus, lambda r: r.experiment == preset.name)]
@@ -109,14 +123,24 @@ async def test_phases_versions_and_a_learner_killed_mid_training_resumes(kafka_s
     phases = {f.started.phase for f in folds}
     assert phases == {"heatup", "train", "evaluate"}
     # Samples carry the version that chose them: none in heatup before any model, increasing over training.
-    versions = [s.policy_version for f in folds if f.started.phase in ("train", "evaluate") for s in f.samples() if s.action is not None]
+    versions = [
+        s.policy_version
+        for f in folds
+        if f.started.phase in ("train", "evaluate")
+        for s in f.samples()
+        if s.action is not None
+    ]
     assert versions and max(v for v in versions if v is not None) >= after.version - 1
     assert len({v for v in versions if v is not None}) >= 3
-    heatup_versions = {s.policy_version for f in folds if f.started.phase == "heatup" for s in f.samples() if s.action is not None}
+    heatup_versions = {
+        s.policy_version for f in folds if f.started.phase == "heatup" for s in f.samples() if s.action is not None
+    }
     assert heatup_versions <= {None, 1}
     # What the learner counted is what the log holds for heatup and train — the restart refilled its
     # memory from the log without counting those trials twice.
-    logged = sum(len(t) for f in folds if f.started.phase in ("heatup", "train") if (t := transitions(f.samples())) is not None)
+    logged = sum(
+        len(t) for f in folds if f.started.phase in ("heatup", "train") if (t := transitions(f.samples())) is not None
+    )
     assert before.meta["env_steps"] < after.meta["env_steps"] <= logged
 
 
@@ -139,7 +163,9 @@ preset = Preset(name="tiny", spec={str(ROOT / "examples" / "cartpole" / "spec.ya
     done = subprocess.run([sys.executable, "-m", "trialog.cli", "train", str(preset), "--out", str(tmp_path / "run")],
                           env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "eval return" in done.stdout and "validation: mean eval return ≥ 5" in done.stdout and "PASSED" in done.stdout
+    assert (
+        "eval return" in done.stdout and "validation: mean eval return ≥ 5" in done.stdout and "PASSED" in done.stdout
+    )
     assert "heatup" in done.stderr and "evaluate" in done.stderr  # the progress lines name the phase
     for suffix in ("png", "csv", "json"):
         assert (tmp_path / "run" / f"eval_return.{suffix}").stat().st_size > 0

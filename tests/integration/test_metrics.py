@@ -22,19 +22,33 @@ from trialog.protocol.topics import DEAD_LETTERS, EVENTS
 
 pytestmark = pytest.mark.integration
 SPEC = str(Path(__file__).resolve().parent / "trialtest.yaml")
-SERVICES = {"orchestrator": ["orchestrator"], "environment": ["environment"], "actors": ["actors"], "logger": ["logger"]}
+SERVICES = {
+    "orchestrator": ["orchestrator"],
+    "environment": ["environment"],
+    "actors": ["actors"],
+    "logger": ["logger"],
+}
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
     """(sample name, sorted labels) → value, of one service's /metrics."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text = response.read().decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def total(scrapes: list[dict], name: str, **labels) -> float:
     """Sum of a metric over every service and every label value not pinned by ``labels``."""
-    return sum(v for scraped in scrapes for (n, ls), v in scraped.items() if n == name and all(dict(ls).get(k) == x for k, x in labels.items()))
+    return sum(
+        v
+        for scraped in scrapes
+        for (n, ls), v in scraped.items()
+        if n == name and all(dict(ls).get(k) == x for k, x in labels.items())
+    )
 
 
 async def read_all(bus: KafkaBus, role: str) -> list:
@@ -70,7 +84,9 @@ async def test_metrics_of_every_service_match_the_log(kafka_settings, tmp_path):
         async with bus, Controller(bus, name="metrics-test") as ctl:
             # Trials ending for different reasons, with timeouts and rewards from several senders.
             normal = [ctl.start_trial("trialtest", seed=s) for s in range(4)]
-            rewarding = ctl.start_trial("trialtest", seed=9, implementations={"alice": "rewarding", "bob": "rewarding"}, max_ticks=8)
+            rewarding = ctl.start_trial(
+                "trialtest", seed=9, implementations={"alice": "rewarding", "bob": "rewarding"}, max_ticks=8
+            )
             silent = ctl.start_trial("trialtest", seed=5, implementations={"bob": "silent"}, max_ticks=2)
             exploding = ctl.start_trial("trialtest", environment="exploding")
             slow = ctl.start_trial("trialtest", environment="slow", max_ticks=10_000)
@@ -80,7 +96,9 @@ async def test_metrics_of_every_service_match_the_log(kafka_settings, tmp_path):
 
             await wait_for(lambda: ctl.last_tick(tids[-1]) >= 3, timeout=60, what="the slow trial to tick")
             during = [scrape(p) for p in ports.values()]
-            assert total(during, "trialog_live_trials") >= 2  # the slow trial, at least, in orchestrator and environment
+            assert (
+                total(during, "trialog_live_trials") >= 2
+            )  # the slow trial, at least, in orchestrator and environment
             assert total(during, "trialog_ticks_total") > 0 and total(during, "trialog_loop_seconds_since_turn") < 60
 
             await ctl.terminate(tids[-1], reason="enough")
@@ -118,21 +136,32 @@ async def test_metrics_of_every_service_match_the_log(kafka_settings, tmp_path):
 
             def settled():
                 scrapes = [scrape(p) for p in ports.values()]
-                return scrapes if total(scrapes, "trialog_rewards_total") == sum(rewards.values()) and total(scrapes, "trialog_dead_letters_total") >= 1 else None
+                return (
+                    scrapes
+                    if total(scrapes, "trialog_rewards_total") == sum(rewards.values())
+                    and total(scrapes, "trialog_dead_letters_total") >= 1
+                    else None
+                )
 
             after = await wait_for(settled, timeout=30, what="the metrics to count the last rewards and dead letters")
             assert total(after, "trialog_ticks_total") == len(ticks)
             assert total(after, "trialog_tick_seconds_count") == len(ticks)
             assert total(after, "trialog_actions_timed_out_total") == timeouts
-            assert {reason: total(after, "trialog_trials_ended_total", reason=reason) for reason in ended} == dict(ended)
+            assert {reason: total(after, "trialog_trials_ended_total", reason=reason) for reason in ended} == dict(
+                ended
+            )
             assert total(after, "trialog_trials_ended_total") == len(tids)
-            assert {t: total(after, "trialog_rewards_total", timing=t) for t in ("live", "retroactive")} == dict(rewards)
+            assert {t: total(after, "trialog_rewards_total", timing=t) for t in ("live", "retroactive")} == dict(
+                rewards
+            )
 
             logged: Counter = Counter()  # (service, kind, reason category) of each letter in the topic
             for r in await read_all(bus, DEAD_LETTERS):
                 letter = bus.codec.store.decode(r.value, DeadLetter.SCHEMA)
                 kind = (letter["headers"].get(HEADER_KIND) or b"").decode(errors="replace")
-                logged[(letter["service"], kind if kind in BY_KIND else "unknown", reason_category(letter["reason"]))] += 1
+                logged[
+                    (letter["service"], kind if kind in BY_KIND else "unknown", reason_category(letter["reason"]))
+                ] += 1
             counted: Counter = Counter()
             for scraped in after:
                 for (name, labels), value in scraped.items():
@@ -140,7 +169,9 @@ async def test_metrics_of_every_service_match_the_log(kafka_settings, tmp_path):
                         ls = dict(labels)
                         counted[(ls["service"], ls["kind"], ls["reason"])] += int(value)
             assert counted == logged
-            assert sum(n for k, n in logged.items() if k[:2] == ("orchestrator", "observation")) == 1  # unknown trials are the orchestrator's
+            assert (
+                sum(n for k, n in logged.items() if k[:2] == ("orchestrator", "observation")) == 1
+            )  # unknown trials are the orchestrator's
 
         for name, port in ports.items():
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=5) as response:

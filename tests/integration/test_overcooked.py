@@ -56,8 +56,12 @@ async def test_logged_trial_equals_cogrid_stepped_in_process(kafka_settings):
     returns = defaultdict(float)
     for tick in range(60):
         for actor, agent in agents.items():
-            assert np.array_equal(obs[(tick, actor)], np.asarray(expected_obs[agent])), f"observation of {actor} differs at tick {tick}"
-        expected_obs, env_rewards, _, _, _ = env.step({agent: int(acts[(tick, actor)]) for actor, agent in agents.items()})
+            assert np.array_equal(obs[(tick, actor)], np.asarray(expected_obs[agent])), (
+                f"observation of {actor} differs at tick {tick}"
+            )
+        expected_obs, env_rewards, _, _, _ = env.step(
+            {agent: int(acts[(tick, actor)]) for actor, agent in agents.items()}
+        )
         for actor, agent in agents.items():
             logged = aggregate(rewards.get((tick, actor), []))
             assert logged == pytest.approx(float(env_rewards[agent])), f"reward of {actor} differs at tick {tick}"
@@ -84,10 +88,14 @@ async def test_modular_rewards_are_logged_by_source_and_coefficients_change_at_a
             by_sender[r.sender].append(r)
     # Both components are their own sources in the log (confidence 0: outside the mean).
     assert {"env/total", "env/overcooked.delivery", "env/overcooked.onion_in_pot"} <= set(by_sender)
-    assert all(r.confidence == 0 for s in ("env/overcooked.delivery", "env/overcooked.onion_in_pot") for r in by_sender[s])
+    assert all(
+        r.confidence == 0 for s in ("env/overcooked.delivery", "env/overcooked.onion_in_pot") for r in by_sender[s]
+    )
     # Actors receive the sum: per (tick, actor), the aggregated reward equals the components' sum.
     for (tick, actor), items in rewards.items():
-        components = sum(r.value for r in items if r.sender in ("env/overcooked.delivery", "env/overcooked.onion_in_pot"))
+        components = sum(
+            r.value for r in items if r.sender in ("env/overcooked.delivery", "env/overcooked.onion_in_pot")
+        )
         assert aggregate(items) == pytest.approx(components), (tick, actor)
     # The coefficient change took effect at the logged tick: the raw onion-in-pot events are
     # still logged, weighted 3 before it and 0 from it on.
@@ -97,4 +105,6 @@ async def test_modular_rewards_are_logged_by_source_and_coefficients_change_at_a
     assert before and after, (change_at, sorted({r.tick for r in onion}))
     assert all(orjson.loads(r.user_data)["coefficient"] == 3 and r.value != 0 for r in before)
     assert all(orjson.loads(r.user_data)["coefficient"] == 0 and r.value == 0 for r in after)
-    assert any(r.tick >= change_at for r in by_sender["env/overcooked.delivery"]), "the planners keep delivering after the change"
+    assert any(r.tick >= change_at for r in by_sender["env/overcooked.delivery"]), (
+        "the planners keep delivering after the change"
+    )

@@ -42,7 +42,9 @@ async def test_a_resent_start_of_an_ended_trial_changes_nothing(bus, tmp_path):
         await wait_for(lambda: Archive(tmp_path).entry(tid), timeout=30, what="the trial archived")
         before = [r async for r in trial_records(bus, tid)]
         [started] = [r for r in before if r.header("kind") == TrialStarted.KIND]
-        await bus.send_many([(EVENTS, started.key, started.value, list(started.headers))])  # byte for byte, tags included
+        await bus.send_many(
+            [(EVENTS, started.key, started.value, list(started.headers))]
+        )  # byte for byte, tags included
         await asyncio.sleep(4)  # time enough for any service to replay the trial
         after = [r async for r in trial_records(bus, tid, start=before[0].offset)]
         letters = await read_letters(bus, settle_s=1.0)

@@ -35,7 +35,9 @@ async def test_fifty_concurrent_trials_over_two_processes_each(kafka_settings, t
     await bus.create_topics()
     with local_services(kafka_settings, SPEC, environment_processes=2, actor_processes=2, log_dir=str(tmp_path)):
         async with Controller(bus) as ctl:
-            ids = [await ctl.start_trial("trialtest", seed=i, max_ticks=8 + i % 5, environment="slow") for i in range(50)]
+            ids = [
+                await ctl.start_trial("trialtest", seed=i, max_ticks=8 + i % 5, environment="slow") for i in range(50)
+            ]
             ends = await asyncio.gather(*(ctl.wait_ended(t, timeout=180) for t in ids))
     assert [e.reason for e in ends] == ["max_ticks"] * 50
     assert [e.tick for e in ends] == [8 + i % 5 for i in range(50)]
@@ -57,13 +59,19 @@ async def test_service_killed_mid_trial_finishes_with_the_same_trajectory(kafka_
     try:
         wait_ready(procs, ports, logs)
         async with Controller(bus) as ctl:
-            reference = await ctl.start_trial("trialtest-patient", seed=11, environment="slow", max_ticks=100, environment_config={"delay_s": 0.1})
+            reference = await ctl.start_trial(
+                "trialtest-patient", seed=11, environment="slow", max_ticks=100, environment_config={"delay_s": 0.1}
+            )
             assert (await ctl.wait_ended(reference, timeout=120)).reason == "max_ticks"
 
-            tid = await ctl.start_trial("trialtest-patient", seed=11, environment="slow", max_ticks=100, environment_config={"delay_s": 0.1})
+            tid = await ctl.start_trial(
+                "trialtest-patient", seed=11, environment="slow", max_ticks=100, environment_config={"delay_s": 0.1}
+            )
             await wait_for(lambda: ctl.last_tick(tid) >= 15, timeout=60, what="tick 15")
             # A second instance joins the group, then the first dies without a word.
-            procs["standby"], ports["standby"] = start_service(kafka_settings, PATIENT_SPEC, [service], logs / "standby.log")
+            procs["standby"], ports["standby"] = start_service(
+                kafka_settings, PATIENT_SPEC, [service], logs / "standby.log"
+            )
             await asyncio.sleep(3)
             procs[service].send_signal(signal.SIGKILL)
             killed_at = ctl.last_tick(tid)
@@ -88,8 +96,19 @@ async def test_bad_records_go_to_dead_letters_while_trials_finish(kafka_settings
             await wait_for(lambda: all(ctl.last_tick(t) >= 2 for t in ids), timeout=60, what="trials under way")
             garbage = [("events", ids[0].encode(), b"\x00not avro at all", [("kind", b"action")])]  # untagged: refused
             # Tagged with alice's key (this process holds the keyring), but not alice's action schema.
-            wrong_schema = [bus.to_record("events", Action(ids[1], tick=ctl.last_tick(ids[1]), actor="alice", payload=b"\xc3\x01bad"))]
-            unknown_trial = [("events", b"no-such-trial", bus.codec.encode(Action("no-such-trial", tick=0, actor="alice")), Action("no-such-trial", tick=0, actor="alice").headers())]
+            wrong_schema = [
+                bus.to_record(
+                    "events", Action(ids[1], tick=ctl.last_tick(ids[1]), actor="alice", payload=b"\xc3\x01bad")
+                )
+            ]
+            unknown_trial = [
+                (
+                    "events",
+                    b"no-such-trial",
+                    bus.codec.encode(Action("no-such-trial", tick=0, actor="alice")),
+                    Action("no-such-trial", tick=0, actor="alice").headers(),
+                )
+            ]
             await bus.send_many(garbage + wrong_schema + unknown_trial)
             ends = [await ctl.wait_ended(t, timeout=120) for t in ids]
         assert [e.reason for e in ends] == ["max_ticks"] * 3
@@ -104,6 +123,8 @@ async def test_bad_records_go_to_dead_letters_while_trials_finish(kafka_settings
     reasons = " | ".join(sorted(letter["reason"] for letter in letters))
     assert "refused: action from '' is not tagged" in reasons or "refused: action from '': not an actor" in reasons
     assert "does not match its schema" in reasons
-    assert any(letter["key"] == b"no-such-trial" and letter["service"] == "orchestrator" for letter in letters)  # unknown trials are its own
+    assert any(
+        letter["key"] == b"no-such-trial" and letter["service"] == "orchestrator" for letter in letters
+    )  # unknown trials are its own
     assert any(letter["key"] == ids[0].encode() and letter["value"] == b"\x00not avro at all" for letter in letters)
     assert len(letters) == 3, reasons  # each bad record once, by its one owner

@@ -71,7 +71,12 @@ async def test_a_trial_on_the_secured_broker_each_role_with_its_own_principal(se
     spec_file.write_text(SPEC)
     keyring = tmp_path / "keyring.json"
     assert cli.main(["keyring", "generate", str(keyring)]) == 0
-    assert cli.main(["keyring", "export", str(keyring), "--implementation", "random", "--out", str(tmp_path / "random.json")]) == 0
+    assert (
+        cli.main(
+            ["keyring", "export", str(keyring), "--implementation", "random", "--out", str(tmp_path / "random.json")]
+        )
+        == 0
+    )
 
     services = {
         "orchestrator": (["orchestrator"], keyring),
@@ -82,7 +87,9 @@ async def test_a_trial_on_the_secured_broker_each_role_with_its_own_principal(se
     procs, ports = {}, {}
     try:
         for role, (args, ring) in services.items():
-            procs[role], ports[role] = start_service(role_settings(folder, role, keyring=str(ring)), str(spec_file), args, tmp_path / f"{role}.log")
+            procs[role], ports[role] = start_service(
+                role_settings(folder, role, keyring=str(ring)), str(spec_file), args, tmp_path / f"{role}.log"
+            )
         await asyncio.to_thread(wait_ready, procs, ports, tmp_path, 180)
 
         bus = KafkaBus(role_settings(folder, "controller", keyring=str(keyring)))
@@ -101,7 +108,9 @@ async def test_a_trial_on_the_secured_broker_each_role_with_its_own_principal(se
                             break
             ended = await ctl.wait_ended(tid, timeout=60)
         assert reason == ended.reason == "max_ticks" and ended.tick == 6
-        await wait_for(lambda: Archive(tmp_path / "archive").entry(tid), timeout=90, what="the logger's archive of the trial")
+        await wait_for(
+            lambda: Archive(tmp_path / "archive").entry(tid), timeout=90, what="the logger's archive of the trial"
+        )
         samples = Archive(tmp_path / "archive").read(tid).samples
         assert {s.actor for s in samples} == {"alice", "bob"}
         assert [s.action for s in samples if s.actor == "bob" and s.action_avro is not None] == ["PAPER"] * 6

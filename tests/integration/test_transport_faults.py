@@ -85,7 +85,9 @@ async def ended_in_index(ctl, tid: str, timeout: float = 60):
 
 
 def start(tid: str, **fields) -> StartRequest:
-    return StartRequest(tid, spec="trialtest", requested_by="test", seed=7, implementations={}, parameters="{}", **fields)
+    return StartRequest(
+        tid, spec="trialtest", requested_by="test", seed=7, implementations={}, parameters="{}", **fields
+    )
 
 
 @pytest.fixture
@@ -106,7 +108,12 @@ async def test_compressed_batches_of_every_codec_are_read(bus):
         for codec, tid in trials.items():
             ended = await waits[codec]
             assert ended.reason in ("max_ticks", "environment"), (codec, ended)
-            await produce_batch(bus, codec, EVENTS, [(tid, Reward(tid, tick=1, receiver="alice", value=3.0, confidence=1.0, sender="judge"))])
+            await produce_batch(
+                bus,
+                codec,
+                EVENTS,
+                [(tid, Reward(tid, tick=1, receiver="alice", value=3.0, confidence=1.0, sender="judge"))],
+            )
         await asyncio.sleep(1.0)
         assert all(not t.done() for t in d.tasks), "a service stopped"
     for codec, tid in trials.items():
@@ -179,13 +186,23 @@ async def test_a_record_the_broker_refuses_for_its_size_does_not_poison_the_prod
     async with bus:
         bus.record_limits[EVENTS] = 4 * 1024 * 1024  # the topic itself takes 1 MB
         tid = "refused-by-broker"
-        big = Reward(tid, tick=1, receiver="alice", value=1.0, confidence=1.0, sender="judge", user_data='"' + "z" * 1_500_000 + '"')
+        big = Reward(
+            tid,
+            tick=1,
+            receiver="alice",
+            value=1.0,
+            confidence=1.0,
+            sender="judge",
+            user_data='"' + "z" * 1_500_000 + '"',
+        )
         small = Reward(tid, tick=2, receiver="alice", value=1.0, confidence=1.0, sender="judge")
         with pytest.raises(RecordsTooLarge) as refused:
             await bus.publish_all(EVENTS, [small, big, small])
         assert list(refused.value.refused) == [1] and sorted(refused.value.delivered) == [0, 2]
         for tick in range(3, 8):
-            await bus.publish(EVENTS, Reward(tid, tick=tick, receiver="alice", value=1.0, confidence=1.0, sender="judge"))
+            await bus.publish(
+                EVENTS, Reward(tid, tick=tick, receiver="alice", value=1.0, confidence=1.0, sender="judge")
+            )
     ticks = [e.tick for e in await read_trial(bus, tid)]
     assert ticks == [2, 2, 3, 4, 5, 6, 7]
 

@@ -35,7 +35,9 @@ async def read_trial(bus: KafkaBus, trial_id: str) -> list:
     consumer = bus.consumer(["events"], partitions=[bus.partition_of(trial_id)])
     await consumer.start()
     try:
-        end = (await consumer.end_offsets([("events", bus.partition_of(trial_id))]))[("events", bus.partition_of(trial_id))]
+        end = (await consumer.end_offsets([("events", bus.partition_of(trial_id))]))[
+            ("events", bus.partition_of(trial_id))
+        ]
         out, position = [], 0
         while position < end:
             for r in await consumer.poll(timeout_ms=1000):
@@ -96,7 +98,9 @@ async def test_end_reasons(running):
 
 async def test_rewards_from_three_sources_and_retroactive_reward(running):
     bus, ctl = running
-    tid = await ctl.start_trial("trialtest", environment="slow", max_ticks=12, implementations={"alice": "rewarding", "bob": "rewarding"})
+    tid = await ctl.start_trial(
+        "trialtest", environment="slow", max_ticks=12, implementations={"alice": "rewarding", "bob": "rewarding"}
+    )
     await ctl.wait_started(tid)
     await wait_for(lambda: ctl.last_tick(tid) >= 6, what="tick 6")
     # A retroactive reward from outside (an evaluator) for tick 1, while the trial is at tick >= 6.

@@ -56,7 +56,9 @@ def holderless(client: KafkaBus, tid: str, tick: int, move: str) -> tuple:
 
 async def test_a_seat_action_refused_for_its_holder_is_no_played_action(kafka_settings, tmp_path):
     spec_file = tmp_path / "seat.yaml"
-    spec_file.write_text(rps_with_a_seat("seat", max_ticks=6).replace("response_timeout_ms: 20000", "response_timeout_ms: 1500"))
+    spec_file.write_text(
+        rps_with_a_seat("seat", max_ticks=6).replace("response_timeout_ms: 20000", "response_timeout_ms: 1500")
+    )
     bus = KafkaBus(kafka_settings)
     spec = load_spec(spec_file, bus.store)
     sent = []
@@ -85,7 +87,9 @@ async def test_a_seat_action_refused_for_its_holder_is_no_played_action(kafka_se
     bob = {t: (s.action, s.timed_out) for (t, a), s in samples.items() if a == "bob" and t < 6}
     assert bob == {t: ("ROCK", True) if t in (1, 3) else ("PAPER", False) for t in range(6)}
     # What the environment applied: alice's next observation names bob's move.
-    assert {t: m for t, (m, _) in bob.items()} == {t: samples[(t + 1, "alice")].observation["their_last_move"] for t in range(6)}
+    assert {t: m for t, (m, _) in bob.items()} == {
+        t: samples[(t + 1, "alice")].observation["their_last_move"] for t in range(6)
+    }
     assert fold.check() == []
 
 
@@ -100,7 +104,6 @@ async def wait_for_letters(bus: KafkaBus, tid: str, count: int) -> list[dict]:
         if await enough():
             return found
     raise AssertionError(f"{len(found)} dead letters for {tid}, wanted {count}: {found}")
-
 
 
 # --- a late reward after an orchestrator restart ---------------------------------------------------------
@@ -121,7 +124,13 @@ def late_rewards(tid: str, tick: int) -> list[Reward]:
 
 def counted(samples, tick: int) -> set[tuple[str, str, float]]:
     """The rewards of samples at ``tick`` (but the environment's): (sender, receiver, value)."""
-    return {(r.sender, r.receiver, r.value) for s in samples if s.tick == tick for r in s.reward_sources if r.sender != "env"}
+    return {
+        (r.sender, r.receiver, r.value)
+        for s in samples
+        if s.tick == tick
+        for r in s.reward_sources
+        if r.sender != "env"
+    }
 
 
 async def test_a_late_reward_after_a_restart_is_judged_and_archived_as_before_it(kafka_settings, tmp_path):
@@ -145,15 +154,23 @@ async def test_a_late_reward_after_a_restart_is_judged_and_archived_as_before_it
             before = await bus.publish_all(EVENTS, late_rewards(tid, 1))  # judged by the processes that saw the trial
             letters = await wait_for_letters(bus, tid, 2)
             archive = Archive(archive_dir)
-            await wait_for(lambda: archive.refresh() or archive.entry(tid) is not None, timeout=30, what="the trial archived")
+            await wait_for(
+                lambda: archive.refresh() or archive.entry(tid) is not None, timeout=30, what="the trial archived"
+            )
             for name in ("orchestrator", "logger"):  # they resume past the ended trial, which they no longer hold
                 procs[name].terminate()
                 procs[name].wait(timeout=30)
-                procs[name], ports[name] = start_service(kafka_settings, SPEC, services[name], tmp_path / f"{name}-2.log")
+                procs[name], ports[name] = start_service(
+                    kafka_settings, SPEC, services[name], tmp_path / f"{name}-2.log"
+                )
             wait_ready(procs, ports, tmp_path)
             after = await bus.publish_all(EVENTS, late_rewards(tid, 2))
             letters = await wait_for_letters(bus, tid, 4)
-            await wait_for(lambda: archive.refresh() or len(counted(archive.read(tid).samples, 2)) >= 2, timeout=20, what="the two late rewards that count archived")
+            await wait_for(
+                lambda: archive.refresh() or len(counted(archive.read(tid).samples, 2)) >= 2,
+                timeout=20,
+                what="the two late rewards that count archived",
+            )
         fold = await read_trial(bus, tid)
     finally:
         stop_services(procs.values())
@@ -166,4 +183,10 @@ async def test_a_late_reward_after_a_restart_is_judged_and_archived_as_before_it
     # Counted exactly what was not lettered, after the restart as before it, in replay and in the archive.
     counts = {("alice", "bob", 2.0), ("judge", "alice", 3.0)}
     archived = archive.read(tid).samples
-    assert counted(fold.samples(), 1) == counted(fold.samples(), 2) == counted(archived, 1) == counted(archived, 2) == counts
+    assert (
+        counted(fold.samples(), 1)
+        == counted(fold.samples(), 2)
+        == counted(archived, 1)
+        == counted(archived, 2)
+        == counts
+    )

@@ -26,7 +26,11 @@ from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import SpecError, TrialError
 
 RPS = {"env": "pettingzoo.classic.rps_v2:parallel_env", "kwargs": {"max_cycles": 5}}
-OVERCOOKED = {"env": "cogrid.envs.registry:make", "kwargs": {"environment_id": "Overcooked-CrampedRoom-V0"}, "name": "overcooked"}
+OVERCOOKED = {
+    "env": "cogrid.envs.registry:make",
+    "kwargs": {"environment_id": "Overcooked-CrampedRoom-V0"},
+    "name": "overcooked",
+}
 
 
 def actors(*names: str, actor_class: str = "player") -> tuple[ActorInfo, ...]:
@@ -118,7 +122,13 @@ def test_turn_based_aec_env_needs_turn_based_and_masks_pass_through():
 def test_overcooked_infers_its_observation_space_and_maps_integer_agent_ids():
     rt = RoundTrip(PettingZooEnvironment, OVERCOOKED, "cook")
     assert rt.described["observation"] == "trialog.Tensor"  # CoGrid declares no observation space
-    assert rt.described["observation_space"] == {"type": "Box", "shape": [892], "dtype": "float32", "low": None, "high": None}
+    assert rt.described["observation_space"] == {
+        "type": "Box",
+        "shape": [892],
+        "dtype": "float32",
+        "low": None,
+        "high": None,
+    }
     assert rt.described["action_space"] == {"type": "Discrete", "n": 7, "start": 0}
 
     # YAML may say "1" for CoGrid's agent 1; alice plays agent 1 here.
@@ -179,14 +189,16 @@ def test_unknown_gymnasium_id_is_a_spec_error():
 
 
 def test_every_supported_space_round_trips_with_sanitized_deterministic_names():
-    space = spaces.Dict({
-        "a-b": spaces.Box(-1.0, 1.0, shape=(2, 3), dtype=np.float64),
-        "1st": spaces.Discrete(4, start=-2),
-        "grid": spaces.MultiDiscrete([3, 5]),
-        "bits": spaces.MultiBinary(4),
-        "pair": spaces.Tuple((spaces.Discrete(2), spaces.Text(8))),
-        "a_b": spaces.Box(0, 255, shape=(), dtype=np.uint8),
-    })
+    space = spaces.Dict(
+        {
+            "a-b": spaces.Box(-1.0, 1.0, shape=(2, 3), dtype=np.float64),
+            "1st": spaces.Discrete(4, start=-2),
+            "grid": spaces.MultiDiscrete([3, 5]),
+            "bits": spaces.MultiBinary(4),
+            "pair": spaces.Tuple((spaces.Discrete(2), spaces.Text(8))),
+            "a_b": spaces.Box(0, 255, shape=(), dtype=np.uint8),
+        }
+    )
     first = space_codec(space, namespace="trialog.env.my-env.cook", name="Observation", where="test")
     again = space_codec(space, namespace="trialog.env.my-env.cook", name="Observation", where="test")
     assert json.dumps(first.schema) == json.dumps(again.schema)
@@ -253,7 +265,13 @@ class MaskInInfo(ParallelEnv):
         return {"p": np.zeros(2, np.float32)}, {"p": {"action_mask": np.array([0, 1, 0], np.int8)}}
 
     def step(self, actions):
-        return {"p": np.ones(2, np.float32)}, {"p": 0.0}, {"p": False}, {"p": False}, {"p": {"action_mask": np.array([1, 0, 0], np.int8)}}
+        return (
+            {"p": np.ones(2, np.float32)},
+            {"p": 0.0},
+            {"p": False},
+            {"p": False},
+            {"p": {"action_mask": np.array([1, 0, 0], np.int8)}},
+        )
 
 
 def test_an_action_mask_in_info_is_folded_into_the_observation():
@@ -281,7 +299,9 @@ def test_actor_mapping_errors_say_how_to_fix_them():
     with pytest.raises(SpecError, match="map them with `agents"):
         PettingZooEnvironment(trial(RPS, actors("solo")))
     with pytest.raises(SpecError, match="not an agent of this environment"):
-        PettingZooEnvironment(trial({**RPS, "agents": {"alice": "player_0", "bob": "player_9"}}, actors("alice", "bob")))
+        PettingZooEnvironment(
+            trial({**RPS, "agents": {"alice": "player_0", "bob": "player_9"}}, actors("alice", "bob"))
+        )
     with pytest.raises(SpecError, match="unknown keys"):
         PettingZooEnvironment(trial({**RPS, "kwarg": {}}, actors("alice", "bob")))
 
@@ -303,7 +323,9 @@ def test_the_specs_in_the_docs_load_and_carry_the_action_space():
 
     text = (Path(__file__).resolve().parents[2] / "docs" / "environments.md").read_text()
     specs = [yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.DOTALL)]
-    loaded = {spec.name: spec for spec in (parse_spec(raw, file="docs/environments.md") for raw in specs if "name" in raw)}
+    loaded = {
+        spec.name: spec for spec in (parse_spec(raw, file="docs/environments.md") for raw in specs if "name" in raw)
+    }
     assert set(loaded) == {"rps-pettingzoo", "overcooked"}
     cook = loaded["overcooked"].actor_classes["cook"]
     assert json.loads(cook.action_schema)[SPACE_PROPERTY] == {"type": "Discrete", "n": 7, "start": 0}

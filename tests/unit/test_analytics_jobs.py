@@ -22,7 +22,16 @@ class State(dict):
 
 def started(tid: str, impls=("random", "counter"), client=(False, False)) -> TrialStarted:
     actors = tuple(ActorSpec(name, "player", impl, "{}", c) for name, impl, c in zip(("alice", "bob"), impls, client))
-    return TrialStarted(tid, spec="rps", environment="rps", environment_entry="x:y", environment_config="{}", actors=actors, actor_classes=(), seed=1)
+    return TrialStarted(
+        tid,
+        spec="rps",
+        environment="rps",
+        environment_entry="x:y",
+        environment_config="{}",
+        actors=actors,
+        actor_classes=(),
+        seed=1,
+    )
 
 
 def run(state: State, tid: str, events: list, t0: int = 1000) -> list:
@@ -47,8 +56,16 @@ def test_returns_follow_the_datalog_rules_and_late_rewards_revise_them():
     first, revised = outs
     assert first["returns"] == {"alice": pytest.approx(3.25), "bob": 1.0}
     assert revised["returns"] == {"alice": pytest.approx(5.25), "bob": 3.0}
-    assert revised["reward_sources"]["env"] == {"total": 1.0, "count": 1} and revised["reward_sources"]["late"]["count"] == 1
-    assert (revised["ticks"], revised["reason"], revised["pairing"], revised["tick_ms_mean"]) == (1, "environment", "random + counter", 60.0)
+    assert (
+        revised["reward_sources"]["env"] == {"total": 1.0, "count": 1}
+        and revised["reward_sources"]["late"]["count"] == 1
+    )
+    assert (revised["ticks"], revised["reason"], revised["pairing"], revised["tick_ms_mean"]) == (
+        1,
+        "environment",
+        "random + counter",
+        60.0,
+    )
 
 
 def summaries(results: list[dict], window: int = 2) -> dict:
@@ -77,7 +94,10 @@ def test_summaries_count_each_trial_once_in_any_order_and_keep_its_latest_result
     in_order = summaries([a, b, c])
     shuffled = summaries([c, a, b, a, revised_a, b])  # duplicates, a revision, another order
     pairing = shuffled["returns-by-pairing|random + counter"]
-    assert in_order["returns-by-pairing|random + counter"]["rolling_mean_by_actor"] == {"alice": 4.0, "bob": 1.5}  # b and c: the last two
+    assert in_order["returns-by-pairing|random + counter"]["rolling_mean_by_actor"] == {
+        "alice": 4.0,
+        "bob": 1.5,
+    }  # b and c: the last two
     assert pairing["trials"] == 3 and pairing["mean_by_actor"]["alice"] == pytest.approx(6.0)
     assert pairing["rolling_mean_by_actor"] == {"alice": 4.0, "bob": 1.5}
     assert shuffled["reward-sources|env"]["count"] == 6 and shuffled["reward-sources|env"]["trials"] == 3

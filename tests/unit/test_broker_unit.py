@@ -100,7 +100,9 @@ def test_cluster_id_is_22_base64url_characters():
 # ---------------------------------------------------------------- Java
 
 
-@pytest.mark.parametrize(("version", "major"), [("17.0.15", 17), ("1.8.0_392", 8), ("21", 21), ("21-ea", 21), ("11.0.2+9", 11)])
+@pytest.mark.parametrize(
+    ("version", "major"), [("17.0.15", 17), ("1.8.0_392", 8), ("21", 21), ("21-ea", 21), ("11.0.2+9", 11)]
+)
 def test_java_major(version, major):
     assert java_major(version) == major
 
@@ -183,7 +185,9 @@ def test_failed_maven_fetch_leaves_no_cache(monkeypatch, tmp_path):
     config = _config(tmp_path, kafka_version="4.4.0")
     with pytest.raises(BrokerError, match="Maven could not fetch Kafka 4.4.0") as raised:
         download.ensure_kafka(config)
-    assert str(raised.value).endswith("Maven said:\n[ERROR] Could not resolve org.apache.kafka:kafka-tools-api:jar:4.4.0")
+    assert str(raised.value).endswith(
+        "Maven said:\n[ERROR] Could not resolve org.apache.kafka:kafka-tools-api:jar:4.4.0"
+    )
     assert list(config.cache_dir.iterdir()) == []
 
 

@@ -15,8 +15,18 @@ from trialog.protocol.topics import DEAD_LETTERS, EVENTS, RECORD_LIMIT
 async def test_an_oversized_record_is_refused_and_the_others_of_its_send_delivered(memory_settings):
     bus = MemoryBus(memory_settings)
     small = Reward("t", tick=1, receiver="alice", value=1.0, confidence=1.0, sender="judge")
-    big = Reward("t", tick=2, receiver="alice", value=1.0, confidence=1.0, sender="judge", user_data='"' + "x" * RECORD_LIMIT + '"')
-    with pytest.raises(RecordsTooLarge, match=r"reward of [\d,]+ bytes for trial t exceeds the 1,048,576-byte limit") as refused:
+    big = Reward(
+        "t",
+        tick=2,
+        receiver="alice",
+        value=1.0,
+        confidence=1.0,
+        sender="judge",
+        user_data='"' + "x" * RECORD_LIMIT + '"',
+    )
+    with pytest.raises(
+        RecordsTooLarge, match=r"reward of [\d,]+ bytes for trial t exceeds the 1,048,576-byte limit"
+    ) as refused:
         await bus.publish_all(EVENTS, [small, big, small])
     assert list(refused.value.refused) == [1] and sorted(refused.value.delivered) == [0, 2]
     assert refused.value.trial_id == "t"

@@ -52,7 +52,13 @@ class Jittery(ParallelEnv):
 
     def step(self, actions):
         noise = {a: np.full(2, random.random(), np.float32) for a in self.agents}
-        return noise, {a: 0.0 for a in self.agents}, {a: False for a in self.agents}, {a: False for a in self.agents}, {}
+        return (
+            noise,
+            {a: 0.0 for a in self.agents},
+            {a: False for a in self.agents},
+            {a: False for a in self.agents},
+            {},
+        )
 
 
 def test_a_nondeterministic_env_fails_determinism_with_the_tick_and_actor():
@@ -111,6 +117,9 @@ def test_without_describe_or_schemas_the_report_says_what_to_pass():
 
 
 def test_check_command_exits_with_the_verdict(capsys):
-    assert cli_main(["check", PETTINGZOO, "--config", '{"env": "pettingzoo.classic.rps_v2:parallel_env"}', "--steps", "5"]) == 0
+    assert (
+        cli_main(["check", PETTINGZOO, "--config", '{"env": "pettingzoo.classic.rps_v2:parallel_env"}', "--steps", "5"])
+        == 0
+    )
     assert "10 passed, 0 failed" in capsys.readouterr().out
     assert cli_main(["check", PETTINGZOO, "--config", f'{{"env": "{__name__}:Jittery"}}', "--steps", "3"]) == 1

@@ -103,7 +103,10 @@ async def test_no_orchestrator_is_a_clear_timeout_not_a_bare_one(memory_settings
         assert isinstance(raised.value, TimeoutError)  # asyncio code catching TimeoutError still does
 
 
-@pytest.mark.parametrize("fields, problem", [({"trial_id": ""}, "empty"), ({"max_ticks": -4}, "at least 1"), ({"max_ticks": 0}, "at least 1")])
+@pytest.mark.parametrize(
+    "fields, problem",
+    [({"trial_id": ""}, "empty"), ({"max_ticks": -4}, "at least 1"), ({"max_ticks": 0}, "at least 1")],
+)
 def test_the_orchestrator_rejects_what_a_forged_request_could_carry(fields, problem):
     spec = load_spec(ROOT / "examples" / "rps" / "spec.yaml")
     request = StartRequest(**{"trial_id": "t-1", "spec": spec.name, "requested_by": "x", **fields})
@@ -119,7 +122,11 @@ def test_a_closed_output_pipe_ends_a_command_quietly():
         "from trialog import cli; raise SystemExit(cli.main(['settings']))"
     )
     out = subprocess.run(
-        ["bash", "-o", "pipefail", "-c", f'{sys.executable} -c "{script}" | head -n 1'], capture_output=True, text=True, timeout=60, cwd=ROOT
+        ["bash", "-o", "pipefail", "-c", f'{sys.executable} -c "{script}" | head -n 1'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
     )
     assert out.stdout.count("\n") == 1
     assert "Traceback" not in out.stderr and "BrokenPipe" not in out.stderr, out.stderr
@@ -135,7 +142,11 @@ def test_standard_library_log_lines_stay_json(capsys):
     finally:
         logs.configure("console")
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert {"event": "Heartbeat failed for group g", "logger": "aiokafka.consumer.group_coordinator", "level": "warning"}.items() <= lines[0].items()
+    assert {
+        "event": "Heartbeat failed for group g",
+        "logger": "aiokafka.consumer.group_coordinator",
+        "level": "warning",
+    }.items() <= lines[0].items()
     assert lines[1]["event"] == "ours" and lines[1]["n"] == 1
 
 
@@ -146,7 +157,9 @@ def test_a_command_whose_extra_is_missing_says_how_to_install_it():
 
     with pytest.raises(TrialogError, match=r"pip install 'trialog\[datalog\]'"):
         require_extra("no_such_module_for_trialog", "datalog", "trialog export")
-    help_text = subprocess.run([sys.executable, "-m", "trialog.cli", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60).stdout
+    help_text = subprocess.run(
+        [sys.executable, "-m", "trialog.cli", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    ).stdout
     for command in ("replay", "export", "plot", "check", "demo"):
         assert command in help_text
 
@@ -180,7 +193,9 @@ def test_health_ports_handed_to_two_services_differ_even_when_the_os_offers_one_
 
 
 def test_chaos_refuses_a_negative_broker_downtime_before_starting_anything():
-    done = subprocess.run([sys.executable, "tools/chaos.py", "--broker-down", "-1"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "tools/chaos.py", "--broker-down", "-1"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert done.returncode == 2 and "--broker-down must be 0 or more seconds" in done.stderr
 
 

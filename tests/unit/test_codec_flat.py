@@ -58,7 +58,10 @@ def _value(rng: random.Random, kind):
     if kind == "double":
         return rng.choice([rng.uniform(-1e300, 1e300), 0.0, -0.0, float("inf"), rng.random()])
     if kind == "string":
-        return "".join(chr(rng.choice([rng.randint(32, 126), rng.randint(0x80, 0xD7FF), rng.randint(0x10000, 0x10FFFF)])) for _ in range(rng.randint(0, 70)))
+        return "".join(
+            chr(rng.choice([rng.randint(32, 126), rng.randint(0x80, 0xD7FF), rng.randint(0x10000, 0x10FFFF)]))
+            for _ in range(rng.randint(0, 70))
+        )
     if kind == "bytes":
         return rng.randbytes(rng.choice([0, 1, 63, 64, 200, 5000]))
     raise AssertionError(kind)
@@ -82,7 +85,11 @@ def test_same_bytes_and_values_as_fastavro(schema):
     assert schema.flat is not None
     rng = random.Random(schema.name)
     for _ in range(300):
-        value = {f["name"]: _value(rng, f["type"]) for f in schema.parsed["fields"] if rng.random() < 0.9 or "default" not in f}
+        value = {
+            f["name"]: _value(rng, f["type"])
+            for f in schema.parsed["fields"]
+            if rng.random() < 0.9 or "default" not in f
+        }
         ours = schema.encode(value)
         assert ours == _fastavro_encode(schema, value)
         assert schema.decode_body(ours, HEADER_SIZE) == _fastavro_decode(schema, ours)
@@ -154,11 +161,23 @@ def test_bytes_that_are_not_such_a_record_are_codec_errors():
     [
         {"type": "record", "name": "x.A", "fields": [{"name": "a", "type": {"type": "array", "items": "long"}}]},
         {"type": "record", "name": "x.M", "fields": [{"name": "m", "type": {"type": "map", "values": "long"}}]},
-        {"type": "record", "name": "x.E", "fields": [{"name": "e", "type": {"type": "enum", "name": "x.Ek", "symbols": ["A"]}}]},
+        {
+            "type": "record",
+            "name": "x.E",
+            "fields": [{"name": "e", "type": {"type": "enum", "name": "x.Ek", "symbols": ["A"]}}],
+        },
         {"type": "record", "name": "x.U", "fields": [{"name": "u", "type": ["long", "string"]}]},
-        {"type": "record", "name": "x.L", "fields": [{"name": "t", "type": {"type": "long", "logicalType": "timestamp-millis"}}]},
+        {
+            "type": "record",
+            "name": "x.L",
+            "fields": [{"name": "t", "type": {"type": "long", "logicalType": "timestamp-millis"}}],
+        },
         {"type": "record", "name": "x.Y", "fields": [{"name": "y", "type": "bytes", "default": "\u00ff"}]},
-        {"type": "record", "name": "x.N", "fields": [{"name": "n", "type": {"type": "record", "name": "x.In", "fields": []}}]},
+        {
+            "type": "record",
+            "name": "x.N",
+            "fields": [{"name": "n", "type": {"type": "record", "name": "x.In", "fields": []}}],
+        },
     ],
     ids=lambda s: s["name"],
 )

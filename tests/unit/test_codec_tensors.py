@@ -29,8 +29,16 @@ def test_a_union_of_two_records_that_both_hold_tensors_round_trips(store):
                     "name": "item",
                     "type": [
                         "null",
-                        {"type": "record", "name": "test.Image", "fields": [{"name": "pixels", "type": "trialog.Tensor"}]},
-                        {"type": "record", "name": "test.Sound", "fields": [{"name": "wave", "type": "trialog.Tensor"}, {"name": "rate", "type": "int"}]},
+                        {
+                            "type": "record",
+                            "name": "test.Image",
+                            "fields": [{"name": "pixels", "type": "trialog.Tensor"}],
+                        },
+                        {
+                            "type": "record",
+                            "name": "test.Sound",
+                            "fields": [{"name": "wave", "type": "trialog.Tensor"}, {"name": "rate", "type": "int"}],
+                        },
                     ],
                 },
                 {"name": "many", "type": {"type": "map", "values": {"type": "array", "items": "trialog.Tensor"}}},
@@ -53,12 +61,23 @@ def test_a_union_of_two_records_that_both_hold_tensors_round_trips(store):
 
 def test_numpy_scalars_and_arrays_fill_plain_avro_fields(store):
     schema = store.register(
-        {"type": "record", "name": "test.Plain", "fields": [
-            {"name": "n", "type": "long"}, {"name": "x", "type": "float"}, {"name": "ok", "type": "boolean"},
-            {"name": "xs", "type": {"type": "array", "items": "double"}}, {"name": "t", "type": "trialog.Tensor"},
-        ]}  # fmt: skip
+        {
+            "type": "record",
+            "name": "test.Plain",
+            "fields": [
+                {"name": "n", "type": "long"},
+                {"name": "x", "type": "float"},
+                {"name": "ok", "type": "boolean"},
+                {"name": "xs", "type": {"type": "array", "items": "double"}},
+                {"name": "t", "type": "trialog.Tensor"},
+            ],
+        }  # fmt: skip
     )
-    back = store.decode(schema.encode({"n": np.int64(3), "x": np.float32(0.5), "ok": np.bool_(True), "xs": np.array([1.0, 2.0]), "t": [[1, 2]]}))
+    back = store.decode(
+        schema.encode(
+            {"n": np.int64(3), "x": np.float32(0.5), "ok": np.bool_(True), "xs": np.array([1.0, 2.0]), "t": [[1, 2]]}
+        )
+    )
     assert back["n"] == 3 and back["x"] == 0.5 and back["ok"] is True and back["xs"] == [1.0, 2.0]
     np.testing.assert_array_equal(back["t"], np.array([[1, 2]]))
 

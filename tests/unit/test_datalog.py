@@ -38,7 +38,10 @@ class FlakyRps(RockPaperScissors):
         if self.round < 5:
             return step
         first = self.players[0]
-        observations = {**step.observations, first: {**step.observations[first], "my_score": step.observations[first]["my_score"] + 1}}
+        observations = {
+            **step.observations,
+            first: {**step.observations[first], "my_score": step.observations[first]["my_score"] + 1},
+        }
         return dataclasses.replace(step, observations=observations)
 
 
@@ -96,7 +99,9 @@ async def test_late_reward_changes_the_aggregate_and_duplicates_do_not(bus):
     assert len(new.reward_sources) == len(old.reward_sources) + 1
     assert new.reward == pytest.approx(aggregate(new.reward_sources))
     assert new.reward == pytest.approx((old.reward * 1.0 + 10.0 * 3.0) / 4.0)
-    assert [s for s in after if (s.tick, s.actor) != (3, "alice")] == [s for s in before if (s.tick, s.actor) != (3, "alice")]
+    assert [s for s in after if (s.tick, s.actor) != (3, "alice")] == [
+        s for s in before if (s.tick, s.actor) != (3, "alice")
+    ]
 
 
 async def test_logger_archives_and_corrects_late_rewards(bus, tmp_path):
@@ -109,7 +114,11 @@ async def test_logger_archives_and_corrects_late_rewards(bus, tmp_path):
         for tid in tids:
             assert archive.read(tid).samples == [s async for s in replay(bus, tid)]
         await ctl.send_reward(tids[0], "*", 5.0, tick=3, sender="late-judge")
-        await wait_for(lambda: list((tmp_path / "corrections" / file_name(tids[0])).glob("*.parquet")), timeout=10, what="correction")
+        await wait_for(
+            lambda: list((tmp_path / "corrections" / file_name(tids[0])).glob("*.parquet")),
+            timeout=10,
+            what="correction",
+        )
         archived = Archive(tmp_path).read(tids[0])
         replayed = [s async for s in replay(bus, tids[0])]
         assert archived.samples == replayed
@@ -171,14 +180,20 @@ async def test_bad_input_is_reported_not_fatal(bus, tmp_path):
         key = tid.encode()
         # Garbage from a writer holding a key (a forged one would be refused before decoding).
         headers = [("kind", b"reward"), ("tick", b"1")]
-        await bus.send_many([(EVENTS, key, b"\xc3\x01garbage", headers + bus.trust.tag(tid, headers, b"\xc3\x01garbage"))])
+        await bus.send_many(
+            [(EVENTS, key, b"\xc3\x01garbage", headers + bus.trust.tag(tid, headers, b"\xc3\x01garbage"))]
+        )
         await ctl.send_reward(tid, "nobody", 1.0, tick=1, sender="x")
         await wait_for(lambda: Archive(tmp_path).entry(tid), timeout=10, what="archive")
         problems = Archive(tmp_path).entry(tid)["problems"]
     assert any("undecodable" in p for p in problems), problems
     assert loop.handler.stats["archived"] == 1
     # A trial with a gap and no end: the fold says so, and still yields what it has.
-    events = [e for e in events_of(bus, tid) if not (isinstance(e, Observation) and e.tick == 2) and not isinstance(e, TrialEnded)]
+    events = [
+        e
+        for e in events_of(bus, tid)
+        if not (isinstance(e, Observation) and e.tick == 2) and not isinstance(e, TrialEnded)
+    ]
     fold = TrialFold(tid, bus.store)
     for e in events:
         fold.add(e)
@@ -201,7 +216,10 @@ async def test_export_from_topic_and_archive_agree(bus, tmp_path):
     a, b = pq.read_table(tmp_path / "topic.parquet"), pq.read_table(tmp_path / "archive.parquet")
     assert topic.rows == archived.rows == a.num_rows == b.num_rows
     assert topic.trials == 3 and none.rows == 0 and pq.read_table(tmp_path / "none.parquet").num_rows == 0
-    assert set(pq.read_table(tmp_path / "bob.parquet")["actor"].to_pylist()) == {"bob"} and only_bob.rows == a.num_rows // 2
+    assert (
+        set(pq.read_table(tmp_path / "bob.parquet")["actor"].to_pylist()) == {"bob"}
+        and only_bob.rows == a.num_rows // 2
+    )
     key = ["trial_id", "tick", "actor"]
     assert a.sort_by([(k, "ascending") for k in key]).equals(b.sort_by([(k, "ascending") for k in key]))
 
@@ -212,10 +230,14 @@ async def test_export_takes_a_trial_status_from_the_log_when_the_index_lags(bus,
     spec = load_spec(SPEC, bus.store)
     async with deployment(bus, spec) as (_, ctl):
         tid, ended = await run_trial(bus, ctl, seed=13)
-        await wait_for(lambda: any(r.trial_id == tid and r.value for r in bus.records(TRIALS)), timeout=10, what="index")
+        await wait_for(
+            lambda: any(r.trial_id == tid and r.value for r in bus.records(TRIALS)), timeout=10, what="index"
+        )
         record = (await ctl.list_trials())[-1]
         assert record.status == "ended"
-        await bus.publish(TRIALS, dataclasses.replace(record, status="running", end_offset=None))  # the index of a moment ago
+        await bus.publish(
+            TRIALS, dataclasses.replace(record, status="running", end_offset=None)
+        )  # the index of a moment ago
         ended_only = await export_from_topic(bus, tmp_path / "ended.parquet", Filters(status="ended"))
         running_only = await export_from_topic(bus, tmp_path / "running.parquet", Filters(status="running"))
     assert ended_only.trials == 1 and ended_only.rows == 2 * (ended.tick + 1)
@@ -233,7 +255,9 @@ async def test_verify_passes_on_rps_and_pinpoints_a_flaky_env(bus):
     # The environment comes from the local spec by name, whatever entry the record carries.
     forged = dataclasses.replace(fold.started, environment_entry="this:s")
     assert verify(forged, fold.samples(), bus.store, spec).ok
-    flaky = dataclasses.replace(spec, environments={"rps": dataclasses.replace(spec.environments["rps"], entry=f"{__name__}:FlakyRps")})
+    flaky = dataclasses.replace(
+        spec, environments={"rps": dataclasses.replace(spec.environments["rps"], entry=f"{__name__}:FlakyRps")}
+    )
     verdict = verify(fold.started, fold.samples(), bus.store, flaky)
     assert ended.tick >= 5  # first to 5 wins: at least 5 rounds
     assert not verdict.ok and verdict.tick == 5 and "my_score" in verdict.details
@@ -270,7 +294,12 @@ async def test_cli_replays_and_exports_an_archive(bus, tmp_path, capsys):
     assert cli.main(["replay", tid, "--from-archive", str(tmp_path), "--verify", "--spec", str(SPEC)]) == 0
     assert "deterministic" in capsys.readouterr().out
     out = tmp_path / "x.parquet"
-    assert cli.main(["export", "--out", str(out), "--from-archive", str(tmp_path), "--spec", str(SPEC), "--since", "2000-01-01"]) == 0
+    assert (
+        cli.main(
+            ["export", "--out", str(out), "--from-archive", str(tmp_path), "--spec", str(SPEC), "--since", "2000-01-01"]
+        )
+        == 0
+    )
     assert pq.read_table(out).num_rows == len(lines)
     assert cli.main(["export", "--out", str(out), "--from-archive", str(tmp_path), "--until", "2000-01-01"]) == 0
     assert pq.read_table(out).num_rows == 0

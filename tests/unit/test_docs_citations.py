@@ -35,7 +35,11 @@ def test_every_cited_invariant_is_defined_in_docs_design():
 
 
 def test_nothing_cites_a_design_file_outside_the_repository():
-    offenders = [str(p.relative_to(ROOT)) for p in _files() if "DESIGN.md" in p.read_text(errors="replace") and p != Path(__file__)]
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in _files()
+        if "DESIGN.md" in p.read_text(errors="replace") and p != Path(__file__)
+    ]
     assert not offenders
 
 

@@ -28,7 +28,15 @@ def test_mac_key_is_hmac_sha256(size):
 
 def test_pace_moves_calls_that_wait_off_the_loop_on_most_calls_not_one():
     pace = Pace(0.002)
-    for seconds in (0.050, 0.0001, 0.0001, 0.0001, 0.0001, 0.050, 0.0001):  # a slow first call; one stretched by preemption
+    for seconds in (
+        0.050,
+        0.0001,
+        0.0001,
+        0.0001,
+        0.0001,
+        0.050,
+        0.0001,
+    ):  # a slow first call; one stretched by preemption
         pace.record(seconds, 0.00005)
         assert not pace.off_loop
     for _ in range(3):  # slow calls that wait (sleep, I/O, native code): off the loop
@@ -91,7 +99,9 @@ async def test_a_record_read_back_as_written_is_not_decoded_again_and_a_copy_is(
     assert handler.handled[0][1] is sent and decoded == []
     # The same body with other headers (here: no tags) is not the record this loop wrote.
     original = bus.records(EVENTS)[-1]
-    await bus.send_many([(EVENTS, original.key, original.value, [h for h in original.headers if not h[0].startswith("mac.")])])
+    await bus.send_many(
+        [(EVENTS, original.key, original.value, [h for h in original.headers if not h[0].startswith("mac.")])]
+    )
     other = Message(STARTED.trial_id, tick=0, sender="alice", receivers=("bob",), payload="{}", message_id="m1")
     loop.emit(other)
     while len(handler.handled) < 2:
@@ -127,7 +137,9 @@ def _written(bus, role, event, offset=0):
     return Record(role, 0, offset, key, value, tuple(headers), 0)
 
 
-def test_the_orchestrator_checks_the_record_that_moves_a_trial_and_the_rest_only_when_it_looks_inactive(memory_settings):
+def test_the_orchestrator_checks_the_record_that_moves_a_trial_and_the_rest_only_when_it_looks_inactive(
+    memory_settings,
+):
     from pathlib import Path
 
     from trialog.services.orchestrator.handler import OrchestratorHandler
@@ -150,7 +162,15 @@ def test_the_orchestrator_checks_the_record_that_moves_a_trial_and_the_rest_only
     def glance(event, forged=False):
         record = _written(bus, EVENTS, event)
         if forged:  # the same record with its tags stripped
-            record = type(record)(record.role, 0, 0, record.key, record.value, tuple(h for h in record.headers if not h[0].startswith("mac.")), 0)
+            record = type(record)(
+                record.role,
+                0,
+                0,
+                record.key,
+                record.value,
+                tuple(h for h in record.headers if not h[0].startswith("mac.")),
+                0,
+            )
         handler.saw_undecoded(record, event.KIND)
 
     glance(Observation("t-pace", tick=0, actor="alice", payload=b""))
@@ -185,7 +205,13 @@ async def test_the_loop_gives_other_tasks_a_turn_through_a_long_backlog(memory_s
     bus.trust.keyring = Keyring.generate()
     bus.trust.learn(STARTED)
     backlog = 1600  # about a second of handling, 32 records per flush
-    await bus.publish_all(EVENTS, [Message(STARTED.trial_id, tick=0, sender="alice", receivers=("bob",), payload="{}", message_id=f"m{i}") for i in range(backlog)])
+    await bus.publish_all(
+        EVENTS,
+        [
+            Message(STARTED.trial_id, tick=0, sender="alice", receivers=("bob",), payload="{}", message_id=f"m{i}")
+            for i in range(backlog)
+        ],
+    )
     handler = SlowRecorder()
     loop = ServiceLoop(bus, handler, group="recorder")
     turns: list[tuple[float, int]] = []  # (when, records handled) at each turn mid-backlog

@@ -16,7 +16,9 @@ MAX_MODULE_LINES = 600  # longer than this, a module does several jobs: split it
 
 def test_at_most_a_dozen_modules_at_the_top_of_the_sdk():
     top = sorted(p.name for p in (ROOT / "trialog").glob("*.py"))
-    assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{len(top)} modules at the top of trialog/ (put them in a subpackage): {top}"
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, (
+        f"{len(top)} modules at the top of trialog/ (put them in a subpackage): {top}"
+    )
 
 
 def test_no_module_is_too_long_to_read():
@@ -43,7 +45,11 @@ def test_every_service_folder_has_one_shape():
 
 def test_service_commands_come_through_the_entry_point():
     """``trialog serve`` lists the services although trialog/ never names them."""
-    out = subprocess.run([sys.executable, "-m", "trialog.cli", "serve", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "trialog.cli", "serve", "--help"], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     for service in ("orchestrator", "environment", "actors", "logger"):
-        assert service in out.stdout, f"`trialog serve {service}` missing: is the package installed (pip install -e .)?\n{out.stdout}"
+        assert service in out.stdout, (
+            f"`trialog serve {service}` missing: is the package installed (pip install -e .)?\n{out.stdout}"
+        )

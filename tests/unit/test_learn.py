@@ -35,7 +35,11 @@ def sample(tick: int, obs, action, reward: float, *, terminated=False, final=Fal
 
 
 def test_transitions_pair_each_tick_with_the_next_observation_and_its_end():
-    samples = [sample(0, [0, 0], 1, 1.0, version=3), sample(1, [1, 1], 0, 0.5, version=4), sample(2, [2, 2], None, 0.0, terminated=True, final=True)]
+    samples = [
+        sample(0, [0, 0], 1, 1.0, version=3),
+        sample(1, [1, 1], 0, 0.5, version=4),
+        sample(2, [2, 2], None, 0.0, terminated=True, final=True),
+    ]
     t = transitions(samples)
     assert t.observations.tolist() == [[0, 0], [1, 1]]
     assert t.next_observations.tolist() == [[1, 1], [2, 2]]
@@ -94,7 +98,10 @@ def test_n_step_returns_use_only_what_has_been_added_and_rewards_corrected_later
     memory = ReplayMemory(4, 1, n_step=3, gamma=0.5)
     steps = transitions([sample(i, [i], 0, 1.0) for i in range(7)])  # one sequence of 6, added a step at a time
     steps.ends[:] = 0  # each goes on in the next one added
-    one_step = [dataclasses.replace(steps, **{f: getattr(steps, f)[i : i + 1] for f in steps.__dataclass_fields__}) for i in range(6)]
+    one_step = [
+        dataclasses.replace(steps, **{f: getattr(steps, f)[i : i + 1] for f in steps.__dataclass_fields__})
+        for i in range(6)
+    ]
     serials = [int(memory.add(t)[0]) for t in one_step[:2]]
     assert nstep_sample(memory, [1])["rewards"] == [1.0]  # its successor is not in memory yet
     assert nstep_sample(memory, [1])["discounts"] == [0.5]
@@ -110,7 +117,10 @@ def test_n_step_returns_follow_links_across_interleaved_sequences():
     memory = ReplayMemory(6, 1, n_step=3, gamma=0.5)
     a = transitions([sample(i, [i], 0, 1.0) for i in range(4)])  # trial a: 3 steps
     b = transitions([sample(i, [10 + i], 0, 2.0) for i in range(4)])  # trial b: 3 steps, added in turn with a's
-    one = [[dataclasses.replace(t, **{f: getattr(t, f)[i : i + 1] for f in t.__dataclass_fields__}) for i in range(3)] for t in (a, b)]
+    one = [
+        [dataclasses.replace(t, **{f: getattr(t, f)[i : i + 1] for f in t.__dataclass_fields__}) for i in range(3)]
+        for t in (a, b)
+    ]
     last = {0: -1, 1: -1}
     for i in range(3):
         for k in (0, 1):
@@ -164,7 +174,9 @@ def test_dqn_policy_explores_by_phase_and_acts_greedily_in_evaluation():
 
 
 def test_dqn_learner_round_trips_through_a_version(tmp_path):
-    cfg = DQNConfig(observation_size=2, actions=2, hidden=(8,), batch_size=4, gradient_steps=3, learning_starts=0, train_frequency=4)
+    cfg = DQNConfig(
+        observation_size=2, actions=2, hidden=(8,), batch_size=4, gradient_steps=3, learning_starts=0, train_frequency=4
+    )
     learner = DQNLearner(cfg)
     learner.add(transitions([sample(i, [i, -i], i % 2, 1.0) for i in range(9)]))
     assert learner.rounds_due() == 2
@@ -212,7 +224,15 @@ def test_dqn_in_process_runs_and_evaluates():
 
 
 def test_dqn_learning_rate_falls_linearly_to_zero_over_its_decay_steps():
-    cfg = DQNConfig(observation_size=2, actions=2, hidden=(4,), learning_starts=0, train_frequency=10, gradient_steps=5, learning_rate_decay_steps=100)
+    cfg = DQNConfig(
+        observation_size=2,
+        actions=2,
+        hidden=(4,),
+        learning_starts=0,
+        train_frequency=10,
+        gradient_steps=5,
+        learning_rate_decay_steps=100,
+    )
     assert cfg.updates_by(100) == 50 and cfg.updates_by(5) == 0
     learner = DQNLearner(cfg)
     ones = {k: np.ones_like(v) for k, v in learner.params.items()}
@@ -220,7 +240,9 @@ def test_dqn_learning_rate_falls_linearly_to_zero_over_its_decay_steps():
     for _ in range(80):  # Adam's step for a constant gradient is the learning rate itself
         updates, state = learner.optimizer.update(ones, state, learner.params)
         rates.append(float(np.abs(np.asarray(updates["b0"])).max()))
-    assert rates[0] == pytest.approx(cfg.learning_rate, rel=1e-3) and rates[25] == pytest.approx(cfg.learning_rate / 2, rel=1e-2)
+    assert rates[0] == pytest.approx(cfg.learning_rate, rel=1e-3) and rates[25] == pytest.approx(
+        cfg.learning_rate / 2, rel=1e-2
+    )
     assert rates[50] == rates[79] == 0.0
 
 
@@ -364,19 +386,34 @@ async def test_learner_service_adds_each_step_as_logged_following_each_actors_se
     bus = MemoryBus(memory_settings)
     spec = load_spec(ROOT / "examples" / "cartpole" / "spec.yaml", bus.store)
     async with deployment(bus, spec) as (_, ctl):
-        tids = [await ctl.start_trial("cartpole", seed=s, implementations={"agent": "random"}, phase="train") for s in (1, 2)]
+        tids = [
+            await ctl.start_trial("cartpole", seed=s, implementations={"agent": "random"}, phase="train")
+            for s in (1, 2)
+        ]
         for tid in tids:
             await ctl.wait_ended(tid, timeout=30)
-    logged = {tid: [(r, bus.codec.decode(r.value, r.header("kind"))) for r in bus.records(EVENTS) if r.trial_id == tid] for tid in tids}
+    logged = {
+        tid: [(r, bus.codec.decode(r.value, r.header("kind"))) for r in bus.records(EVENTS) if r.trial_id == tid]
+        for tid in tids
+    }
     a, b = logged.values()
     interleaved = [x for pair in zip(a, b) for x in pair] + a[len(b) :] + b[len(a) :]
     # One partition, offsets in the order fed; one observation fed twice (a redelivery).
-    records = [(Record(EVENTS, 0, i, r.key, r.value, r.headers, r.timestamp_ms), e) for i, (r, e) in enumerate(interleaved)]
+    records = [
+        (Record(EVENTS, 0, i, r.key, r.value, r.headers, r.timestamp_ms), e) for i, (r, e) in enumerate(interleaved)
+    ]
     records.insert(40, records[39 if records[39][1].KIND == "observation" else 38])
     late = Reward(tids[0], tick=3, receiver="agent", value=50.0, confidence=1.0, sender="judge")
     records.append((Record(EVENTS, 0, len(records), None, b"", (), 0), late))
 
-    config = {"observation_size": 4, "actions": 2, "n_step": 3, "gamma": 0.5, "buffer_size": 10_000, "learning_starts": 10**9}
+    config = {
+        "observation_size": 4,
+        "actions": 2,
+        "n_step": 3,
+        "gamma": 0.5,
+        "buffer_size": 10_000,
+        "learning_starts": 10**9,
+    }
 
     def learner_over(records, counted_through=-1) -> LearnerHandler:
         handler = LearnerHandler("random", DQNPolicy, config)
@@ -401,20 +438,31 @@ async def test_learner_service_adds_each_step_as_logged_following_each_actors_se
         serials = handler.recent[tid].serials["agent"]
         assert sorted(serials) == list(range(len(t)))
         slots = [serials[tick] % memory.capacity for tick in range(len(t))]
-        assert np.array_equal(memory.observations[slots], t.observations) and np.array_equal(memory.rewards[slots], t.rewards)
+        assert np.array_equal(memory.observations[slots], t.observations) and np.array_equal(
+            memory.rewards[slots], t.rewards
+        )
         alone = ReplayMemory(10_000, 4, n_step=3, gamma=0.5)
         alone.add(t)
         assert nstep_sample(memory, slots) == nstep_sample(alone, list(range(len(t))))
-    assert memory.rewards[handler.recent[tids[0]].serials["agent"][3]] == pytest.approx(expected[tids[0]].rewards[3]) != 1.0
+    assert (
+        memory.rewards[handler.recent[tids[0]].serials["agent"][3]]
+        == pytest.approx(expected[tids[0]].rewards[3])
+        != 1.0
+    )
 
     # Restarted with a version that counted the log up to offset 100: the rest counts, all refills.
     resumed = learner_over(records, counted_through=100)
-    completed_after = len({(e.trial_id, e.tick) for r, e in records if r.offset > 100 and e.KIND == "observation" and e.tick > 0})
+    completed_after = len(
+        {(e.trial_id, e.tick) for r, e in records if r.offset > 100 and e.KIND == "observation" and e.tick > 0}
+    )
     assert 0 < completed_after < memory.added
     assert resumed.learner.memory.added == memory.added and resumed.learner.env_steps == completed_after
 
 
-@pytest.mark.parametrize("field, value", [("concurrency", 0), ("total_steps", -5), ("evaluation_trials", 0), ("heatup_steps", -1), ("concurrency", 2.5)])
+@pytest.mark.parametrize(
+    "field, value",
+    [("concurrency", 0), ("total_steps", -5), ("evaluation_trials", 0), ("heatup_steps", -1), ("concurrency", 2.5)],
+)
 def test_a_schedule_that_could_not_run_is_refused_with_its_field(field, value):
     with pytest.raises(TrialogError, match=f"schedule: {field} must be"):
         Schedule(**{field: value})

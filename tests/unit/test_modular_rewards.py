@@ -93,7 +93,11 @@ def test_cogrid_overcooked_components_add_up_to_the_env_reward():
     """Overcooked's own reward is delivery 20 + onion in pot 3 + soup in dish 5, all
     shared; the same three as Trialog components must give the same total, tick
     by tick, while each stays a separate source."""
-    base = {"env": "cogrid.envs.registry:make", "kwargs": {"environment_id": "Overcooked-CrampedRoom-V0"}, "name": "overcooked"}
+    base = {
+        "env": "cogrid.envs.registry:make",
+        "kwargs": {"environment_id": "Overcooked-CrampedRoom-V0"},
+        "name": "overcooked",
+    }
     modular = {**base, "rewards": [
         {"component": "overcooked.delivery", "coefficient": 20, "common": True},
         {"component": "overcooked.onion_in_pot", "coefficient": 3, "common": True},

@@ -15,10 +15,16 @@ from trialog.adapters.pettingzoo import PettingZooEnvironment
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialogError
 
-OVERCOOKED = {"env": "cogrid.envs.registry:make", "kwargs": {"environment_id": "Overcooked-CrampedRoom-V0"}, "name": "overcooked"}
+OVERCOOKED = {
+    "env": "cogrid.envs.registry:make",
+    "kwargs": {"environment_id": "Overcooked-CrampedRoom-V0"},
+    "name": "overcooked",
+}
 DELIVERY = 20.0  # what CrampedRoom pays each cook for a served soup (plus 3 per onion in the pot, 5 per soup in a dish)
 EPISODES, TICKS = 20, 100
-ACTION_SCHEMA = json.loads(json.dumps(PettingZooEnvironment.describe(OVERCOOKED, "cook")["action"]))  # as the runtime hands it over
+ACTION_SCHEMA = json.loads(
+    json.dumps(PettingZooEnvironment.describe(OVERCOOKED, "cook")["action"])
+)  # as the runtime hands it over
 
 
 def cook(cls: type, trial: TrialInfo, actor: ActorInfo):
@@ -74,7 +80,9 @@ def test_the_kitchen_is_read_right_off_the_observation():
             held = int(state.agent_inv[agent, 0])
             assert (k.holding is None) == (held < 0)
             [pot] = k.pots
-            assert pot.cell == (0, 2) and pot.onions == int((np.asarray(state.extra_state["overcooked.pot_contents"]) > 0).sum())
+            assert pot.cell == (0, 2) and pot.onions == int(
+                (np.asarray(state.extra_state["overcooked.pot_contents"]) > 0).sum()
+            )
         assert k.cells("delivery_zone") == {(3, 3)} and k.cells("onion_stack") == {(1, 0), (1, 4)}
         observations, *_ = env.step({0: int(rng.integers(7)), 1: int(rng.integers(7))})
 

@@ -17,19 +17,25 @@ def _folder(package: str) -> Path:
     best = max((name for name in mapping if package == name or package.startswith(name + ".")), key=len, default=None)
     if best is None:
         return ROOT.joinpath(*package.split("."))
-    return ROOT / mapping[best] / Path(*package[len(best) + 1 :].split(".")) if package != best else ROOT / mapping[best]
+    return (
+        ROOT / mapping[best] / Path(*package[len(best) + 1 :].split(".")) if package != best else ROOT / mapping[best]
+    )
 
 
 def test_every_python_folder_is_a_listed_package():
     listed = {_folder(p).resolve() for p in CONFIG["packages"]}
     folders = {p.parent.resolve() for top in ("trialog", "services") for p in (ROOT / top).rglob("*.py")}
     missing = sorted(str(f.relative_to(ROOT)) for f in folders - listed)
-    assert not missing, f"add these to [tool.setuptools] packages in pyproject.toml, or they are not in the wheel: {missing}"
+    assert not missing, (
+        f"add these to [tool.setuptools] packages in pyproject.toml, or they are not in the wheel: {missing}"
+    )
 
 
 def test_one_import_package():
     assert {p.split(".")[0] for p in CONFIG["packages"]} == {"trialog"}
-    assert all(_folder(p).is_dir() for p in CONFIG["packages"]), [p for p in CONFIG["packages"] if not _folder(p).is_dir()]
+    assert all(_folder(p).is_dir() for p in CONFIG["packages"]), [
+        p for p in CONFIG["packages"] if not _folder(p).is_dir()
+    ]
 
 
 def test_old_service_entries_say_their_new_name():

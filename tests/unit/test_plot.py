@@ -15,7 +15,15 @@ from tests.harness import deployment
 from trialog.bus.memory import MemoryBus
 from trialog.datalog.archive import Archive
 from trialog.errors import TrialogError
-from trialog.tools.plot import TrialReturn, plot_returns, plot_series, returns_from_archive, returns_from_log, returns_series, rolling_mean
+from trialog.tools.plot import (
+    TrialReturn,
+    plot_returns,
+    plot_series,
+    returns_from_archive,
+    returns_from_log,
+    returns_series,
+    rolling_mean,
+)
 from trialog.spec import load_spec
 
 SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps" / "spec.yaml"
@@ -23,7 +31,10 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def returns(*rows) -> list[TrialReturn]:
-    return [TrialReturn(f"t{i}", pairing, {"a": a, "b": b}, samples, phase=phase) for i, (pairing, a, b, samples, phase) in enumerate(rows)]
+    return [
+        TrialReturn(f"t{i}", pairing, {"a": a, "b": b}, samples, phase=phase)
+        for i, (pairing, a, b, samples, phase) in enumerate(rows)
+    ]
 
 
 def test_series_per_trial_and_per_sample_by_pairing_and_phase():
@@ -45,7 +56,9 @@ def test_plot_writes_a_png_and_the_same_data_as_csv_and_json(tmp_path):
     assert files.png.read_bytes()[:8] == PNG_MAGIC and files.png.stat().st_size > 5000
     with open(files.csv) as f:
         rows = list(csv.DictReader(f))
-    assert [(r["series"], float(r["x"]), float(r["y"])) for r in rows] == [(k, x, y) for k in sorted(series) for x, y in series[k]]
+    assert [(r["series"], float(r["x"]), float(r["y"])) for r in rows] == [
+        (k, x, y) for k in sorted(series) for x, y in series[k]
+    ]
     doc = json.loads(files.json.read_text())
     assert doc["x_label"] == "steps" and doc["series"]["dqn"] == [[100, 9.0], [200, 30.5], [300, 120.0]]
 
@@ -73,15 +86,34 @@ async def test_returns_from_archive_and_log_agree_and_the_cli_plots_them(memory_
     from_archive = returns_from_archive(tmp_path / "archive", "rps")
     assert [t.trial_id for t in from_archive] == [t.trial_id for t in from_log] == tids
     # start times differ (the archive's is the trial's first event, the index's the request)
-    assert [(t.returns, t.pairing, t.samples) for t in from_archive] == [(t.returns, t.pairing, t.samples) for t in from_log]
+    assert [(t.returns, t.pairing, t.samples) for t in from_archive] == [
+        (t.returns, t.pairing, t.samples) for t in from_log
+    ]
     assert [dict(t.returns) for t in from_archive] == [live[t] for t in tids]
     assert len({t.pairing for t in from_archive}) == 2 and all(t.samples > 0 for t in from_archive)
 
     out = tmp_path / "plots" / "r.png"
     capsys.readouterr()
-    assert cli.main(["plot", "--from-archive", str(tmp_path / "archive"), "--out", str(out), "--per", "sample", "--actor", "alice"]) == 0
+    assert (
+        cli.main(
+            [
+                "plot",
+                "--from-archive",
+                str(tmp_path / "archive"),
+                "--out",
+                str(out),
+                "--per",
+                "sample",
+                "--actor",
+                "alice",
+            ]
+        )
+        == 0
+    )
     assert "3 trial(s) plotted" in capsys.readouterr().out
     assert out.read_bytes()[:8] == PNG_MAGIC
     doc = json.loads(out.with_suffix(".json").read_text())
     assert sum(len(points) for points in doc["series"].values()) == 3
-    assert sorted(y for points in doc["series"].values() for _, y in points) == sorted(t.returns["alice"] for t in from_archive)
+    assert sorted(y for points in doc["series"].values() for _, y in points) == sorted(
+        t.returns["alice"] for t in from_archive
+    )

@@ -32,7 +32,11 @@ def real_time_spec(bus):
 async def events_of(bus, trial_id):
     consumer = bus.consumer([EVENTS])
     await consumer.start()
-    out = [bus.codec.decode(r.value, r.header("kind")) for r in await consumer.poll(timeout_ms=100, max_records=100_000) if r.trial_id == trial_id]
+    out = [
+        bus.codec.decode(r.value, r.header("kind"))
+        for r in await consumer.poll(timeout_ms=100, max_records=100_000)
+        if r.trial_id == trial_id
+    ]
     await consumer.stop()
     return out
 

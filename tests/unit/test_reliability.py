@@ -81,11 +81,16 @@ async def test_fold_keeps_what_was_applied_corrections_and_nothing_after_the_end
     events.insert(obs3 - 4, Action(tid, tick=3, actor="alice", payload=forged))
     events.insert(obs3 - 4, Reward(tid, tick=3, receiver="alice", value=99.0, sender="env"))
     # A correction from one sender for one tick: the later one counts; a repeat changes nothing.
-    events += [Reward(tid, tick=2, receiver="alice", value=0.0, sender="judge"), Reward(tid, tick=2, receiver="alice", value=4.0, sender="judge")] * 2
+    events += [
+        Reward(tid, tick=2, receiver="alice", value=0.0, sender="judge"),
+        Reward(tid, tick=2, receiver="alice", value=4.0, sender="judge"),
+    ] * 2
     # An observation written as the trial was ended elsewhere, and a message after the end.
     end = next(i for i, e in enumerate(events) if isinstance(e, TrialEnded))
     events.insert(end + 1, Observation(tid, tick=ended.tick + 1, actor="alice", payload=observed))
-    events.insert(end + 1, Message(tid, tick=ended.tick, sender="bob", receivers=("alice",), message_id="late", payload="{}"))
+    events.insert(
+        end + 1, Message(tid, tick=ended.tick, sender="bob", receivers=("alice",), message_id="late", payload="{}")
+    )
     fold = TrialFold(tid, bus.store)
     for e in events:
         fold.add(e)
@@ -149,7 +154,9 @@ async def test_outputs_kafka_refuses_are_retried_until_sent(bus, monkeypatch):
     for event in events_of(bus, tid):
         fold.add(event)
     assert fold.check() == []
-    assert [(s.tick, s.actor) for s in fold.samples()] == [(t, a) for t in range(ended.tick + 1) for a in ("alice", "bob")]
+    assert [(s.tick, s.actor) for s in fold.samples()] == [
+        (t, a) for t in range(ended.tick + 1) for a in ("alice", "bob")
+    ]
 
 
 async def test_a_service_stopping_while_kafka_refuses_gives_up_and_commits_nothing_more(bus, monkeypatch):

@@ -28,7 +28,9 @@ def test_kafka_property_names_and_a_password_file(tmp_path):
     assert s.ssl_cafile == str(tmp_path / "ca.pem")
     assert {name: shown for name, shown, _ in s.describe()}["sasl_password"] == "****"  # `trialog settings` masks it
     # The Java client's .properties form, and Kafka names next to Trialog's own.
-    (tmp_path / "client.properties").write_text("# a comment\nbootstrap.servers=b:1\nsecurity.protocol=SASL_PLAINTEXT\nsasl.username=u\nsasl.password=p\ntopic_prefix=x.\n")
+    (tmp_path / "client.properties").write_text(
+        "# a comment\nbootstrap.servers=b:1\nsecurity.protocol=SASL_PLAINTEXT\nsasl.username=u\nsasl.password=p\ntopic_prefix=x.\n"
+    )
     s = Settings.load({"settings": str(tmp_path / "client.properties")}, environ={})
     assert (s.bootstrap_servers, s.sasl_password, s.topic_prefix) == ("b:1", "p", "x.")
     (tmp_path / "bad.yaml").write_text("sasl.kerberos.service.name: kafka\n")
@@ -72,6 +74,13 @@ def test_secure_broker_files_listeners_and_acls(tmp_path):
         principals = [args[i + 1][5:] for i, a in enumerate(args) if a == "--allow-principal"]
         topics = [args[i + 1] for i, a in enumerate(args) if a == "--topic"]
         granted |= {(p, op, t) for p in principals for t in topics}
-    wanted = {(r, op, f"dep.{t}") for r, (reads, writes) in secure.ROLE_ACLS.items() for op, ts in (("Read", reads), ("Write", writes)) for t in ts}
+    wanted = {
+        (r, op, f"dep.{t}")
+        for r, (reads, writes) in secure.ROLE_ACLS.items()
+        for op, ts in (("Read", reads), ("Write", writes))
+        for t in ts
+    }
     assert granted == wanted
-    assert not {(p, o, t) for p, o, t in granted if p == "actors" and t in ("dep.control", "dep.trials") and o == "Write"}
+    assert not {
+        (p, o, t) for p, o, t in granted if p == "actors" and t in ("dep.control", "dep.trials") and o == "Write"
+    }

@@ -53,17 +53,37 @@ def core(keyring) -> Authenticator:
 def test_mac_input_is_the_documented_length_prefixed_layout():
     lp = lambda b: struct.pack(">I", len(b)) + b  # noqa: E731
     got = mac_input(b"T", {"kind": b"action", "tick": b"3", "sender": b"alice", "holder": b"h"}, b"V")
-    want = lp(b"trialog.mac.v1") + lp(b"T") + lp(b"action") + lp(b"3") + lp(b"alice") + lp(b"") + lp(b"") + lp(b"h") + lp(b"") + lp(b"V")
+    want = (
+        lp(b"trialog.mac.v1")
+        + lp(b"T")
+        + lp(b"action")
+        + lp(b"3")
+        + lp(b"alice")
+        + lp(b"")
+        + lp(b"")
+        + lp(b"h")
+        + lp(b"")
+        + lp(b"V")
+    )
     assert got == want
     # Fields longer than the table of length prefixes take the general path: same layout.
     long = b"r" * 70_000
     got = mac_input(b"T", {"kind": b"message", "receiver": long, "id": b"m" * 5000}, long)
-    assert got == lp(b"trialog.mac.v1") + lp(b"T") + lp(b"message") + lp(b"") + lp(b"") + lp(long) + lp(b"m" * 5000) + lp(b"") + lp(b"") + lp(long)
-    assert derive(b"k" * 32, "actors", "random") == hmac.digest(b"k" * 32, lp(b"trialog.key.v1") + lp(b"actors") + lp(b"random"), hashlib.sha256)
+    assert got == lp(b"trialog.mac.v1") + lp(b"T") + lp(b"message") + lp(b"") + lp(b"") + lp(long) + lp(
+        b"m" * 5000
+    ) + lp(b"") + lp(b"") + lp(long)
+    assert derive(b"k" * 32, "actors", "random") == hmac.digest(
+        b"k" * 32, lp(b"trialog.key.v1") + lp(b"actors") + lp(b"random"), hashlib.sha256
+    )
 
 
 def test_genuine_records_pass_and_forged_or_altered_ones_do_not(core, keyring):
-    for event in (STARTED, Observation(TRIAL, tick=1, actor="alice"), Action(TRIAL, tick=1, actor="alice"), Reward(TRIAL, tick=1, sender="env")):
+    for event in (
+        STARTED,
+        Observation(TRIAL, tick=1, actor="alice"),
+        Action(TRIAL, tick=1, actor="alice"),
+        Reward(TRIAL, tick=1, sender="env"),
+    ):
         key, headers, value = record(event, core)
         assert core.check(key, headers, value) is None, event.KIND
         assert "does not match" in core.check(key, headers, value + b"x")
@@ -101,7 +121,11 @@ def test_each_kind_counts_only_from_its_sender(core, keyring):
 def test_an_actor_service_verifies_what_is_addressed_to_it_with_its_own_key(core, keyring):
     random_service = Authenticator(keyring.restricted_to("random"))
     random_service.learn(STARTED)
-    for event in (STARTED, Observation(TRIAL, tick=1, actor="alice"), Reward(TRIAL, tick=1, receiver="*", sender="env")):
+    for event in (
+        STARTED,
+        Observation(TRIAL, tick=1, actor="alice"),
+        Reward(TRIAL, tick=1, receiver="*", sender="env"),
+    ):
         key, headers, value = record(event, core)
         assert random_service.check(key, headers, value) is None, event.KIND
     # Not addressed to alice: no tag for the random implementation, so it cannot tell.
@@ -180,7 +204,9 @@ def test_keyrings_load_from_file_directory_and_environment(tmp_path, keyring):
     assert loaded.own_actor_keys() == ["actors.random"] and loaded.key("orchestrator") is None
     env = {"TRIALOG_KEY_ACTORS_RANDOM": base64.urlsafe_b64encode(keyring.key("actors.random")).decode()}
     from_env = Keyring.load(Settings.load({}, environ={}), environ=env)
-    assert from_env.key("actors.random") == keyring.key("actors.random") and from_env.own_actor_keys() == ["actors.random"]
+    assert from_env.key("actors.random") == keyring.key("actors.random") and from_env.own_actor_keys() == [
+        "actors.random"
+    ]
     with pytest.raises(TrustError, match="no keyring for the cluster"):
         Keyring.load(Settings.load({"bootstrap_servers": "kafka.example:9093"}, environ={}), environ={})
     (tmp_path / "bad.json").write_text("{}")
@@ -212,7 +238,9 @@ def test_keyring_commands_and_the_cost_tool(tmp_path, capsys):
     keys = tmp_path / "keys"
     assert cli.main(["keyring", "files", str(ring), str(keys), "--implementation", "random"]) == 0
     mounted = Keyring.from_directory(keys)  # what a pod sees of a mounted Secret
-    assert mounted.key("orchestrator") == full.key("orchestrator") and mounted.keys["actors.random"] == full.key("actors.random")
+    assert mounted.key("orchestrator") == full.key("orchestrator") and mounted.keys["actors.random"] == full.key(
+        "actors.random"
+    )
     assert trust_cost.main(["--records", "50", "--repeat", "1"]) == 0
     assert "| action |" in capsys.readouterr().out
 

@@ -78,7 +78,11 @@ async def wildcard_player(session) -> None:
                 if t >= 1:
                     session.reward("*", 10.0 if me == "alice" else 20.0)
                     session.reward("player.*", 1.0)
-                    for bad in (lambda: session.reward(me, 1.0), lambda: session.reward("*", 1e13), lambda: session.message(["nobody"], {})):
+                    for bad in (
+                        lambda: session.reward(me, 1.0),
+                        lambda: session.reward("*", 1e13),
+                        lambda: session.message(["nobody"], {}),
+                    ):
                         try:
                             bad()
                         except TrialError as exc:
@@ -86,8 +90,19 @@ async def wildcard_player(session) -> None:
                 if t == 2 and me == "alice":
                     session._loop.emit(Reward(tid, tick=2, receiver="alice", value=5.0, sender="alice"))
                     session._loop.emit(Reward(tid, tick=2, receiver="bob", value=1e308, sender="alice"))
-                    session._loop.emit(Message(tid, tick=2, sender="alice", receivers=("bob", "nobody"), message_id="m-bad", payload='{"bad": 1}'))
-                    session._loop.emit(Message(tid, tick=2, sender="alice", receivers=("*",), message_id="m-all", payload='{"all": 1}'))
+                    session._loop.emit(
+                        Message(
+                            tid,
+                            tick=2,
+                            sender="alice",
+                            receivers=("bob", "nobody"),
+                            message_id="m-bad",
+                            payload='{"bad": 1}',
+                        )
+                    )
+                    session._loop.emit(
+                        Message(tid, tick=2, sender="alice", receivers=("*",), message_id="m-all", payload='{"all": 1}')
+                    )
                 session.act("ROCK")
             case EndEvent():
                 break
@@ -109,7 +124,11 @@ def bus(memory_settings):
 
 
 def letters(bus: MemoryBus, tid: str) -> list[DeadLetter]:
-    return [d for r in bus.records(DEAD_LETTERS) if (d := DeadLetter(**bus.store.decode(r.value, DeadLetter.SCHEMA))).key == tid.encode()]
+    return [
+        d
+        for r in bus.records(DEAD_LETTERS)
+        if (d := DeadLetter(**bus.store.decode(r.value, DeadLetter.SCHEMA))).key == tid.encode()
+    ]
 
 
 # --- the rules, as pure functions ---------------------------------------------------------------------
@@ -175,12 +194,16 @@ def test_messages_go_to_someone_in_the_trial():
     assert problem("env", "bob", "player.*") is None
     for bad in (("nobody",), ("bob", "nobody"), ("ghost.*",), ("",), ("env/x",)):
         assert "addresses nobody" in problem(*bad), bad
-    assert message_problem(Message("t", tick=1, sender="alice", receivers=("nobody",), message_id="m"), 1, None) is None  # actors unknown
+    assert (
+        message_problem(Message("t", tick=1, sender="alice", receivers=("nobody",), message_id="m"), 1, None) is None
+    )  # actors unknown
 
 
 def test_joining_late_rewards_to_samples_leaves_their_sender_out():
     samples = [Sample("t", 1, name, "player", "x", b"", None, 0.0, ()) for name in ("alice", "bob")]
-    joined = apply_rewards(samples, [(1, RewardSource("alice", "*", 3.0, 1.0)), (1, RewardSource("alice", "player.*", 5.0, 1.0))])
+    joined = apply_rewards(
+        samples, [(1, RewardSource("alice", "*", 3.0, 1.0)), (1, RewardSource("alice", "player.*", 5.0, 1.0))]
+    )
     assert [s.reward for s in joined] == [0.0, 4.0]
 
 
@@ -206,13 +229,19 @@ async def test_one_rule_for_rewards_and_messages_everywhere(bus, tmp_path):
     reasons = sorted(letter.reason for letter in letters(bus, tid))
     assert len(reasons) == 6 and all(letter.service == "orchestrator" for letter in letters(bus, tid)), reasons
     assert sum("value 1e+308 is not a finite number" in r for r in reasons) == 4
-    assert sum("to itself" in r for r in reasons) == 1 and sum("'nobody', which addresses nobody" in r for r in reasons) == 1
+    assert (
+        sum("to itself" in r for r in reasons) == 1
+        and sum("'nobody', which addresses nobody" in r for r in reasons) == 1
+    )
 
     # The SDK refused what could not count, with the reason.
     for actor in ("alice", "bob"):
         refused = REFUSED[(tid, actor)]
         assert len(refused) == 3 * 4 and sum("to itself" in r for r in refused) == 4
-        assert sum("value 10000000000000.0" in r for r in refused) == 4 and sum("addresses nobody" in r for r in refused) == 4
+        assert (
+            sum("value 10000000000000.0" in r for r in refused) == 4
+            and sum("addresses nobody" in r for r in refused) == 4
+        )
 
     fold = await read_trial(bus, tid)
     samples = {(s.tick, s.actor): s for s in fold.samples()}
@@ -221,7 +250,10 @@ async def test_one_rule_for_rewards_and_messages_everywhere(bus, tmp_path):
         assert all(r.sender != actor for r in s.reward_sources), (tick, actor, s.reward_sources)
         assert all(abs(r.value) <= MAX_REWARD_VALUE for r in s.reward_sources) and math.isfinite(s.reward)
         if 1 <= tick < 5:
-            assert {(r.sender, r.receiver) for r in s.reward_sources if r.sender == other} == {(other, "*"), (other, "player.*")}
+            assert {(r.sender, r.receiver) for r in s.reward_sources if r.sender == other} == {
+                (other, "*"),
+                (other, "player.*"),
+            }
         assert all(m.sender != actor for m in s.messages)
     assert [r.value for r in samples[(1, "bob")].reward_sources if r.sender.startswith("j")] == [4.0]
     assert [m.message_id for m in samples[(2, "bob")].messages] == ["m-all"]
@@ -230,7 +262,9 @@ async def test_one_rule_for_rewards_and_messages_everywhere(bus, tmp_path):
     # Live delivery: nobody got its own rewards, nor what was dead-lettered.
     for actor in ("alice", "bob"):
         got = SEEN[(tid, actor)]
-        assert not [e for e in got if isinstance(e, RewardEvent) and (e.sender == actor or abs(e.value) > MAX_REWARD_VALUE)]
+        assert not [
+            e for e in got if isinstance(e, RewardEvent) and (e.sender == actor or abs(e.value) > MAX_REWARD_VALUE)
+        ]
     assert [e.payload for e in SEEN[(tid, "bob")] if isinstance(e, MessageEvent)] == [{"all": 1}]
     assert not [e for e in SEEN[(tid, "alice")] if isinstance(e, MessageEvent)]
 
@@ -238,7 +272,9 @@ async def test_one_rule_for_rewards_and_messages_everywhere(bus, tmp_path):
     by_datalog = {a: sum(s.reward for s in fold.samples() if s.actor == a) for a in ("alice", "bob")}
     assert returns == pytest.approx(by_datalog)
     state = State()
-    results = [out for i, e in enumerate(events_of(bus, tid)) if (out := fold_trial(e, tid, 1000 + i, [], state)) is not None]
+    results = [
+        out for i, e in enumerate(events_of(bus, tid)) if (out := fold_trial(e, tid, 1000 + i, [], state)) is not None
+    ]
     assert results[-1]["returns"] == pytest.approx(by_datalog)
 
 
@@ -248,7 +284,10 @@ async def test_an_environment_reward_out_of_bounds_ends_its_trial_with_the_reaso
     async with deployment(bus, spec) as (_, ctl):
         tid = await ctl.start_trial("counts", environment="huge", implementations={"alice": "random", "bob": "random"})
         ended = await ctl.wait_ended(tid, timeout=20)
-    assert ended.reason == "error" and "environment reward at tick 1 cannot count: reward value 2000000000000.0" in ended.details, ended
+    assert (
+        ended.reason == "error"
+        and "environment reward at tick 1 cannot count: reward value 2000000000000.0" in ended.details
+    ), ended
     assert not [e for e in events_of(bus, tid) if isinstance(e, Reward) and abs(e.value) > MAX_REWARD_VALUE]
 
 
@@ -290,7 +329,11 @@ def holderless(bus, tid: str, tick: int, move: str) -> tuple:
 
 def applied_by_the_environment(samples: dict) -> dict[int, str]:
     """Bob's move at each tick as the environment applied it: alice's next observation says it."""
-    return {t: samples[(t + 1, "alice")].observation["their_last_move"] for (t, a) in samples if a == "alice" and (t + 1, "alice") in samples}
+    return {
+        t: samples[(t + 1, "alice")].observation["their_last_move"]
+        for (t, a) in samples
+        if a == "alice" and (t + 1, "alice") in samples
+    }
 
 
 async def play_seat(bus, tid: str, refused_at: set[int], sent: list) -> str:
@@ -344,7 +387,9 @@ async def test_the_fold_applies_the_environments_action_rules(bus):
     events.insert(at("observation", 2, "alice") + 1, (dataclasses.replace(real, payload=b"\xc3\x01garbage"), ()))
     final = events[at("observation", ended.tick, "bob")][0]
     assert final.final
-    events.insert(at("observation", ended.tick, "bob") + 1, (Action(tid, tick=ended.tick, actor="bob", payload=real.payload), ()))
+    events.insert(
+        at("observation", ended.tick, "bob") + 1, (Action(tid, tick=ended.tick, actor="bob", payload=real.payload), ())
+    )
     fold = TrialFold(tid, bus.store)
     for event, headers in events:
         fold.add(event, headers)
@@ -387,7 +432,13 @@ async def test_a_restarted_orchestrator_judges_a_late_reward_as_before(bus):
         await wait_for(lambda: len(letters(bus, tid)) >= 2, timeout=10, what="the late rewards' letters")
         await asyncio.sleep(0.3)
     reasons = sorted(d.reason for d in letters(bus, tid))
-    assert len(reasons) == 2 and "value 10000000000000.0" in reasons[1] and "between 0 and the current one (4)" in reasons[0], reasons
+    assert (
+        len(reasons) == 2
+        and "value 10000000000000.0" in reasons[1]
+        and "between 0 and the current one (4)" in reasons[0]
+    ), reasons
     assert new.handler.ended[tid] == (4, {"alice": "player", "bob": "player"})  # recalled from the log
     fold = await read_trial(bus, tid)
-    assert [(r.sender, r.value) for s in fold.samples() for r in s.reward_sources if r.sender.startswith("judge")] == [("judge", 3.0)]
+    assert [(r.sender, r.value) for s in fold.samples() for r in s.reward_sources if r.sender.startswith("judge")] == [
+        ("judge", 3.0)
+    ]

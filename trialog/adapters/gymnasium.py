@@ -38,7 +38,9 @@ class GymnasiumEnvironment(HostedEnvironment):
             except gymnasium.error.Error as exc:
                 raise SpecError(f"gymnasium cannot make {config.env!r}: {exc}", path="environment_config.env") from exc
         if not isinstance(env, gymnasium.Env):
-            raise SpecError(f"{config.env} returned a {type(env).__name__}, not a gymnasium.Env", path="environment_config.env")
+            raise SpecError(
+                f"{config.env} returned a {type(env).__name__}, not a gymnasium.Env", path="environment_config.env"
+            )
         return SingleAgent(env)
 
     @classmethod

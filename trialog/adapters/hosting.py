@@ -57,12 +57,19 @@ class HostConfig:
     def parse(cls, config: Mapping[str, Any]) -> HostConfig:
         unknown = sorted(set(config) - set(CONFIG_KEYS))
         if unknown:
-            raise SpecError(f"unknown keys {unknown}; the adapter reads {', '.join(CONFIG_KEYS)}", path="environment_config")
+            raise SpecError(
+                f"unknown keys {unknown}; the adapter reads {', '.join(CONFIG_KEYS)}", path="environment_config"
+            )
         if not isinstance(config.get("env"), str) or not config["env"]:
-            raise SpecError("`env` is required: an import path 'module:callable' or a Gymnasium id", path="environment_config.env")
+            raise SpecError(
+                "`env` is required: an import path 'module:callable' or a Gymnasium id", path="environment_config.env"
+            )
         for key, kind in (("kwargs", Mapping), ("agents", Mapping), ("agent_classes", Mapping), ("rewards", list)):
             if config.get(key) is not None and not isinstance(config[key], kind):
-                raise SpecError(f"must be a {'list' if kind is list else 'mapping'}, got {config[key]!r}", path=f"environment_config.{key}")
+                raise SpecError(
+                    f"must be a {'list' if kind is list else 'mapping'}, got {config[key]!r}",
+                    path=f"environment_config.{key}",
+                )
         return cls(
             env=config["env"],
             kwargs=dict(config.get("kwargs") or {}),
@@ -84,7 +91,9 @@ class ActorCodecs:
     mask_from_info: bool  # the action mask comes from ``info`` and is folded into the observation
 
     def same_schemas(self, other: ActorCodecs) -> bool:
-        return _dumps(self.observation.schema) == _dumps(other.observation.schema) and _dumps(self.action.schema) == _dumps(other.action.schema)
+        return _dumps(self.observation.schema) == _dumps(other.observation.schema) and _dumps(
+            self.action.schema
+        ) == _dumps(other.action.schema)
 
 
 class HostedEnvironment(Environment):
@@ -100,7 +109,9 @@ class HostedEnvironment(Environment):
     @classmethod
     def env_name(cls, config: HostConfig, env: Any) -> str:
         """The name the Avro records derive from: ``name`` in the config, else the env's own."""
-        return config.name or getattr(env, "metadata", {}).get("name") or config.env.partition(":")[0].rsplit(".", 1)[-1]
+        return (
+            config.name or getattr(env, "metadata", {}).get("name") or config.env.partition(":")[0].rsplit(".", 1)[-1]
+        )
 
     # --- the Environment contract ----------------------------------------------
 
@@ -122,7 +133,9 @@ class HostedEnvironment(Environment):
         infos = infos or {}
         missing = [a for a in self.actors if self.agent_of[a] not in observations]
         if missing:
-            raise TrialError(f"{self.name}: reset() returned no observation for {missing}", trial_id=self.trial.trial_id)
+            raise TrialError(
+                f"{self.name}: reset() returned no observation for {missing}", trial_id=self.trial.trial_id
+            )
         self.codecs = self._derive_all(observations, infos)
         self.tick = 0
         if self.rewards is not None:
@@ -133,14 +146,20 @@ class HostedEnvironment(Environment):
         live = [a for a in self.actors if self.agent_of[a] in self.env.agents]
         missing = [a for a in live if a not in actions]
         if missing:
-            raise TrialError(f"{self.name}: no action from {missing}, who are still in the environment", trial_id=self.trial.trial_id)
+            raise TrialError(
+                f"{self.name}: no action from {missing}, who are still in the environment", trial_id=self.trial.trial_id
+            )
         native = {a: self._action(a, actions[a]) for a in live}
-        observations, env_rewards, terminated, truncated, infos = self.env.step({self.agent_of[a]: v for a, v in native.items()})
+        observations, env_rewards, terminated, truncated, infos = self.env.step(
+            {self.agent_of[a]: v for a, v in native.items()}
+        )
         infos = infos or {}
         self.tick += 1
         present = [a for a in self.actors if self.agent_of[a] in observations]
         if self.rewards is None:
-            rewards: Any = {a: float(env_rewards[self.agent_of[a]]) for a in self.actors if self.agent_of[a] in env_rewards}
+            rewards: Any = {
+                a: float(env_rewards[self.agent_of[a]]) for a in self.actors if self.agent_of[a] in env_rewards
+            }
         else:
             after = self.rewards.capture(self._view(observations, env_rewards, infos))
             rewards = self.rewards.rewards(self._captured, [native.get(a) for a in self.actors], after)
@@ -166,7 +185,10 @@ class HostedEnvironment(Environment):
         if coefficients is None:
             return
         if self.rewards is None:
-            raise TrialError(f"{self.name}: reward_coefficients were given but the environment config lists no `rewards`", trial_id=self.trial.trial_id)
+            raise TrialError(
+                f"{self.name}: reward_coefficients were given but the environment config lists no `rewards`",
+                trial_id=self.trial.trial_id,
+            )
         self.rewards.set_coefficients(coefficients)
 
     @classmethod
@@ -185,9 +207,15 @@ class HostedEnvironment(Environment):
             elif actor_class in host.agent_classes:
                 refs = host.agent_classes[actor_class]
             else:
-                raise SpecError(f"actor class {actor_class!r} is not in agent_classes {sorted(host.agent_classes)}", path="environment_config.agent_classes")
+                raise SpecError(
+                    f"actor class {actor_class!r} is not in agent_classes {sorted(host.agent_classes)}",
+                    path="environment_config.agent_classes",
+                )
             agents = [_resolve_agent(possible, ref) for ref in refs]
-            derived = {agent: _derive(env, name, actor_class, agent, observations.get(agent), (infos or {}).get(agent)) for agent in agents}
+            derived = {
+                agent: _derive(env, name, actor_class, agent, observations.get(agent), (infos or {}).get(agent))
+                for agent in agents
+            }
         finally:
             env.close()
         first_agent, first = next(iter(derived.items()))
@@ -260,10 +288,16 @@ class HostedEnvironment(Environment):
         except Exception:  # whatever a malformed value makes NumPy or gymnasium raise, it is not a valid action
             valid = False
         if not valid:
-            raise TrialError(f"{self.name}: actor {actor!r} sent {value!r}, outside its action space {codec.space}", trial_id=self.trial.trial_id, reason="invalid_action")
+            raise TrialError(
+                f"{self.name}: actor {actor!r} sent {value!r}, outside its action space {codec.space}",
+                trial_id=self.trial.trial_id,
+                reason="invalid_action",
+            )
         return native
 
-    def _view(self, observations: Mapping[Any, Any], rewards: Mapping[Any, float], infos: Mapping[Any, Any]) -> StepView:
+    def _view(
+        self, observations: Mapping[Any, Any], rewards: Mapping[Any, float], infos: Mapping[Any, Any]
+    ) -> StepView:
         agents = tuple(self.agent_of[a] for a in self.actors)
         return StepView(self.tick, getattr(self.env, "unwrapped", self.env), agents, observations, rewards, infos)
 
@@ -273,15 +307,26 @@ def _derive(env: Any, env_name: str, actor_class: str, agent: Any, observation: 
     where = f"agent {agent!r} of {env_name}"
     observation_space = _observation_space(env, agent, observation, where)
     mask = (info or {}).get(ACTION_MASK) if isinstance(info, Mapping) else None
-    folds_mask = mask is not None and not (isinstance(observation_space, spaces.Dict) and ACTION_MASK in observation_space.spaces)
+    folds_mask = mask is not None and not (
+        isinstance(observation_space, spaces.Dict) and ACTION_MASK in observation_space.spaces
+    )
     if folds_mask:
-        observation_space = spaces.Dict({"observation": observation_space, ACTION_MASK: infer_space(np.asarray(mask), where=f"info['{ACTION_MASK}'] of {where}")})
+        observation_space = spaces.Dict(
+            {
+                "observation": observation_space,
+                ACTION_MASK: infer_space(np.asarray(mask), where=f"info['{ACTION_MASK}'] of {where}"),
+            }
+        )
     try:
         action_space = env.action_space(agent)
     except Exception as exc:
-        raise SpecError(f"{where}: action_space({agent!r}) failed: {exc}; an adapter needs each agent's action space") from exc
+        raise SpecError(
+            f"{where}: action_space({agent!r}) failed: {exc}; an adapter needs each agent's action space"
+        ) from exc
     return ActorCodecs(
-        observation=space_codec(observation_space, namespace=namespace, name="Observation", where=f"observation space of {where}"),
+        observation=space_codec(
+            observation_space, namespace=namespace, name="Observation", where=f"observation space of {where}"
+        ),
         action=space_codec(action_space, namespace=namespace, name="Action", where=f"action space of {where}"),
         mask_from_info=folds_mask,
     )
@@ -298,7 +343,9 @@ def _observation_space(env: Any, agent: Any, observation: Any, where: str) -> sp
     except (AttributeError, KeyError, NotImplementedError, TypeError):
         pass
     if observation is None:
-        raise SpecError(f"{where}: observation_space({agent!r}) is missing and reset() gave no observation to infer it from")
+        raise SpecError(
+            f"{where}: observation_space({agent!r}) is missing and reset() gave no observation to infer it from"
+        )
     return infer_space(observation, where=f"observation of {where}")
 
 
@@ -314,7 +361,9 @@ def _map_actors(config: HostConfig, possible: list[Any], actors: Sequence[ActorI
         return dict(zip(names, possible, strict=True))
     unknown = sorted(set(config.agents) - set(names))
     if unknown:
-        raise SpecError(f"maps actors {unknown} that the trial does not have; actors: {names}", path="environment_config.agents")
+        raise SpecError(
+            f"maps actors {unknown} that the trial does not have; actors: {names}", path="environment_config.agents"
+        )
     mapping = {actor: _resolve_agent(possible, ref) for actor, ref in config.agents.items()}
     unmapped_actors = [n for n in names if n not in mapping]
     unmapped_agents = [a for a in possible if a not in mapping.values()]

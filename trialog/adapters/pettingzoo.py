@@ -45,5 +45,8 @@ class PettingZooEnvironment(HostedEnvironment):
                 )
             return aec_to_parallel(env)
         if not all(hasattr(env, attr) for attr in ("possible_agents", "reset", "step", "action_space")):
-            raise SpecError(f"{config.env} returned a {type(env).__name__}, not a PettingZoo environment", path="environment_config.env")
+            raise SpecError(
+                f"{config.env} returned a {type(env).__name__}, not a PettingZoo environment",
+                path="environment_config.env",
+            )
         return env

@@ -65,7 +65,9 @@ class SpaceCodec:
 
 def space_codec(space: spaces.Space, *, namespace: str, name: str, where: str) -> SpaceCodec:
     """Map ``space`` to Avro; ``where`` names it in errors ("action space of agent 0")."""
-    schema, description, to_payload, from_payload = _build(space, f"{avro_name(namespace, dotted=True)}.{avro_name(name)}", where)
+    schema, description, to_payload, from_payload = _build(
+        space, f"{avro_name(namespace, dotted=True)}.{avro_name(name)}", where
+    )
     if isinstance(schema, dict):
         schema = {**schema, SPACE_PROPERTY: description}
     elif schema != TENSOR:  # a bare primitive: give it an object to carry the description
@@ -105,7 +107,9 @@ def infer_space(value: Any, *, where: str) -> spaces.Space:
         return spaces.Box(-np.inf, np.inf, shape=arr.shape, dtype=arr.dtype)
     if arr.dtype.kind == "b":
         return spaces.Box(False, True, shape=arr.shape, dtype=np.bool_)
-    raise SpecError(f"{where}: cannot infer a space from {type(value).__name__} values (dtype {arr.dtype}); declare observation_space(agent)")
+    raise SpecError(
+        f"{where}: cannot infer a space from {type(value).__name__} values (dtype {arr.dtype}); declare observation_space(agent)"
+    )
 
 
 # --- the mapping ---------------------------------------------------------------
@@ -120,11 +124,21 @@ def _build(space: spaces.Space, name: str, where: str) -> tuple[Any, dict, Conve
             return "long", {"type": "Discrete", "n": n, "start": start}, int, int
         case spaces.MultiDiscrete():
             dtype = _tensor_dtype(space.dtype, space, where)
-            description = {"type": "MultiDiscrete", "nvec": space.nvec.tolist(), "start": space.start.tolist(), "dtype": dtype.name}
+            description = {
+                "type": "MultiDiscrete",
+                "nvec": space.nvec.tolist(),
+                "start": space.start.tolist(),
+                "dtype": dtype.name,
+            }
             return TENSOR, description, _as_array(dtype), _as_array(dtype)
         case spaces.MultiBinary():
             shape = [int(n) for n in np.atleast_1d(space.n)]
-            return TENSOR, {"type": "MultiBinary", "shape": shape}, _as_array(np.dtype(np.int8)), _as_array(np.dtype(np.int8))
+            return (
+                TENSOR,
+                {"type": "MultiBinary", "shape": shape},
+                _as_array(np.dtype(np.int8)),
+                _as_array(np.dtype(np.int8)),
+            )
         case spaces.Dict():
             return _dict(space, name, where)
         case spaces.Tuple():
@@ -158,7 +172,9 @@ def _box(space: spaces.Box, where: str) -> tuple[Any, dict, Convert, Convert]:
 def _tensor_dtype(dtype: Any, space: spaces.Space, where: str) -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype.name not in SUPPORTED_DTYPES:
-        raise SpecError(f"{where}: {space!r} has dtype {dtype.name}, which a trialog.Tensor cannot carry; supported: {', '.join(SUPPORTED_DTYPES)}")
+        raise SpecError(
+            f"{where}: {space!r} has dtype {dtype.name}, which a trialog.Tensor cannot carry; supported: {', '.join(SUPPORTED_DTYPES)}"
+        )
     return dtype
 
 
@@ -193,7 +209,12 @@ def _dict(space: spaces.Dict, name: str, where: str) -> tuple[Any, dict, Convert
     def from_record(value: Mapping[str, Any]) -> dict[Any, Any]:
         return {key: conv(value[field]) for key, field, _, conv in parts}
 
-    return {"type": "record", "name": name, "fields": fields}, {"type": "Dict", "fields": described}, to_record, from_record
+    return (
+        {"type": "record", "name": name, "fields": fields},
+        {"type": "Dict", "fields": described},
+        to_record,
+        from_record,
+    )
 
 
 def _tuple(space: spaces.Tuple, name: str, where: str) -> tuple[Any, dict, Convert, Convert]:

@@ -14,7 +14,15 @@ from typing import Any
 import numpy as np
 
 # CoGrid's object type ids (cogrid 0.3 Overcooked registry) and how a page names them.
-_TILES = {"counter": "C", "pot": "P", "onion_stack": "O", "tomato_stack": "T", "plate_stack": "D", "delivery_zone": "S", "wall": "W"}
+_TILES = {
+    "counter": "C",
+    "pot": "P",
+    "onion_stack": "O",
+    "tomato_stack": "T",
+    "plate_stack": "D",
+    "delivery_zone": "S",
+    "wall": "W",
+}
 _ITEMS = ("onion", "onion_soup", "plate", "tomato", "tomato_soup")
 
 
@@ -57,9 +65,23 @@ def overcooked(env: Any, actors: Mapping[str, Any]) -> dict[str, Any]:
         i = possible.index(agent)
         inventory = [int(x) for x in np.asarray(state.agent_inv)[i].tolist() if int(x) >= 0]
         r, c = (int(v) for v in np.asarray(state.agent_pos)[i])
-        cooks.append({"actor": actor, "r": r, "c": c, "dir": int(np.asarray(state.agent_dir)[i]), "holding": names.get(inventory[0]) if inventory else None})
-    return {"kind": "overcooked", "tiles": tiles, "items": items, "pots": pots, "cooks": cooks, "score": float(getattr(env, "cumulative_score", 0.0))}
+        cooks.append(
+            {
+                "actor": actor,
+                "r": r,
+                "c": c,
+                "dir": int(np.asarray(state.agent_dir)[i]),
+                "holding": names.get(inventory[0]) if inventory else None,
+            }
+        )
+    return {
+        "kind": "overcooked",
+        "tiles": tiles,
+        "items": items,
+        "pots": pots,
+        "cooks": cooks,
+        "score": float(getattr(env, "cumulative_score", 0.0)),
+    }
 
 
 VIEWS: dict[str, Callable[[Any, Mapping[str, Any]], dict[str, Any]]] = {"overcooked": overcooked}
-

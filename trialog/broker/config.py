@@ -42,7 +42,9 @@ class BrokerConfig:
         if self.controller_port is None:
             object.__setattr__(self, "controller_port", self.port + 1)
         if self.port == self.controller_port:
-            raise BrokerError(f"the broker port and the controller port are both {self.port}; give them different values")
+            raise BrokerError(
+                f"the broker port and the controller port are both {self.port}; give them different values"
+            )
 
     @classmethod
     def from_env(cls, **overrides: Any) -> BrokerConfig:
@@ -58,8 +60,14 @@ class BrokerConfig:
         env = os.environ
         port = int(given.get("port") or _env_port("TRIALOG_BROKER_PORT") or DEFAULT_PORT)
         controller_port = given.get("controller_port") or _env_port("TRIALOG_BROKER_CONTROLLER_PORT")
-        data_dir = given.get("data_dir") or env.get("TRIALOG_BROKER_DIR") or _xdg("XDG_DATA_HOME", ".local/share") / "trialog" / "broker"
-        cache_dir = given.get("cache_dir") or env.get("TRIALOG_KAFKA_CACHE") or _xdg("XDG_CACHE_HOME", ".cache") / "trialog"
+        data_dir = (
+            given.get("data_dir")
+            or env.get("TRIALOG_BROKER_DIR")
+            or _xdg("XDG_DATA_HOME", ".local/share") / "trialog" / "broker"
+        )
+        cache_dir = (
+            given.get("cache_dir") or env.get("TRIALOG_KAFKA_CACHE") or _xdg("XDG_CACHE_HOME", ".cache") / "trialog"
+        )
         return cls(
             data_dir=Path(data_dir).expanduser().absolute(),
             port=port,
@@ -119,7 +127,9 @@ class BrokerStatus:
     def describe(self) -> str:
         if not self.running:
             return f"stopped (data dir {self.data_dir})"
-        return f"running: pid {self.pid}, address {self.bootstrap}, data dir {self.data_dir}, Kafka {self.kafka_version}"
+        return (
+            f"running: pid {self.pid}, address {self.bootstrap}, data dir {self.data_dir}, Kafka {self.kafka_version}"
+        )
 
 
 def _xdg(variable: str, fallback: str) -> Path:

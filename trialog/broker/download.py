@@ -61,10 +61,19 @@ def ensure_tools(config: BrokerConfig) -> Path:
         return config.tools_dir
     mvn = shutil.which("mvn")
     if not mvn:
-        raise BrokerError("`trialog broker start --secure` fetches Kafka's tools jar once with Maven (`mvn`), which is not on PATH")
+        raise BrokerError(
+            "`trialog broker start --secure` fetches Kafka's tools jar once with Maven (`mvn`), which is not on PATH"
+        )
     with tempfile.TemporaryDirectory(prefix=".kafka-tools-", dir=config.cache_dir) as tmp:
         staging = Path(tmp) / "tools"
-        _maven_copy_dependencies(mvn, config.kafka_version, Path(tmp), staging, artifacts=(("org.apache.kafka", "kafka-tools", config.kafka_version),), transitive=False)
+        _maven_copy_dependencies(
+            mvn,
+            config.kafka_version,
+            Path(tmp),
+            staging,
+            artifacts=(("org.apache.kafka", "kafka-tools", config.kafka_version),),
+            transitive=False,
+        )
         try:
             staging.rename(config.tools_dir)
         except OSError as exc:
@@ -77,10 +86,21 @@ def _jars_cached(config: BrokerConfig) -> bool:
     return (config.libs_dir / f"kafka_2.13-{config.kafka_version}.jar").is_file()
 
 
-def _maven_copy_dependencies(mvn: str, kafka_version: str, workdir: Path, output: Path, *, artifacts=None, transitive: bool = True) -> None:
+def _maven_copy_dependencies(
+    mvn: str, kafka_version: str, workdir: Path, output: Path, *, artifacts=None, transitive: bool = True
+) -> None:
     pom = workdir / "pom.xml"
     pom.write_text(_render_pom(kafka_version, artifacts))
-    command = [mvn, "-q", "-B", "-f", str(pom), "dependency:copy-dependencies", f"-DoutputDirectory={output}", "-DincludeScope=runtime"]
+    command = [
+        mvn,
+        "-q",
+        "-B",
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={output}",
+        "-DincludeScope=runtime",
+    ]
     if not transitive:
         command.append("-DexcludeTransitive=true")
     try:
@@ -124,4 +144,3 @@ def _render_pom(kafka_version: str, artifacts=None) -> str:
   </dependencies>
 </project>
 """
-

@@ -57,4 +57,3 @@ def _java_command(config: BrokerConfig, java: str) -> list[str]:
     log4j2 = config.data_dir / "log4j2.properties"
     classpath = f"{config.libs_dir}/*" + (f":{config.tools_dir}/*" if config.tools_dir.is_dir() else "")
     return [java, f"-Xmx{config.heap}", f"-Dlog4j2.configurationFile={log4j2}", "-cp", classpath]
-

@@ -112,7 +112,13 @@ def _launch(config: BrokerConfig, java: str) -> int:
             setsid=True,
         )
     config.pid_file.write_text(f"{pid}\n")
-    state = {"pid": pid, "bootstrap": config.bootstrap, "controller_port": config.controller_port, "kafka_version": config.kafka_version, "secure": config.secure}
+    state = {
+        "pid": pid,
+        "bootstrap": config.bootstrap,
+        "controller_port": config.controller_port,
+        "kafka_version": config.kafka_version,
+        "secure": config.secure,
+    }
     config.state_file.write_bytes(orjson.dumps(state, option=orjson.OPT_INDENT_2))
     log.info("kafka broker launched", pid=pid, bootstrap=config.bootstrap, data_dir=str(config.data_dir))
     return pid
@@ -245,7 +251,9 @@ def start(config: BrokerConfig | None = None, *, fresh: bool = False, timeout: f
     if config.secure:
         secure.apply_acls(config, _java_command(config, java), config.topic_prefix)
         print(secure.describe(config), file=sys.stderr)
-    log.info("kafka broker ready", pid=pid, bootstrap=config.bootstrap, version=config.kafka_version, secure=config.secure)
+    log.info(
+        "kafka broker ready", pid=pid, bootstrap=config.bootstrap, version=config.kafka_version, secure=config.secure
+    )
     return config.bootstrap
 
 
@@ -304,4 +312,3 @@ def status(config: BrokerConfig | None = None) -> BrokerStatus:
         bootstrap=state.get("bootstrap", config.bootstrap),
         kafka_version=state.get("kafka_version", config.kafka_version),
     )
-

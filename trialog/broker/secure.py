@@ -81,7 +81,9 @@ def _make_certificates(folder: Path) -> None:
     try:
         from cryptography import x509
     except ImportError:
-        raise BrokerError("`trialog broker start --secure` makes its certificates with `cryptography`: pip install 'trialog[secure]'") from None
+        raise BrokerError(
+            "`trialog broker start --secure` makes its certificates with `cryptography`: pip install 'trialog[secure]'"
+        ) from None
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
@@ -110,8 +112,14 @@ def _make_certificates(folder: Path) -> None:
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=365))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH, x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+            critical=False,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH, x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]),
+            critical=False,
+        )
         .sign(ca_key, hashes.SHA256())
     )
     pem = serialization.Encoding.PEM
@@ -263,7 +271,9 @@ def apply_acls(config: BrokerConfig, java_command: list[str], topic_prefix: str)
     for args in acl_commands(topic_prefix):
         ran = subprocess.run([*base, *args], capture_output=True, text=True, timeout=180)
         if ran.returncode != 0:
-            raise BrokerError(f"Kafka's AclCommand failed (exit {ran.returncode}) granting {' '.join(args)}:\n{(ran.stdout + ran.stderr)[-2000:]}")
+            raise BrokerError(
+                f"Kafka's AclCommand failed (exit {ran.returncode}) granting {' '.join(args)}:\n{(ran.stdout + ran.stderr)[-2000:]}"
+            )
     done.write_text("granted\n")
     log.info("acls granted", prefix=topic_prefix, roles=", ".join(ROLE_ACLS))
 

@@ -89,7 +89,16 @@ def _format_storage(config: BrokerConfig, java: str, extra: list[str] = ()) -> N
     if not id_file.is_file():
         id_file.write_text(new_cluster_id() + "\n")
     cluster_id = id_file.read_text().strip()
-    command = [*_java_command(config, java), "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config.server_properties), *extra]
+    command = [
+        *_java_command(config, java),
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        cluster_id,
+        "-c",
+        str(config.server_properties),
+        *extra,
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     if done.returncode != 0:
         raise BrokerError(
@@ -107,7 +116,8 @@ def _wipe(config: BrokerConfig) -> None:
         return
     ours = config.server_properties.is_file() or (config.data_dir / "cluster.id").is_file()
     if not ours and any(config.data_dir.iterdir()):
-        raise BrokerError(f"refusing to wipe {config.data_dir}: it is not empty and holds no Trialog broker (no server.properties)")
+        raise BrokerError(
+            f"refusing to wipe {config.data_dir}: it is not empty and holds no Trialog broker (no server.properties)"
+        )
     shutil.rmtree(config.data_dir)
     log.info("broker data wiped", data_dir=str(config.data_dir))
-

@@ -86,7 +86,12 @@ Item = tuple[str, bytes, bytes | None, list[tuple[str, bytes]]]  # (role, key, v
 
 def record_size(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]]) -> int:
     """An upper bound of a record's size in a batch of its own, as the broker counts it."""
-    return RECORD_OVERHEAD + len(key or b"") + len(value or b"") + sum(len(k) + len(v or b"") + HEADER_OVERHEAD for k, v in headers)
+    return (
+        RECORD_OVERHEAD
+        + len(key or b"")
+        + len(value or b"")
+        + sum(len(k) + len(v or b"") + HEADER_OVERHEAD for k, v in headers)
+    )
 
 
 def partition_for(key: bytes, partitions: int) -> int:
@@ -211,7 +216,9 @@ class Bus(abc.ABC):
             size = record_size(key, value, headers)
             if size > limit:
                 kind = next((v.decode(errors="replace") for k, v in headers if k == "kind" and v), "record")
-                out[i] = f"{kind} of {size:,} bytes for trial {key.decode(errors='replace') if key else '?'} exceeds the {limit:,}-byte limit of topic {self.settings.topic(role)}"
+                out[i] = (
+                    f"{kind} of {size:,} bytes for trial {key.decode(errors='replace') if key else '?'} exceeds the {limit:,}-byte limit of topic {self.settings.topic(role)}"
+                )
         return out
 
     @staticmethod
@@ -266,7 +273,11 @@ class Bus(abc.ABC):
         if record_size(record.key, value, letter.headers_list()) > limit:
             # The letter must get through: keep the reason and the headers, drop the body.
             size = len(record.value or b"")
-            letter = dataclasses.replace(letter, value=None, reason=f"{reason} (its value of {size:,} bytes is not kept: over the {limit:,}-byte limit of dead letters)")
+            letter = dataclasses.replace(
+                letter,
+                value=None,
+                reason=f"{reason} (its value of {size:,} bytes is not kept: over the {limit:,}-byte limit of dead letters)",
+            )
             value = self.codec.encode(letter)
         await self.send_many([(DEAD_LETTERS, record.key or b"", value, letter.headers_list())])
 

@@ -141,7 +141,11 @@ class KafkaBus(Bus):
                 # Keyed roles share the partition count of events: give the partition we already
                 # know rather than have the producer hash the key again.
                 partition = self.partition_of(key.decode()) if role in KEYED and key else None
-                futures.append(await producer.send(self.settings.topic(role), value=value, key=key, headers=headers, partition=partition))
+                futures.append(
+                    await producer.send(
+                        self.settings.topic(role), value=value, key=key, headers=headers, partition=partition
+                    )
+                )
                 sent.append(i)
         except KafkaError as exc:
             raise TransportError(f"Kafka refused a record: {exc}") from exc
@@ -150,7 +154,9 @@ class KafkaBus(Bus):
         failed: dict[int, BaseException] = {}
         for i, result in zip(sent, results):
             if isinstance(result, (MessageSizeTooLargeError, RecordTooLargeError)):
-                refused[i] = f"the broker refused a record of trial {items[i][1].decode(errors='replace')} for its size ({result})"
+                refused[i] = (
+                    f"the broker refused a record of trial {items[i][1].decode(errors='replace')} for its size ({result})"
+                )
             elif isinstance(result, BaseException):
                 failed[i] = result
             else:
@@ -174,12 +180,16 @@ class KafkaBus(Bus):
             raise TransportError(f"Kafka refused a record: {failure}") from failure
         return self.refuse(refused, delivered, items)
 
-    def consumer(self, roles, *, group=None, on_assigned=None, on_revoked=None, partitions=None, from_start=True, batched=False):
+    def consumer(
+        self, roles, *, group=None, on_assigned=None, on_revoked=None, partitions=None, from_start=True, batched=False
+    ):
         return KafkaConsumer(self, roles, group, on_assigned, on_revoked, partitions, from_start, batched)
 
     # --- admin -----------------------------------------------------------------------------------
     async def _admin(self) -> AIOKafkaAdminClient:
-        admin = AIOKafkaAdminClient(**self.settings.kafka_client_options(), client_id=f"{self.settings.client_id}-admin")
+        admin = AIOKafkaAdminClient(
+            **self.settings.kafka_client_options(), client_id=f"{self.settings.client_id}-admin"
+        )
         try:
             await admin.start()
         except KafkaError as exc:
@@ -195,7 +205,9 @@ class KafkaBus(Bus):
             created = []
             for t in missing:
                 try:
-                    await admin.create_topics([NewTopic(t.name, t.partitions, t.replication_factor, topic_configs=t.configs)])
+                    await admin.create_topics(
+                        [NewTopic(t.name, t.partitions, t.replication_factor, topic_configs=t.configs)]
+                    )
                     created.append(t.name)
                 except TopicAlreadyExistsError:  # created meanwhile by another instance: fine
                     pass
@@ -223,7 +235,6 @@ class KafkaBus(Bus):
             return out
         finally:
             await admin.close()
-
 
     async def delete_topics(self) -> list[str]:
         admin = await self._admin()

@@ -119,7 +119,9 @@ class KafkaConsumer(Consumer):
             metadata_max_age_ms=5_000,
             # Records of aborted transactions (e.g. of a killed analytics job) are never read
             # from the topics written in transactions; on the others it would only cost.
-            isolation_level="read_committed" if any(r.startswith(TRANSACTIONAL_PREFIX) for r in self.roles) else "read_uncommitted",
+            isolation_level="read_committed"
+            if any(r.startswith(TRANSACTIONAL_PREFIX) for r in self.roles)
+            else "read_uncommitted",
         )
         try:
             await self._consumer.start()
@@ -134,7 +136,9 @@ class KafkaConsumer(Consumer):
                     if parts is None:
                         parts = sorted(cluster.partitions_for_topic(settings.topic(role)) or ())
                         if not parts:
-                            raise TopicMissingError(f"topic {settings.topic(role)} does not exist: run `trialog topics create`")
+                            raise TopicMissingError(
+                                f"topic {settings.topic(role)} does not exist: run `trialog topics create`"
+                            )
                     tps.extend(self._tp(role, p) for p in parts)
                 self._consumer.assign(tps)
                 if all(tp in self._next for tp in tps):  # a replaced consumer: on from where it was
@@ -252,7 +256,14 @@ class KafkaConsumer(Consumer):
             return False
         tp, first, after = found
         reason = f"unreadable batch of {self.bus.settings.topic(self._topic_roles[tp.topic])}[{tp.partition}] at offsets {first}..{after - 1} ({type(exc).__name__}: {exc}); its records are skipped"
-        log.warning("unreadable batch", topic=tp.topic, partition=tp.partition, first=first, last=after - 1, error=f"{type(exc).__name__}: {exc}")
+        log.warning(
+            "unreadable batch",
+            topic=tp.topic,
+            partition=tp.partition,
+            first=first,
+            last=after - 1,
+            error=f"{type(exc).__name__}: {exc}",
+        )
         previous = self._unreadable.get(tp)
         self._unreadable[tp] = (first, after, reason)
         if previous is not None and previous[0] == first and self._next.get(tp, first) < first:
@@ -278,7 +289,11 @@ class KafkaConsumer(Consumer):
         del self._unreadable[tp]
         self._consumer.seek(tp, after)
         self._next[tp] = after
-        return [Record(self._topic_roles[tp.topic], tp.partition, first, None, None, (), 0, problem=reason, span=after - first)]
+        return [
+            Record(
+                self._topic_roles[tp.topic], tp.partition, first, None, None, (), 0, problem=reason, span=after - first
+            )
+        ]
 
     def seek(self, role: str, partition: int, offset: int) -> None:
         assert self._consumer is not None
@@ -311,11 +326,17 @@ class KafkaConsumer(Consumer):
         if not offsets or not self.group:
             return
         mine = self._consumer.assignment()
-        payload = {self._tp(r, p): OffsetAndMetadata(o, mark) for (r, p), (o, mark) in offsets.items() if self._tp(r, p) in mine}
+        payload = {
+            self._tp(r, p): OffsetAndMetadata(o, mark)
+            for (r, p), (o, mark) in offsets.items()
+            if self._tp(r, p) in mine
+        }
         if payload:
             try:
                 await self._consumer.commit(payload)
-            except Exception as exc:  # a rebalance is under way, or the client failed: the next owner rebuilds from the last commit
+            except (
+                Exception
+            ) as exc:  # a rebalance is under way, or the client failed: the next owner rebuilds from the last commit
                 raise TransportError(f"offset commit failed: {type(exc).__name__}: {exc}") from exc
 
     async def end_offsets(self, parts):

@@ -65,7 +65,9 @@ class MemoryBus(Bus):
         self.changed.set()
         self.changed = asyncio.Event()
 
-    def consumer(self, roles, *, group=None, on_assigned=None, on_revoked=None, partitions=None, from_start=True, batched=False):
+    def consumer(
+        self, roles, *, group=None, on_assigned=None, on_revoked=None, partitions=None, from_start=True, batched=False
+    ):
         return MemoryConsumer(self, roles, group, on_assigned, on_revoked, partitions, from_start)
 
     async def create_topics(self) -> list[str]:
@@ -73,7 +75,9 @@ class MemoryBus(Bus):
         return []
 
     async def describe_topics(self) -> dict[str, dict]:
-        return {self.settings.topic(r): {"partitions": len(p), "configs": self.configs[r]} for r, p in self.logs.items()}
+        return {
+            self.settings.topic(r): {"partitions": len(p), "configs": self.configs[r]} for r, p in self.logs.items()
+        }
 
     async def delete_topics(self) -> list[str]:
         deleted = [self.settings.topic(r) for r in self.logs]
@@ -139,7 +143,9 @@ class MemoryConsumer(Consumer):
         self._assigned = target
         for rp in target:
             committed = self.bus.committed[self.group].get(rp)
-            self.positions[rp] = committed[0] if committed else (0 if self.from_start else len(self.bus.logs[rp[0]][rp[1]]))
+            self.positions[rp] = (
+                committed[0] if committed else (0 if self.from_start else len(self.bus.logs[rp[0]][rp[1]]))
+            )
         if target and self.on_assigned:
             await self.on_assigned(set(target))
 

@@ -18,36 +18,61 @@ def add(sub) -> None:
     broker = sub.add_parser("broker", help="run a local Apache Kafka broker for development and CI")
     commands = broker.add_subparsers(dest="broker_command", required=True, metavar="{start,stop,status}")
 
-    start_parser = commands.add_parser("start", help="start the broker (fetching Kafka the first time) and print its bootstrap address")
+    start_parser = commands.add_parser(
+        "start", help="start the broker (fetching Kafka the first time) and print its bootstrap address"
+    )
     _add_location_flags(start_parser)
-    start_parser.add_argument("--port", type=int, help=f"broker port on {HOST} (env TRIALOG_BROKER_PORT, default {DEFAULT_PORT})")
-    start_parser.add_argument("--controller-port", type=int, help="KRaft controller port (env TRIALOG_BROKER_CONTROLLER_PORT, default port+1)")
-    start_parser.add_argument("--kafka-version", help=f"Apache Kafka version (env TRIALOG_KAFKA_VERSION, default {DEFAULT_KAFKA_VERSION})")
-    start_parser.add_argument("--heap", help=f"JVM maximum heap, as for -Xmx (env TRIALOG_BROKER_HEAP, default {DEFAULT_HEAP})")
-    start_parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the broker to answer (default 60)")
-    start_parser.add_argument("--fresh", action="store_true", help="stop the broker and delete its data before starting")
+    start_parser.add_argument(
+        "--port", type=int, help=f"broker port on {HOST} (env TRIALOG_BROKER_PORT, default {DEFAULT_PORT})"
+    )
+    start_parser.add_argument(
+        "--controller-port", type=int, help="KRaft controller port (env TRIALOG_BROKER_CONTROLLER_PORT, default port+1)"
+    )
+    start_parser.add_argument(
+        "--kafka-version", help=f"Apache Kafka version (env TRIALOG_KAFKA_VERSION, default {DEFAULT_KAFKA_VERSION})"
+    )
+    start_parser.add_argument(
+        "--heap", help=f"JVM maximum heap, as for -Xmx (env TRIALOG_BROKER_HEAP, default {DEFAULT_HEAP})"
+    )
+    start_parser.add_argument(
+        "--timeout", type=float, default=60.0, help="seconds to wait for the broker to answer (default 60)"
+    )
+    start_parser.add_argument(
+        "--fresh", action="store_true", help="stop the broker and delete its data before starting"
+    )
     start_parser.add_argument(
         "--secure",
         action="store_true",
         help="SASL_SSL (SCRAM-SHA-512) with certificates made on the fly, StandardAuthorizer and one principal per role with "
         "least-privilege ACLs; writes each role's client settings to DATA_DIR/secure/ (docs/security.md). Give it a data dir of its own",
     )
-    start_parser.add_argument("--topic-prefix", help="the deployment's topic prefix the roles' ACLs cover (--secure; default trialog.)")
+    start_parser.add_argument(
+        "--topic-prefix", help="the deployment's topic prefix the roles' ACLs cover (--secure; default trialog.)"
+    )
     start_parser.set_defaults(func=_cli_start)
 
     stop_parser = commands.add_parser("stop", help="stop the broker (its data stays)")
     _add_location_flags(stop_parser)
-    stop_parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a clean shutdown before killing it (default 30)")
+    stop_parser.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds to wait for a clean shutdown before killing it (default 30)",
+    )
     stop_parser.set_defaults(func=_cli_stop)
 
     status_parser = commands.add_parser("status", help="say whether the broker runs; exit 0 if it does, 3 if not")
     _add_location_flags(status_parser)
-    status_parser.add_argument("--json", action="store_true", help="one JSON object: running, pid, bootstrap, data_dir, kafka_version")
+    status_parser.add_argument(
+        "--json", action="store_true", help="one JSON object: running, pid, bootstrap, data_dir, kafka_version"
+    )
     status_parser.set_defaults(func=_cli_status)
 
 
 def _add_location_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", type=Path, help="broker data dir (env TRIALOG_BROKER_DIR, default ~/.local/share/trialog/broker)")
+    parser.add_argument(
+        "--data-dir", type=Path, help="broker data dir (env TRIALOG_BROKER_DIR, default ~/.local/share/trialog/broker)"
+    )
 
 
 def _config_from_args(args: argparse.Namespace) -> BrokerConfig:

@@ -12,9 +12,15 @@ from trialog.settings import from_args
 
 
 def add(sub) -> None:
-    replay = command(sub, "replay", "Print the samples of a trial (one line per tick and actor), from the events topic or an archive.")
+    replay = command(
+        sub,
+        "replay",
+        "Print the samples of a trial (one line per tick and actor), from the events topic or an archive.",
+    )
     replay.add_argument("trial_id", metavar="TRIAL_ID")
-    replay.add_argument("--follow", action="store_true", help="tail a live trial: print each sample as soon as it is complete")
+    replay.add_argument(
+        "--follow", action="store_true", help="tail a live trial: print each sample as soon as it is complete"
+    )
     replay.add_argument("--from-archive", metavar="DIR", help="read the logger's archive instead of the topic")
     replay.add_argument("--json", action="store_true", help="one JSON object per line")
     replay.add_argument(
@@ -28,9 +34,13 @@ def add(sub) -> None:
     export = command(sub, "export", "Write trials as one Parquet file, one row per (trial, tick, actor).")
     export.add_argument("--out", required=True, metavar="FILE.parquet")
     export.add_argument("--implementation", metavar="NAME", help="only rows of actors played by this implementation")
-    export.add_argument("--since", type=_instant, metavar="ISO", help="only trials started at or after (ISO 8601; UTC when no zone)")
+    export.add_argument(
+        "--since", type=_instant, metavar="ISO", help="only trials started at or after (ISO 8601; UTC when no zone)"
+    )
     export.add_argument("--until", type=_instant, metavar="ISO", help="only trials started before")
-    export.add_argument("--status", help="only trials with this status (index: ended, running…; archive: ended, unended)")
+    export.add_argument(
+        "--status", help="only trials with this status (index: ended, running…; archive: ended, unended)"
+    )
     export.add_argument("--from-archive", metavar="DIR", help="read the logger's archive instead of the topics")
     export.set_defaults(func=_export)
 
@@ -76,7 +86,9 @@ def _replay(args) -> int:
         trial = archive.read(args.trial_id)
         _warn(trial.entry["problems"])
         if args.verify:
-            return _verdict(verify(trial.started, trial.samples, archive.store, spec, trial.entry.get("parameter_changes", ())))
+            return _verdict(
+                verify(trial.started, trial.samples, archive.store, spec, trial.entry.get("parameter_changes", ()))
+            )
         for sample in trial.samples:
             print(_line(sample, args.json))
         return 0
@@ -108,7 +120,9 @@ def _local_spec(args):
     from trialog.spec import load_spec
 
     if not args.spec:
-        raise TrialogError("--verify re-simulates with an environment a local spec declares: pass --spec FILE (the spec the environment service runs)")
+        raise TrialogError(
+            "--verify re-simulates with an environment a local spec declares: pass --spec FILE (the spec the environment service runs)"
+        )
     return load_spec(args.spec.split(",")[0], SchemaStore.with_builtin())
 
 
@@ -132,7 +146,13 @@ def _export(args) -> int:
     require_extra("pyarrow", "datalog", "trialog export")
     from trialog.datalog.export import Filters, export_from_archive, export_from_topic
 
-    filters = Filters(spec=_spec_name(args.spec), implementation=args.implementation, since_ms=args.since, until_ms=args.until, status=args.status)
+    filters = Filters(
+        spec=_spec_name(args.spec),
+        implementation=args.implementation,
+        since_ms=args.since,
+        until_ms=args.until,
+        status=args.status,
+    )
     if args.from_archive:
         from trialog.datalog.archive import Archive
 

@@ -90,8 +90,16 @@ def _pairs(items: list[str], what: str) -> dict[str, Any]:
 
 def add_trial_overrides(p: argparse.ArgumentParser, *, seed_help: str) -> None:
     p.add_argument("--seed", type=int, help=seed_help)
-    p.add_argument("--implementation", action="append", default=[], metavar="ACTOR=IMPL", help="play ACTOR with IMPL (repeatable)")
-    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="user parameter (JSON value or string; repeatable)")
+    p.add_argument(
+        "--implementation", action="append", default=[], metavar="ACTOR=IMPL", help="play ACTOR with IMPL (repeatable)"
+    )
+    p.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="user parameter (JSON value or string; repeatable)",
+    )
     p.add_argument("--max-ticks", type=positive_int, metavar="N", help="end the trial after N ticks (at least 1)")
     p.add_argument("--experiment", default="", help="label the trial(s) with an experiment name (recorded in the log)")
     p.add_argument("--phase", default="", help="label the trial(s) with an experiment phase: heatup, train or evaluate")
@@ -132,13 +140,20 @@ def spec_files(args: argparse.Namespace) -> list[str]:
 
     files = [f.strip() for f in from_args(args).spec.split(",") if f.strip()]
     if not files:
-        raise TrialogError("no spec: pass --spec FILE or set TRIALOG_SPEC (the orchestrator takes several, comma-separated)")
+        raise TrialogError(
+            "no spec: pass --spec FILE or set TRIALOG_SPEC (the orchestrator takes several, comma-separated)"
+        )
     return files
 
 
 def add_health_port(p: argparse.ArgumentParser) -> None:
     """The flag every ``trialog serve`` command takes."""
-    p.add_argument("--health-port", type=int, default=8080, help="HTTP port for /livez, /readyz and /metrics (0: off; default 8080)")
+    p.add_argument(
+        "--health-port",
+        type=int,
+        default=8080,
+        help="HTTP port for /livez, /readyz and /metrics (0: off; default 8080)",
+    )
 
 
 def add_implementation_host(serve, name: str, help: str, default: str, main_of: Callable[[], Any]) -> None:
@@ -147,7 +162,13 @@ def add_implementation_host(serve, name: str, help: str, default: str, main_of: 
     implementations, health_port=...)``; it is imported only when the command runs."""
     p = command(serve, name, help)
     add_health_port(p)
-    p.add_argument("--implementation", action="append", default=[], metavar="IMPL", help=f"serve only these (repeatable; default {default})")
+    p.add_argument(
+        "--implementation",
+        action="append",
+        default=[],
+        metavar="IMPL",
+        help=f"serve only these (repeatable; default {default})",
+    )
 
     def run(args: argparse.Namespace) -> int:
         from trialog.bus import connect

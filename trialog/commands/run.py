@@ -13,7 +13,9 @@ from trialog.settings import Settings, from_args
 
 def add(sub) -> None:
     p = command(sub, "run", "Run a campaign of trials from a spec file, with progress and a summary.")
-    p.add_argument("spec_file", metavar="SPEC", help="the spec file, or a shipped example's name (rps, overcooked, cartpole)")
+    p.add_argument(
+        "spec_file", metavar="SPEC", help="the spec file, or a shipped example's name (rps, overcooked, cartpole)"
+    )
     p.add_argument("--trials", type=positive_int, default=10, metavar="N", help="how many trials (default 10)")
     p.add_argument(
         "--concurrency", type=positive_int, default=4, metavar="N", help="trials running at once (default 4)"
@@ -47,11 +49,19 @@ def add(sub) -> None:
     p.set_defaults(func=do_run)
 
 
-def run_from_args(args: Any, settings: Settings, pairings: list[dict[str, str]] | None = None, archive_dir: str | None = None) -> int:
+def run_from_args(
+    args: Any, settings: Settings, pairings: list[dict[str, str]] | None = None, archive_dir: str | None = None
+) -> int:
     from trialog.bus import connect
     from trialog.spec import load_spec
     from trialog.tools.campaign import (
-        campaign, campaign_overrides, create_topics, local_services, plot_campaign, summary_table, wait_archived,
+        campaign,
+        campaign_overrides,
+        create_topics,
+        local_services,
+        plot_campaign,
+        summary_table,
+        wait_archived,
         wait_indexed,
     )
 
@@ -60,13 +70,18 @@ def run_from_args(args: Any, settings: Settings, pairings: list[dict[str, str]] 
 
     asyncio.run(create_topics(settings))
     if args.serve:
-        print(f"starting services for {spec.name} ({args.environment_processes} environment, {args.actor_processes} actor process(es))…", file=sys.stderr)
+        print(
+            f"starting services for {spec.name} ({args.environment_processes} environment, {args.actor_processes} actor process(es))…",
+            file=sys.stderr,
+        )
         with local_services(
             settings, str(Path(args.spec_file).resolve()), environment_processes=args.environment_processes,
             actor_processes=args.actor_processes, archive_dir=archive_dir,
         ):  # fmt: skip
             result, returns = asyncio.run(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
-            asyncio.run(wait_indexed(connect(settings), [o.trial_id for o in result.outcomes if o.trial_id and o.reason]))
+            asyncio.run(
+                wait_indexed(connect(settings), [o.trial_id for o in result.outcomes if o.trial_id and o.reason])
+            )
             if archive_dir:
                 wait_archived(archive_dir, [o.trial_id for o in result.outcomes if o.trial_id and not o.error])
     else:

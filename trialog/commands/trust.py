@@ -13,19 +13,34 @@ from trialog.trust.keys import Keyring, TrustError, actor_key_id, b64url
 
 def add(sub) -> None:
     """``trialog keyring generate|export|files|token``."""
-    keyring = sub.add_parser("keyring", help="Make the deployment's keyring, restricted keyrings for actor services, join tokens.")
+    keyring = sub.add_parser(
+        "keyring", help="Make the deployment's keyring, restricted keyrings for actor services, join tokens."
+    )
     ksub = keyring.add_subparsers(metavar="ACTION")
-    generate = ksub.add_parser("generate", help="Write a new keyring (a random 32-byte secret per role), readable by its owner only.")
+    generate = ksub.add_parser(
+        "generate", help="Write a new keyring (a random 32-byte secret per role), readable by its owner only."
+    )
     generate.add_argument("file", metavar="FILE")
     generate.add_argument("--force", action="store_true", help="replace an existing file")
-    export = ksub.add_parser("export", help="Write the keyring an actor service of one implementation gets: its own key only.")
+    export = ksub.add_parser(
+        "export", help="Write the keyring an actor service of one implementation gets: its own key only."
+    )
     export.add_argument("file", metavar="FILE", help="the deployment's keyring")
     export.add_argument("--implementation", required=True, metavar="NAME")
     export.add_argument("--out", required=True, metavar="FILE")
-    files = ksub.add_parser("files", help="Write one file per key id (what a Kubernetes Secret holds), actor keys derived for each --implementation.")
+    files = ksub.add_parser(
+        "files",
+        help="Write one file per key id (what a Kubernetes Secret holds), actor keys derived for each --implementation.",
+    )
     files.add_argument("file", metavar="FILE", help="the deployment's keyring")
     files.add_argument("folder", metavar="DIR")
-    files.add_argument("--implementation", action="append", default=[], metavar="NAME", help="an actor implementation to derive actors.NAME for (repeatable)")
+    files.add_argument(
+        "--implementation",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="an actor implementation to derive actors.NAME for (repeatable)",
+    )
     token = ksub.add_parser("token", help="Print a join token for one seat of one trial (needs the seats key).")
     token.add_argument("file", metavar="FILE", help="a keyring holding the seats key")
     token.add_argument("--trial", required=True, metavar="TRIAL_ID")

@@ -107,7 +107,9 @@ class Archive:
         return self.catalog().get(trial_id)
 
     # --- writing ----------------------------------------------------------------------------
-    def write_trial(self, fold: TrialFold, *, partition: int, start_offset: int, cut_offset: int, started_ms: int, ended_ms: int) -> dict[str, Any]:
+    def write_trial(
+        self, fold: TrialFold, *, partition: int, start_offset: int, cut_offset: int, started_ms: int, ended_ms: int
+    ) -> dict[str, Any]:
         """Archive a trial's samples as of log position ``cut_offset`` (rewards at or after it
         become corrections). Returns the catalog entry; a trial already in the catalog is
         left as it is."""
@@ -133,7 +135,9 @@ class Archive:
             "seed": started.seed,
             "experiment": started.experiment,
             "phase": started.phase,
-            "actors": [{"name": a.name, "class": a.actor_class, "implementation": a.implementation} for a in started.actors],
+            "actors": [
+                {"name": a.name, "class": a.actor_class, "implementation": a.implementation} for a in started.actors
+            ],
             "status": "ended" if fold.ended is not None else "unended",
             "reason": fold.ended.reason if fold.ended is not None else None,
             "ticks": fold.ended.tick if fold.ended is not None else max((s.tick for s in samples), default=0),
@@ -144,7 +148,9 @@ class Archive:
             "started_ms": started_ms,
             "ended_ms": ended_ms,
             "problems": fold.check(),
-            "parameter_changes": [[tick, parameters] for tick, parameters in fold.parameter_changes],  # for replay --verify
+            "parameter_changes": [
+                [tick, parameters] for tick, parameters in fold.parameter_changes
+            ],  # for replay --verify
         }
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / CATALOG, "a") as f:
@@ -190,10 +196,18 @@ class Archive:
         out = []
         for path in self._correction_files(trial_id):
             for row in pq.read_table(path).to_pylist():
-                out.append((row["offset"], row["tick"], RewardSource(row["sender"], row["receiver"], row["value"], row["confidence"], row["user_data"])))
+                out.append(
+                    (
+                        row["offset"],
+                        row["tick"],
+                        RewardSource(row["sender"], row["receiver"], row["value"], row["confidence"], row["user_data"]),
+                    )
+                )
         return sorted(out, key=lambda item: item[0])
 
-    def counted_corrections(self, trial_id: str, started: TrialStarted, ended: TrialEnded | None, samples: list[Sample]) -> list[tuple[int, RewardSource]]:
+    def counted_corrections(
+        self, trial_id: str, started: TrialStarted, ended: TrialEnded | None, samples: list[Sample]
+    ) -> list[tuple[int, RewardSource]]:
         """(tick, reward) of the corrections that count: those that pass the orchestrator's
         rules for a reward of the trial after its end (:func:`trialog.protocol.owners.reward_problem`),
         as the fold judges a late reward; the others were dead-lettered."""
@@ -202,7 +216,20 @@ class Archive:
         return [
             (tick, r)
             for _, tick, r in self.corrections(trial_id)
-            if reward_problem(Reward(trial_id, tick=tick, receiver=r.receiver, value=r.value, confidence=r.confidence, sender=r.sender, user_data=r.user_data), last, actors) is None
+            if reward_problem(
+                Reward(
+                    trial_id,
+                    tick=tick,
+                    receiver=r.receiver,
+                    value=r.value,
+                    confidence=r.confidence,
+                    sender=r.sender,
+                    user_data=r.user_data,
+                ),
+                last,
+                actors,
+            )
+            is None
         ]
 
     def read(self, trial_id: str) -> ArchivedTrial:

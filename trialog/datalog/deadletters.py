@@ -17,14 +17,26 @@ from trialog.telemetry.metrics import reason_category
 
 # (words found in a reason, what it usually means and what to do): the first match explains.
 EXPLANATIONS = (
-    ("undecodable", "the value is not a Trialog event in a schema the services know (Avro single-object encoding): fix the writer, see docs/protocol.md"),
-    ("refused", "not tagged by a key allowed to write it — forged, or written by a service without its key: check the writer's keyring (docs/security.md)"),
+    (
+        "undecodable",
+        "the value is not a Trialog event in a schema the services know (Avro single-object encoding): fix the writer, see docs/protocol.md",
+    ),
+    (
+        "refused",
+        "not tagged by a key allowed to write it — forged, or written by a service without its key: check the writer's keyring (docs/security.md)",
+    ),
     ("not live", "addressed to a trial that is unknown or already ended: a late, misrouted or forged record"),
     ("schema", "its payload does not match the actor class's schema in trial.started: the writer uses another schema"),
-    ("batch", "Kafka could not read the batch it was in (corrupt, or compressed with a codec the consumer lacks): docs/reliability.md"),
+    (
+        "batch",
+        "Kafka could not read the batch it was in (corrupt, or compressed with a codec the consumer lacks): docs/reliability.md",
+    ),
     ("bytes", "larger than the topic allows: docs/reliability.md says how records are sized"),
     ("json", "a JSON field (message, reward user data, parameters) is not a JSON object"),
-    ("finite number between", "a reward's value or confidence is out of bounds (|value| <= 1e12, 0 <= confidence <= 1e6, finite): docs/protocol.md"),
+    (
+        "finite number between",
+        "a reward's value or confidence is out of bounds (|value| <= 1e12, 0 <= confidence <= 1e6, finite): docs/protocol.md",
+    ),
     ("itself", "a reward naming its own sender as receiver: nobody rewards itself"),
     ("but its sender", "a reward to * or class.* from the only actor it would reach: a wildcard leaves its sender out"),
     ("addresses no", "a reward or message for a name, class.* or address that is not in the trial"),
@@ -69,4 +81,3 @@ async def read_letters(bus) -> list[dict]:
             continue
         out.append(letter_json(letter, record.offset))
     return sorted(out, key=lambda item: (item.get("time") or "", item["offset"]))
-

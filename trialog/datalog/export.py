@@ -30,7 +30,9 @@ class Filters:
     implementation: str | None = None  # rows of actors played by this implementation
     since_ms: int | None = None  # trial start time, inclusive
     until_ms: int | None = None  # trial start time, exclusive
-    status: str | None = None  # ended, running, …: the log's when the index lags it; archived trials are ended or unended
+    status: str | None = (
+        None  # ended, running, …: the log's when the index lags it; archived trials are ended or unended
+    )
 
     def trial(self, spec: str, started_ms: int, status: str, implementations: list[str]) -> bool:
         return (

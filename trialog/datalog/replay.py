@@ -65,7 +65,9 @@ async def partition_records(bus: Bus, partition: int, start: int, stop: int | No
         await consumer.stop()
 
 
-async def recall_start(bus: Bus, trial_id: str, partition: int, start: int, stop: int | None = None) -> TrialStarted | None:
+async def recall_start(
+    bus: Bus, trial_id: str, partition: int, start: int, stop: int | None = None
+) -> TrialStarted | None:
     """The genuine ``trial.started`` of a trial, read from ``start`` (the offset of its first
     resolved record, as the ``trials`` index has it) to ``stop``; None if the trial ended
     before it started. ``bus.trust`` learns its actors. What a service that took a
@@ -106,7 +108,9 @@ def _genuine(bus: Bus, record: Record):
     return event
 
 
-async def trial_records(bus: Bus, trial_id: str, *, follow: bool = False, start: int | None = None) -> AsyncIterator[Record]:
+async def trial_records(
+    bus: Bus, trial_id: str, *, follow: bool = False, start: int | None = None
+) -> AsyncIterator[Record]:
     """The records of one trial in log order, from ``start`` (default: from the index)
     to the partition's end — or, with ``follow``, until ``trial.ended`` is read and the
     partition's end at that moment is reached."""

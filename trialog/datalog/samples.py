@@ -129,10 +129,19 @@ class Sample:
             "action": self.action,
             "reward": self.reward,
             "reward_sources": [
-                {"sender": r.sender, "receiver": r.receiver, "value": r.value, "confidence": r.confidence, "user_data": r.user_data}
+                {
+                    "sender": r.sender,
+                    "receiver": r.receiver,
+                    "value": r.value,
+                    "confidence": r.confidence,
+                    "user_data": r.user_data,
+                }
                 for r in self.reward_sources
             ],
-            "messages": [{"sender": m.sender, "receivers": list(m.receivers), "message_id": m.message_id, "payload": m.payload} for m in self.messages],
+            "messages": [
+                {"sender": m.sender, "receivers": list(m.receivers), "message_id": m.message_id, "payload": m.payload}
+                for m in self.messages
+            ],
             "terminated": self.terminated,
             "truncated": self.truncated,
             "final": self.final,
@@ -202,7 +211,9 @@ class TrialFold:
         self._rewards: dict[int, dict[tuple[str, str], Reward]] = {}  # tick -> (sender, receiver) -> reward
         self._messages: dict[int, dict[tuple, Message]] = {}  # tick -> identity -> message
         self.tick = -1  # the latest observed tick: rewards and messages may address it, not later ones
-        self.stepped = -1  # the latest tick whose every active actor has its action or timeout (the environment stepped it)
+        self.stepped = (
+            -1
+        )  # the latest tick whose every active actor has its action or timeout (the environment stepped it)
         self.parameter_changes: list[tuple[int, dict]] = []  # (tick before whose update it applies, parameters)
         self.events = 0  # records of this trial read, duplicates included
 
@@ -239,12 +250,16 @@ class TrialFold:
             case Reward():
                 problem = reward_problem(event, self.tick, self._classes if self.started is not None else None)
                 if problem is None:
-                    self._rewards.setdefault(event.tick, {})[(event.sender, event.receiver)] = event  # a later one corrects
+                    self._rewards.setdefault(event.tick, {})[(event.sender, event.receiver)] = (
+                        event  # a later one corrects
+                    )
             case Message():
                 if message_problem(event, self.tick, self._classes if self.started is not None else None) is None:
                     self._messages.setdefault(event.tick, {}).setdefault(event.identity, event)
 
-    def _answers(self, key: tuple[int, str], event: Action | ActorTimeout, headers: Sequence[tuple[str, bytes]]) -> bool:
+    def _answers(
+        self, key: tuple[int, str], event: Action | ActorTimeout, headers: Sequence[tuple[str, bytes]]
+    ) -> bool:
         """Does the environment apply this action (or timeout) as the actor's answer at its
         tick? Its observation is logged before it and is not final; an action from a seat
         carries its holder; an action's payload decodes in the class's schema."""
@@ -308,7 +323,9 @@ class TrialFold:
         self._classes = {a.name: a.actor_class for a in started.actors}
         self._impls = {a.name: a.implementation for a in started.actors}
         self._clients = frozenset(a.name for a in started.actors if a.client)
-        self.tick = max(self.tick, 0)  # rewards and messages may address tick 0 from the start, as the orchestrator judges
+        self.tick = max(
+            self.tick, 0
+        )  # rewards and messages may address tick 0 from the start, as the orchestrator judges
         try:
             self.schemas = class_schemas(self.store, started)
         except CodecError as exc:
@@ -344,7 +361,11 @@ class TrialFold:
 
     def _reward_sources(self, tick: int, actor: str) -> tuple[RewardSource, ...]:
         actor_class = self._classes[actor]
-        return tuple(reward_source(r) for r in self._rewards.get(tick, {}).values() if reaches(r.receiver, r.sender, actor, actor_class))
+        return tuple(
+            reward_source(r)
+            for r in self._rewards.get(tick, {}).values()
+            if reaches(r.receiver, r.sender, actor, actor_class)
+        )
 
     def _sample(self, obs: Observation) -> Sample:
         actor, tick = obs.actor, obs.tick
@@ -374,14 +395,20 @@ class TrialFold:
             final=obs.final,
             timed_out=timed_out,
             policy_version=chosen.policy_version if isinstance(chosen, Action) else None,
-            observation=self._decode(obs.payload, schemas.observation if schemas else None, f"observation of {actor} at tick {tick}"),
+            observation=self._decode(
+                obs.payload, schemas.observation if schemas else None, f"observation of {actor} at tick {tick}"
+            ),
             action=action,
         )
 
     def _action(self, tick: int, actor: str, schemas: ClassSchemas | None) -> tuple[bytes | None, Any, bool]:
         chosen = self._actions.get((tick, actor))
         if isinstance(chosen, Action):
-            return chosen.payload, self._decode(chosen.payload, schemas.action if schemas else None, f"action of {actor} at tick {tick}"), False
+            return (
+                chosen.payload,
+                self._decode(chosen.payload, schemas.action if schemas else None, f"action of {actor} at tick {tick}"),
+                False,
+            )
         if isinstance(chosen, ActorTimeout):
             if chosen.policy == "default_action" and schemas is not None and schemas.has_default_action:
                 return schemas.action.encode(schemas.default_action), schemas.default_action, True
@@ -421,7 +448,9 @@ class TrialFold:
             observed_at.setdefault(tick, []).append(actor)
         for tick, by_source in self._rewards.items():
             for sender, receiver in by_source:
-                if tick > last or not any(reaches(receiver, sender, a, self._classes[a]) for a in observed_at.get(tick, ())):
+                if tick > last or not any(
+                    reaches(receiver, sender, a, self._classes[a]) for a in observed_at.get(tick, ())
+                ):
                     found.append(f"reward from {sender} for {receiver} at tick {tick} reaches no sample")
         return found
 

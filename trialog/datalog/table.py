@@ -22,9 +22,22 @@ from trialog.protocol.events import TrialEnded, TrialStarted
 from trialog.protocol.trial import class_schemas
 
 REWARD_SOURCE = pa.struct(
-    [("sender", pa.string()), ("receiver", pa.string()), ("value", pa.float64()), ("confidence", pa.float64()), ("user_data", pa.string())]
+    [
+        ("sender", pa.string()),
+        ("receiver", pa.string()),
+        ("value", pa.float64()),
+        ("confidence", pa.float64()),
+        ("user_data", pa.string()),
+    ]
 )
-MESSAGE = pa.struct([("sender", pa.string()), ("receivers", pa.list_(pa.string())), ("message_id", pa.string()), ("payload", pa.string())])
+MESSAGE = pa.struct(
+    [
+        ("sender", pa.string()),
+        ("receivers", pa.list_(pa.string())),
+        ("message_id", pa.string()),
+        ("payload", pa.string()),
+    ]
+)
 
 SCHEMA = pa.schema(
     [
@@ -95,7 +108,10 @@ def from_table(table: pa.Table, started: TrialStarted, store: SchemaStore) -> li
                 action_avro=row["action_avro"],
                 reward=row["reward"],
                 reward_sources=tuple(RewardSource(**r) for r in row["reward_sources"]),
-                messages=tuple(MessageIn(m["sender"], tuple(m["receivers"]), m["message_id"], m["payload"]) for m in row["messages"]),
+                messages=tuple(
+                    MessageIn(m["sender"], tuple(m["receivers"]), m["message_id"], m["payload"])
+                    for m in row["messages"]
+                ),
                 terminated=row["terminated"],
                 truncated=row["truncated"],
                 final=row["final"],

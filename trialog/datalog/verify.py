@@ -45,25 +45,40 @@ class Verdict:
 
 
 def _env_rewards(samples: Sequence[Sample]) -> set[tuple[str, str, float, float]]:
-    return {(r.sender, r.receiver, r.value, r.confidence) for s in samples for r in s.reward_sources if r.sender == "env" or r.sender.startswith("env/")}
+    return {
+        (r.sender, r.receiver, r.value, r.confidence)
+        for s in samples
+        for r in s.reward_sources
+        if r.sender == "env" or r.sender.startswith("env/")
+    }
 
 
 def _step_rewards(rewards: Mapping[str, float] | Sequence[RewardOut]) -> set[tuple[str, str, float, float]]:
-    items = [RewardOut(name, value) for name, value in rewards.items()] if isinstance(rewards, Mapping) else list(rewards)
+    items = (
+        [RewardOut(name, value) for name, value in rewards.items()] if isinstance(rewards, Mapping) else list(rewards)
+    )
     return {(f"env/{r.source}" if r.source else "env", r.receiver, float(r.value), float(r.confidence)) for r in items}
 
 
 def verify(
-    started: TrialStarted, samples: Sequence[Sample], store: SchemaStore, spec: Spec, parameter_changes: Sequence[tuple[int, Mapping]] = ()
+    started: TrialStarted,
+    samples: Sequence[Sample],
+    store: SchemaStore,
+    spec: Spec,
+    parameter_changes: Sequence[tuple[int, Mapping]] = (),
 ) -> Verdict:
     """Re-simulate a trial from its ``trial.started`` and samples, with the environment
     implementation of that name in ``spec`` (never the entry point the record carries),
     applying ``parameter_changes`` ((tick before whose update, parameters), as folded)."""
     if started.spec != spec.name:
-        raise TrialogError(f"the trial ran spec {started.spec!r}, not {spec.name!r} ({spec.file}): pass the spec it ran")
+        raise TrialogError(
+            f"the trial ran spec {started.spec!r}, not {spec.name!r} ({spec.file}): pass the spec it ran"
+        )
     impl = spec.environments.get(started.environment)
     if impl is None or not impl.entry:
-        raise TrialogError(f"{spec.file} declares no environment {started.environment!r} with an entry to re-simulate it with")
+        raise TrialogError(
+            f"{spec.file} declares no environment {started.environment!r} with an entry to re-simulate it with"
+        )
     by_tick: dict[int, dict[str, Sample]] = defaultdict(dict)
     for s in samples:
         by_tick[s.tick][s.actor] = s
@@ -83,7 +98,12 @@ def verify(
                 if actor not in observations:
                     return Verdict(False, compared, tick, f"the environment gave no observation for {actor}")
                 if schemas[classes[actor]].observation.encode(observations[actor]) != sample.observation_avro:
-                    return Verdict(False, compared, tick, f"observation of {actor}: logged {sample.observation!r}, re-simulated {observations[actor]!r}")
+                    return Verdict(
+                        False,
+                        compared,
+                        tick,
+                        f"observation of {actor}: logged {sample.observation!r}, re-simulated {observations[actor]!r}",
+                    )
             compared += 1
             actions = {a: s.action for a, s in logged.items() if s.action_avro is not None}
             if not actions:
@@ -96,7 +116,9 @@ def verify(
                 return Verdict(False, compared, tick, f"update returned {type(step).__name__}, not Step")
             want, got = _env_rewards(list(logged.values())), _step_rewards(step.rewards)
             if want != got:
-                return Verdict(False, compared, tick, f"environment rewards: logged {sorted(want)}, re-simulated {sorted(got)}")
+                return Verdict(
+                    False, compared, tick, f"environment rewards: logged {sorted(want)}, re-simulated {sorted(got)}"
+                )
             observations = step.observations
         return Verdict(True, compared)
     finally:

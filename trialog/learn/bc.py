@@ -94,7 +94,9 @@ def demonstrations(path: str, implementation: str | None = None) -> tuple[np.nda
 
     table = pq.read_table(path, columns=["implementation", "observation", "action", "timed_out"])
     obs, actions = [], []
-    for impl, o, a, timed_out in zip(*(table.column(c).to_pylist() for c in ("implementation", "observation", "action", "timed_out"))):
+    for impl, o, a, timed_out in zip(
+        *(table.column(c).to_pylist() for c in ("implementation", "observation", "action", "timed_out"))
+    ):
         if a is None or timed_out or (implementation and impl != implementation):
             continue
         obs.append(flat_observation(json.loads(o)))
@@ -116,7 +118,10 @@ def train(cfg: BCConfig, observations: np.ndarray, actions: np.ndarray, *, log=p
     import optax
 
     rng = np.random.default_rng(cfg.seed)
-    params = {k: jnp.asarray(v) for k, v in init_mlp(rng, [cfg.observation_size, *cfg.hidden, cfg.actions], last_scale=0.01).items()}
+    params = {
+        k: jnp.asarray(v)
+        for k, v in init_mlp(rng, [cfg.observation_size, *cfg.hidden, cfg.actions], last_scale=0.01).items()
+    }
     optimizer = optax.adam(cfg.learning_rate)
     opt_state = optimizer.init(params)
 
@@ -152,7 +157,12 @@ async def publish(settings, cfg: BCConfig, params: Mapping[str, np.ndarray], dem
         latest = (await model_registry.latest_versions(bus)).get(cfg.model)
         number = (latest.version if latest else 0) + 1
         meta = {"demonstrations": demos, "config": dataclasses.asdict(cfg)}
-        await model_registry.publish(bus, model_registry.make_version(cfg.model, number, "bc", prefixed("pi", params), meta, store=settings.model_store))
+        await model_registry.publish(
+            bus,
+            model_registry.make_version(
+                cfg.model, number, "bc", prefixed("pi", params), meta, store=settings.model_store
+            ),
+        )
     return number
 
 
@@ -164,16 +174,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Behaviour cloning from a trialog export (Parquet).")
     parser.add_argument("--demos", required=True, help="the export file")
     parser.add_argument("--implementation", help="clone only the rows of this implementation (e.g. planner, human)")
-    parser.add_argument("--publish", action="store_true", help="publish the weights to `models` (connection settings below)")
+    parser.add_argument(
+        "--publish", action="store_true", help="publish the weights to `models` (connection settings below)"
+    )
     for f in dataclasses.fields(BCConfig):
         if f.name != "hidden":
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default) if f.type != "bool" else lambda s: s.lower() in ("1", "true", "yes"), default=f.default)
+            parser.add_argument(
+                f"--{f.name.replace('_', '-')}",
+                type=type(f.default) if f.type != "bool" else lambda s: s.lower() in ("1", "true", "yes"),
+                default=f.default,
+            )
     add_arguments(parser)
     args = parser.parse_args(argv)
     cfg = BCConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(BCConfig) if f.name != "hidden"})
     t0 = time.monotonic()
     obs, actions = demonstrations(args.demos, args.implementation)
-    print(f"{len(actions)} demonstrations, {obs.shape[1]} features, actions {np.bincount(actions, minlength=cfg.actions).tolist()}")
+    print(
+        f"{len(actions)} demonstrations, {obs.shape[1]} features, actions {np.bincount(actions, minlength=cfg.actions).tolist()}"
+    )
     params = train(dataclasses.replace(cfg, observation_size=obs.shape[1]), obs, actions)
     print(f"trained in {time.monotonic() - t0:.0f} s")
     if args.publish:

@@ -38,19 +38,27 @@ class DQNConfig:
     actions: int = 2
     hidden: tuple[int, ...] = (128, 128)
     learning_rate: float = 2.3e-3
-    learning_rate_decay_steps: int = 50_000  # falls linearly to 0 by this many env steps (0: constant), as after solving
+    learning_rate_decay_steps: int = (
+        50_000  # falls linearly to 0 by this many env steps (0: constant), as after solving
+    )
     # the task a constant rate keeps shaking the Q-values and the policy collapses
     max_grad_norm: float = 10.0  # gradients clipped to this global norm
     buffer_size: int = 100_000
     gamma: float = 0.99
-    n_step: int = 3  # returns over up to this many steps of a sequence: a failure's cost reaches the states that led to it in
+    n_step: int = (
+        3  # returns over up to this many steps of a sequence: a failure's cost reaches the states that led to it in
+    )
     # fewer target refreshes (1: plain one-step DQN, which on CartPole solves the task and does not stay solved)
     batch_size: int = 64
     learning_starts: int = 1_000  # env steps before the first update (the heatup phase)
     train_frequency: int = 256  # env steps between two training rounds
-    gradient_steps: int = 512  # updates per round: two per env step, so that learning is done before the rate has decayed
+    gradient_steps: int = (
+        512  # updates per round: two per env step, so that learning is done before the rate has decayed
+    )
     tau: float = 1.0  # at each refresh the target network moves this fraction towards the Q-network (1: a copy)
-    target_update_interval: int = 512  # gradient steps between two target refreshes, counted over the whole run (inside a
+    target_update_interval: int = (
+        512  # gradient steps between two target refreshes, counted over the whole run (inside a
+    )
     # round too): the first update of every such stretch starts from a refreshed target
     double: bool = True  # Double DQN targets: the Q-network picks the next action, the target network values it
     huber: bool = False  # Huber loss rather than the squared error (on CartPole it learns slower here)
@@ -134,7 +142,9 @@ class DQNLearner:
 
         self.cfg = cfg
         self.rng = np.random.default_rng(cfg.seed)
-        self.params = {k: jnp.asarray(v) for k, v in init_mlp(self.rng, [cfg.observation_size, *cfg.hidden, cfg.actions]).items()}
+        self.params = {
+            k: jnp.asarray(v) for k, v in init_mlp(self.rng, [cfg.observation_size, *cfg.hidden, cfg.actions]).items()
+        }
         self.target = self.params
         rate = cfg.learning_rate
         if cfg.learning_rate_decay_steps:  # the schedule counts gradient steps
@@ -158,7 +168,9 @@ class DQNLearner:
         def step(carry, batch):
             params, opt_state, target, done = carry  # done: gradient steps before this one, over the run
             refresh = done % max(1, cfg.target_update_interval) == 0
-            target = jax.tree_util.tree_map(lambda p, t: jnp.where(refresh, cfg.tau * p + (1.0 - cfg.tau) * t, t), params, target)
+            target = jax.tree_util.tree_map(
+                lambda p, t: jnp.where(refresh, cfg.tau * p + (1.0 - cfg.tau) * t, t), params, target
+            )
             value, grads = jax.value_and_grad(loss)(params, target, batch)
             updates, opt_state = self.optimizer.update(grads, opt_state)
             return (optax.apply_updates(params, updates), opt_state, target, done + 1), value
@@ -188,7 +200,9 @@ class DQNLearner:
         """`gradient_steps` updates, the target network refreshed every `target_update_interval`; returns the mean loss."""
         with self.lock:
             batches = self.memory.sample(self.rng, self.cfg.batch_size, self.cfg.gradient_steps)
-        (self.params, self.opt_state, self.target, _), losses = self._round((self.params, self.opt_state, self.target, self.updates), batches)
+        (self.params, self.opt_state, self.target, _), losses = self._round(
+            (self.params, self.opt_state, self.target, self.updates), batches
+        )
         self.rounds += 1
         self.updates += self.cfg.gradient_steps
         return float(losses.mean())
@@ -201,11 +215,17 @@ class DQNLearner:
         import jax
 
         opt_leaves = jax.tree_util.tree_leaves(self.opt_state)
-        return {**prefixed("q", self.params), **prefixed("target", self.target), **{f"opt/{i}": np.asarray(v) for i, v in enumerate(opt_leaves)}}
+        return {
+            **prefixed("q", self.params),
+            **prefixed("target", self.target),
+            **{f"opt/{i}": np.asarray(v) for i, v in enumerate(opt_leaves)},
+        }
 
     def metadata(self) -> dict[str, Any]:
         # next_round_at: until the env steps reach it, this version is as trained as it gets.
-        next_round_at = (self.rounds + 1 + self.cfg.learning_starts // self.cfg.train_frequency) * self.cfg.train_frequency
+        next_round_at = (
+            self.rounds + 1 + self.cfg.learning_starts // self.cfg.train_frequency
+        ) * self.cfg.train_frequency
         return {"env_steps": self.env_steps, "rounds": self.rounds, "updates": self.updates, "next_round_at": next_round_at,
                 "config": dataclasses.asdict(self.cfg)}  # fmt: skip
 
@@ -216,7 +236,9 @@ class DQNLearner:
         self.params = {k: jnp.asarray(v) for k, v in unprefixed("q", tensors).items()}
         self.target = {k: jnp.asarray(v) for k, v in unprefixed("target", tensors).items()}
         leaves, treedef = jax.tree_util.tree_flatten(self.optimizer.init(self.params))
-        self.opt_state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(tensors[f"opt/{i}"]) for i in range(len(leaves))])
+        self.opt_state = jax.tree_util.tree_unflatten(
+            treedef, [jnp.asarray(tensors[f"opt/{i}"]) for i in range(len(leaves))]
+        )
         self.rounds, self.updates = int(meta.get("rounds", 0)), int(meta.get("updates", 0))
         self.env_steps = int(meta.get("env_steps", 0))
         self.rng = np.random.default_rng([self.cfg.seed, self.rounds])  # a resumed run samples anew
@@ -290,7 +312,9 @@ def evaluate(env_id: str, act: Callable[[Any, int, int, str], int], episodes: in
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="DQN in-process over a Gymnasium env (the baseline of bench/learning.py).")
+    parser = argparse.ArgumentParser(
+        description="DQN in-process over a Gymnasium env (the baseline of bench/learning.py)."
+    )
     for f in dataclasses.fields(DQNConfig):
         if f.name != "hidden":
             kind = (lambda v: v.lower() in ("1", "true", "yes")) if isinstance(f.default, bool) else type(f.default)

@@ -22,7 +22,11 @@ import numpy as np
 def flat_observation(observation: Any) -> np.ndarray:
     """An observation as one float32 vector (dicts: their values in key order, flattened)."""
     if isinstance(observation, Mapping):
-        return np.concatenate([flat_observation(observation[k]) for k in sorted(observation)]) if observation else np.zeros(0, np.float32)
+        return (
+            np.concatenate([flat_observation(observation[k]) for k in sorted(observation)])
+            if observation
+            else np.zeros(0, np.float32)
+        )
     return np.asarray(observation, dtype=np.float32).reshape(-1)
 
 
@@ -34,7 +38,9 @@ class Transitions:
     next_observations: np.ndarray
     dones: np.ndarray
     versions: np.ndarray
-    ends: np.ndarray  # 1.0: the next transition in this batch (or, when last, the next one added) does not continue this one
+    ends: (
+        np.ndarray
+    )  # 1.0: the next transition in this batch (or, when last, the next one added) does not continue this one
 
     def __len__(self) -> int:
         return len(self.actions)

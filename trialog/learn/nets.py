@@ -40,4 +40,4 @@ def prefixed(prefix: str, params: Mapping[str, Any]) -> dict[str, np.ndarray]:
 
 def unprefixed(prefix: str, tensors: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     start = prefix + "/"
-    return {k[len(start):]: v for k, v in tensors.items() if k.startswith(start)}
+    return {k[len(start) :]: v for k, v in tensors.items() if k.startswith(start)}

@@ -108,7 +108,9 @@ class PPOLearner:
             "pi": {k: jnp.asarray(v) for k, v in init_mlp(self.rng, [*sizes, cfg.actions], last_scale=0.01).items()},
             "v": {k: jnp.asarray(v) for k, v in init_mlp(self.rng, [*sizes, 1]).items()},
         }
-        self.optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.learning_rate, eps=1e-5))
+        self.optimizer = optax.chain(
+            optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.learning_rate, eps=1e-5)
+        )
         self.opt_state = self.optimizer.init(self.params)
         self.lock = threading.Lock()
         self.episodes: list[Transitions] = []  # of the current version, whole trials
@@ -148,7 +150,9 @@ class PPOLearner:
         with self.lock:
             self.env_steps += len(t) if count else 0
             self.episodes.append(t)
-        return np.full(len(t), -1, np.int64)  # no serials: a trial's rewards are final by the time it trains (no late corrections)
+        return np.full(
+            len(t), -1, np.int64
+        )  # no serials: a trial's rewards are final by the time it trains (no late corrections)
 
     def set_rewards(self, serials: np.ndarray, rewards: np.ndarray) -> None:
         pass
@@ -163,8 +167,13 @@ class PPOLearner:
         batch = {k: v[: self.cfg.rollout_steps] for k, v in self._advantages(episodes).items()}
         n = self.cfg.rollout_steps
         size = n // self.cfg.minibatches
-        order = np.concatenate([self.rng.permutation(n)[: size * self.cfg.minibatches] for _ in range(self.cfg.update_epochs)])
-        batches = {k: v[order].reshape(self.cfg.update_epochs * self.cfg.minibatches, size, *v.shape[1:]) for k, v in batch.items()}
+        order = np.concatenate(
+            [self.rng.permutation(n)[: size * self.cfg.minibatches] for _ in range(self.cfg.update_epochs)]
+        )
+        batches = {
+            k: v[order].reshape(self.cfg.update_epochs * self.cfg.minibatches, size, *v.shape[1:])
+            for k, v in batch.items()
+        }
         (self.params, self.opt_state), losses = self._update(self.params, self.opt_state, batches)
         self.rounds += 1
         self.updates += self.cfg.update_epochs * self.cfg.minibatches
@@ -186,7 +195,10 @@ class PPOLearner:
                 adv[t] = last
             parts.append({"obs": e.observations, "actions": e.actions, "logp": logp_all[np.arange(len(e)), e.actions],
                           "adv": adv, "returns": adv + values})  # fmt: skip
-        return {k: np.concatenate([p[k] for p in parts]).astype(np.int32 if k == "actions" else np.float32) for k in parts[0]}
+        return {
+            k: np.concatenate([p[k] for p in parts]).astype(np.int32 if k == "actions" else np.float32)
+            for k in parts[0]
+        }
 
     def policy_weights(self) -> dict[str, np.ndarray]:
         return {k: np.asarray(v) for k, v in self.params["pi"].items()}
@@ -195,10 +207,19 @@ class PPOLearner:
         import jax
 
         opt_leaves = jax.tree_util.tree_leaves(self.opt_state)
-        return {**prefixed("pi", self.params["pi"]), **prefixed("v", self.params["v"]), **{f"opt/{i}": np.asarray(v) for i, v in enumerate(opt_leaves)}}
+        return {
+            **prefixed("pi", self.params["pi"]),
+            **prefixed("v", self.params["v"]),
+            **{f"opt/{i}": np.asarray(v) for i, v in enumerate(opt_leaves)},
+        }
 
     def metadata(self) -> dict[str, Any]:
-        return {"env_steps": self.env_steps, "rounds": self.rounds, "updates": self.updates, "config": dataclasses.asdict(self.cfg)}
+        return {
+            "env_steps": self.env_steps,
+            "rounds": self.rounds,
+            "updates": self.updates,
+            "config": dataclasses.asdict(self.cfg),
+        }
 
     def restore(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
         import jax
@@ -207,7 +228,9 @@ class PPOLearner:
         self.params = {"pi": {k: jnp.asarray(v) for k, v in unprefixed("pi", tensors).items()},
                        "v": {k: jnp.asarray(v) for k, v in unprefixed("v", tensors).items()}}  # fmt: skip
         leaves, treedef = jax.tree_util.tree_flatten(self.optimizer.init(self.params))
-        self.opt_state = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(tensors[f"opt/{i}"]) for i in range(len(leaves))])
+        self.opt_state = jax.tree_util.tree_unflatten(
+            treedef, [jnp.asarray(tensors[f"opt/{i}"]) for i in range(len(leaves))]
+        )
         self.env_steps, self.rounds, self.updates = (int(meta.get(k, 0)) for k in ("env_steps", "rounds", "updates"))
 
 
@@ -228,7 +251,9 @@ def train_in_process(cfg: PPOConfig, *, env_id: str = "CartPole-v1", total_steps
     curve, steps, episode, next_eval = [], 0, 0, eval_every
 
     def act(observation: Any, seed: int, tick: int, phase: str) -> int:
-        return policy.decide_batch([DecideRequest(TrialInfo("", seed, {}, (me,), phase=phase), me, tick, observation)])[0]
+        return policy.decide_batch([DecideRequest(TrialInfo("", seed, {}, (me,), phase=phase), me, tick, observation)])[
+            0
+        ]
 
     while steps < total_steps:
         seed = episode_seed + episode
@@ -260,7 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     t0 = time.monotonic()
-    for steps, ret in train_in_process(PPOConfig(seed=args.seed), total_steps=args.total_steps, eval_every=args.eval_every):
+    for steps, ret in train_in_process(
+        PPOConfig(seed=args.seed), total_steps=args.total_steps, eval_every=args.eval_every
+    ):
         print(f"{steps:>8} env steps  eval return {ret:7.1f}  ({time.monotonic() - t0:.0f} s)", flush=True)
     return 0
 

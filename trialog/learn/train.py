@@ -58,7 +58,13 @@ class Schedule:
 
     def __post_init__(self) -> None:
         # Zero trials at once, or a budget that never ends a phase, would run forever doing nothing.
-        at_least = {"heatup_steps": 0, "steps_between_evaluations": 1, "evaluation_trials": 1, "total_steps": 1, "concurrency": 1}
+        at_least = {
+            "heatup_steps": 0,
+            "steps_between_evaluations": 1,
+            "evaluation_trials": 1,
+            "total_steps": 1,
+            "concurrency": 1,
+        }
         for name, low in at_least.items():
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -94,7 +100,9 @@ def shipped_presets() -> Path:
     """The presets shipped with Trialog: inside the package when installed from a wheel, at
     the top of the repository in a checkout."""
     package = Path(__file__).resolve().parents[1]
-    return next((d for d in (package / "presets", package.parent / "presets") if d.is_dir()), package.parent / "presets")
+    return next(
+        (d for d in (package / "presets", package.parent / "presets") if d.is_dir()), package.parent / "presets"
+    )
 
 
 def load_preset(path: str | Path) -> Preset:
@@ -165,7 +173,17 @@ class _Progress:
     def __init__(self, quiet: bool):
         self.quiet, self.last_line, self.started = quiet, 0.0, time.monotonic()
 
-    def show(self, phase: str, steps: int, total: int, recent: list[float], last_eval: Evaluation | None, version: int, *, force: bool = False) -> None:
+    def show(
+        self,
+        phase: str,
+        steps: int,
+        total: int,
+        recent: list[float],
+        last_eval: Evaluation | None,
+        version: int,
+        *,
+        force: bool = False,
+    ) -> None:
         if self.quiet:
             return
         width = 24
@@ -181,7 +199,9 @@ class _Progress:
             print(text, file=sys.stderr, flush=True)
 
 
-async def run_phases(settings: Settings, preset: Preset, spec, *, quiet: bool = False, version_timeout: float = 120) -> TrainResult:
+async def run_phases(
+    settings: Settings, preset: Preset, spec, *, quiet: bool = False, version_timeout: float = 120
+) -> TrainResult:
     """Heatup, then train ↔ evaluate until the budget, against services already running
     (``spec``: the loaded spec the orchestrator serves)."""
     from trialog import model_registry
@@ -203,12 +223,16 @@ async def run_phases(settings: Settings, preset: Preset, spec, *, quiet: bool = 
             if v is None:
                 return 0, False
             meta = v.meta
-            return v.version, meta.get("env_steps", 0) >= result.env_steps or meta.get("next_round_at", 0) > result.env_steps
+            return v.version, meta.get("env_steps", 0) >= result.env_steps or meta.get(
+                "next_round_at", 0
+            ) > result.env_steps
 
         async def one(phase: str) -> tuple[int, float]:
             nonlocal next_seed
             seed, next_seed = next_seed, next_seed + 1
-            tid = await ctl.start_trial(spec.name, seed=seed, implementations=played, experiment=preset.name, phase=phase)
+            tid = await ctl.start_trial(
+                spec.name, seed=seed, implementations=played, experiment=preset.name, phase=phase
+            )
             started = await ctl.wait_started(tid)
             learning = next((a.name for a in started.actors if a.implementation == preset.implementation), "")
             ended = await ctl.wait_ended(tid, timeout=600)
@@ -227,7 +251,14 @@ async def run_phases(settings: Settings, preset: Preset, spec, *, quiet: bool = 
                     result.episodes += 1
                     recent.append(ret)
                 # in-flight trials still finish; no new ones once the target is reached
-                progress.show(phase, result.env_steps, s.total_steps, recent, result.evaluations[-1] if result.evaluations else None, version)
+                progress.show(
+                    phase,
+                    result.env_steps,
+                    s.total_steps,
+                    recent,
+                    result.evaluations[-1] if result.evaluations else None,
+                    version,
+                )
 
         version = 0
         await run_until("heatup", s.heatup_steps)
@@ -264,29 +295,48 @@ def _valid(preset: Preset, result: TrainResult) -> bool:
     if v is None:
         return True
     first = result.first_reaching(v.min_reward_threshold)
-    return first is not None and (v.max_episodes_to_achieve_reward is None or first.episodes <= v.max_episodes_to_achieve_reward)
+    return first is not None and (
+        v.max_episodes_to_achieve_reward is None or first.episodes <= v.max_episodes_to_achieve_reward
+    )
 
 
 def table(preset: Preset, result: TrainResult) -> str:
     lines = [f"{'env steps':>10} {'episodes':>9} {'model':>6} {'eval return':>12} {'min':>7} {'max':>7}"]
     for e in result.evaluations:
-        lines.append(f"{e.env_steps:>10,} {e.episodes:>9} {'v' + str(e.model_version):>6} {e.mean_return:>12.1f} {min(e.returns):>7.1f} {max(e.returns):>7.1f}")
+        lines.append(
+            f"{e.env_steps:>10,} {e.episodes:>9} {'v' + str(e.model_version):>6} {e.mean_return:>12.1f} {min(e.returns):>7.1f} {max(e.returns):>7.1f}"
+        )
     lines.append("")
-    lines.append(f"{preset.name}: {result.env_steps:,} env steps in {result.episodes} heatup/train trials, {result.seconds:.0f} s")
+    lines.append(
+        f"{preset.name}: {result.env_steps:,} env steps in {result.episodes} heatup/train trials, {result.seconds:.0f} s"
+    )
     if preset.validation is not None:
         v = preset.validation
         first = result.first_reaching(v.min_reward_threshold)
         within = f" within {v.max_episodes_to_achieve_reward} episodes" if v.max_episodes_to_achieve_reward else ""
-        reached = f"first reached after {first.episodes} episodes ({first.env_steps:,} steps)" if first else "never reached"
-        lines.append(f"validation: mean eval return ≥ {v.min_reward_threshold:g}{within} — {reached}: {'PASSED' if result.valid else 'FAILED'}")
+        reached = (
+            f"first reached after {first.episodes} episodes ({first.env_steps:,} steps)" if first else "never reached"
+        )
+        lines.append(
+            f"validation: mean eval return ≥ {v.min_reward_threshold:g}{within} — {reached}: {'PASSED' if result.valid else 'FAILED'}"
+        )
     return "\n".join(lines)
 
 
 def plot(preset: Preset, result: TrainResult, out: Path, extra: Mapping[str, list[tuple[float, float]]] | None = None):
     from trialog.tools.plot import plot_series
 
-    series = {f"{preset.name} (through Trialog)": [(e.env_steps, e.mean_return) for e in result.evaluations], **(extra or {})}
-    return plot_series(series, out, title=f"{preset.name}: evaluation return per env step", x_label="env steps (heatup + train)", y_label="mean evaluation return")
+    series = {
+        f"{preset.name} (through Trialog)": [(e.env_steps, e.mean_return) for e in result.evaluations],
+        **(extra or {}),
+    }
+    return plot_series(
+        series,
+        out,
+        title=f"{preset.name}: evaluation return per env step",
+        x_label="env steps (heatup + train)",
+        y_label="mean evaluation return",
+    )
 
 
 def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = False) -> TrainResult:
@@ -301,7 +351,10 @@ def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = Fa
     settings = dataclasses.replace(settings, model_store=settings.model_store or str((out_dir / "models").resolve()))
     asyncio.run(connect(settings).create_topics())
     if not quiet:
-        print(f"{preset.name}: starting services and a learner for {preset.implementation} (logs in {out_dir / 'logs'})…", file=sys.stderr)
+        print(
+            f"{preset.name}: starting services and a learner for {preset.implementation} (logs in {out_dir / 'logs'})…",
+            file=sys.stderr,
+        )
     (out_dir / "logs").mkdir(exist_ok=True)
     with local_services(
         settings, str(spec_file), environment_processes=preset.environment_processes, actor_processes=preset.actor_processes,

@@ -80,7 +80,13 @@ class Event:
     @property
     def identity(self) -> tuple[str, int, str, str, str]:
         """(kind, tick, sender, receiver, discriminator): equal identities, same event (I-8)."""
-        return (self.KIND, self.event_tick(), self.event_sender(), self.event_receiver(), getattr(self, "message_id", ""))
+        return (
+            self.KIND,
+            self.event_tick(),
+            self.event_sender(),
+            self.event_receiver(),
+            getattr(self, "message_id", ""),
+        )
 
     def headers(self) -> list[tuple[str, bytes]]:
         headers = [
@@ -426,7 +432,9 @@ class _Layout:
     def __init__(self, cls: type[Event]):
         self.names = [f.name for f in dataclasses.fields(cls)]
         self.nested = _NESTED if issubclass(cls, ResolvedTrial) else {}
-        self.tuples = [f.name for f in dataclasses.fields(cls) if str(f.type).startswith("tuple[") and f.name not in self.nested]
+        self.tuples = [
+            f.name for f in dataclasses.fields(cls) if str(f.type).startswith("tuple[") and f.name not in self.nested
+        ]
         self.mappings = [f.name for f in dataclasses.fields(cls) if str(f.type).startswith("Mapping[")]
         self.plain = not (self.nested or self.tuples or self.mappings)  # the record is the fields as they are
 
@@ -450,7 +458,11 @@ class EventCodec:
         }
         # ... and decoded straight into them, their fields given in order, when written with
         # the schema this process reads (a record of an older schema version takes the general path).
-        self._positional = {cls: schema for cls, schema in self._schemas.items() if cls in self._rows and schema.flat.names == _LAYOUTS[cls].names}
+        self._positional = {
+            cls: schema
+            for cls, schema in self._schemas.items()
+            if cls in self._rows and schema.flat.names == _LAYOUTS[cls].names
+        }
 
     def encode(self, event: Event | DeadLetter) -> bytes:
         if isinstance(event, DeadLetter):

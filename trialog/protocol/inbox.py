@@ -47,7 +47,14 @@ class Received:
             self.messages.append([message.tick, message.sender, message.message_id])
             return True, None
         body = {f"{PROBE}.ack": pid, "rewards": self.rewards, "messages": self.messages}
-        answer = Message(message.trial_id, tick=message.tick, sender=actor, receivers=(message.sender,), message_id=f"probe-{pid}", payload=orjson.dumps(body).decode())
+        answer = Message(
+            message.trial_id,
+            tick=message.tick,
+            sender=actor,
+            receivers=(message.sender,),
+            message_id=f"probe-{pid}",
+            payload=orjson.dumps(body).decode(),
+        )
         return False, answer
 
 

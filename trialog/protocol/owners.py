@@ -107,7 +107,9 @@ def check_headers(key: bytes | None, headers: Sequence[tuple[str, bytes]], event
     said = identity_from_headers(headers)
     if said != event.identity:
         names = ("kind", "tick", "sender", "receiver", "id")
-        diff = ", ".join(f"{n} header {h!r} but body {b!r}" for n, h, b in zip(names, said, event.identity, strict=True) if h != b)
+        diff = ", ".join(
+            f"{n} header {h!r} but body {b!r}" for n, h, b in zip(names, said, event.identity, strict=True) if h != b
+        )
         raise CodecError(f"headers do not match the body: {diff}")
 
 
@@ -154,7 +156,9 @@ def message_problem(message: Message, current_tick: int, actors: Mapping[str, st
         return "message with no receiver"
     if actors is not None:
         for r in message.receivers:
-            if not (r in actors or r == "*" or r == ENVIRONMENT_SENDER or (r.endswith(".*") and r[:-2] in actors.values())):
+            if not (
+                r in actors or r == "*" or r == ENVIRONMENT_SENDER or (r.endswith(".*") and r[:-2] in actors.values())
+            ):
                 return f"message for {r!r}, which addresses nobody in the trial (an actor's name, *, class.* of a class of the trial, or env)"
     return _json_problem(message.payload, "message payload")
 

@@ -46,7 +46,7 @@ def action_space_of(schema: Any) -> dict[str, Any]:
     raise TrialogError(
         f"cannot sample actions for schema {json.dumps(schema)[:200]}: it has no {SPACE_PROPERTY!r} property "
         "(adapters add one; a hand-written schema can too, "
-        "e.g. {\"type\": \"long\", \"trialog.space\": {\"type\": \"Discrete\", \"n\": 3}})"
+        'e.g. {"type": "long", "trialog.space": {"type": "Discrete", "n": 3}})'
     )
 
 

@@ -45,20 +45,41 @@ def plan(settings: Settings) -> list[TopicPlan]:
     p, rf = settings.partitions, settings.replication_factor
     common = {"min.insync.replicas": str(min(2, rf)), "max.message.bytes": str(RECORD_LIMIT)}
     return [
-        TopicPlan(CONTROL, settings.topic(CONTROL), p, rf, {**common, "cleanup.policy": "delete", "retention.ms": str(WEEK_MS)}),
+        TopicPlan(
+            CONTROL,
+            settings.topic(CONTROL),
+            p,
+            rf,
+            {**common, "cleanup.policy": "delete", "retention.ms": str(WEEK_MS)},
+        ),
         # The datalog: kept as long as the deployment says (forever by default).
         TopicPlan(
             EVENTS,
             settings.topic(EVENTS),
             p,
             rf,
-            {**common, "cleanup.policy": "delete", "retention.ms": str(settings.events_retention_ms), "retention.bytes": "-1"},
+            {
+                **common,
+                "cleanup.policy": "delete",
+                "retention.ms": str(settings.events_retention_ms),
+                "retention.bytes": "-1",
+            },
         ),
         # An index: trial ID -> latest TrialRecord. Compaction keeps the latest only.
         TopicPlan(TRIALS, settings.topic(TRIALS), p, rf, {**common, "cleanup.policy": "compact"}),
-        TopicPlan(MODELS, settings.topic(MODELS), 1, rf, {**common, "cleanup.policy": "compact", "max.message.bytes": str(MODEL_RECORD_LIMIT)}),
         TopicPlan(
-            DEAD_LETTERS, settings.topic(DEAD_LETTERS), 1, rf, {**common, "cleanup.policy": "delete", "retention.ms": str(4 * WEEK_MS)}
+            MODELS,
+            settings.topic(MODELS),
+            1,
+            rf,
+            {**common, "cleanup.policy": "compact", "max.message.bytes": str(MODEL_RECORD_LIMIT)},
+        ),
+        TopicPlan(
+            DEAD_LETTERS,
+            settings.topic(DEAD_LETTERS),
+            1,
+            rf,
+            {**common, "cleanup.policy": "delete", "retention.ms": str(4 * WEEK_MS)},
         ),
     ]
 

@@ -118,7 +118,15 @@ class Session:
         self._answered.add(self.tick)
         self._loop.emit(Action(self.trial.trial_id, tick=self.tick, actor=self.actor.name, payload=payload))
 
-    def reward(self, receiver: str, value: float, *, tick: int | None = None, confidence: float = 1.0, user_data: Mapping[str, Any] | None = None) -> None:
+    def reward(
+        self,
+        receiver: str,
+        value: float,
+        *,
+        tick: int | None = None,
+        confidence: float = 1.0,
+        user_data: Mapping[str, Any] | None = None,
+    ) -> None:
         """Reward actors other than this one (a name, ``*`` or ``class.*``; a wildcard leaves
         this actor out). Raises :class:`TrialError` for a reward that could not count: out of
         bounds (:func:`trialog.protocol.rewards.reward_bounds_problem`), for a negative tick, naming this
@@ -134,9 +142,15 @@ class Session:
                 sender=self.actor.name,
                 user_data=None if user_data is None else dumps(user_data),
             )
-            problem = reward_problem(reward, max(reward.tick, self.tick), self._classes)  # a later tick is the log's to judge
+            problem = reward_problem(
+                reward, max(reward.tick, self.tick), self._classes
+            )  # a later tick is the log's to judge
         if problem is not None:
-            raise TrialError(f"{self.actor.name} cannot send this reward: {problem}", trial_id=self.trial.trial_id, reason="invalid_reward")
+            raise TrialError(
+                f"{self.actor.name} cannot send this reward: {problem}",
+                trial_id=self.trial.trial_id,
+                reason="invalid_reward",
+            )
         self._loop.emit(reward)
 
     def _next_message_id(self) -> str:
@@ -156,7 +170,11 @@ class Session:
         )
         problem = message_problem(message, self.tick, self._classes)
         if problem is not None:
-            raise TrialError(f"{self.actor.name} cannot send this message: {problem}", trial_id=self.trial.trial_id, reason="invalid_message")
+            raise TrialError(
+                f"{self.actor.name} cannot send this message: {problem}",
+                trial_id=self.trial.trial_id,
+                reason="invalid_message",
+            )
         self._loop.emit(message)
 
 
@@ -204,15 +222,21 @@ class ActorHandler(Handler):
 
     def __init__(self, implementation: str, entry: str | Any, config: Mapping[str, Any] | None = None):
         self.implementation = implementation
-        self.target = load_entry(entry, what=f"actor implementation {implementation}") if isinstance(entry, str) else entry
+        self.target = (
+            load_entry(entry, what=f"actor implementation {implementation}") if isinstance(entry, str) else entry
+        )
         self.session_style = inspect.iscoroutinefunction(self.target)
         is_class = inspect.isclass(self.target)
-        if not self.session_style and not (is_class and (hasattr(self.target, "decide") or issubclass(self.target, Policy))):
+        if not self.session_style and not (
+            is_class and (hasattr(self.target, "decide") or issubclass(self.target, Policy))
+        ):
             raise TrialogError(
                 f"actor implementation {implementation}: {entry!r} must be a class with decide(observation), "
                 "a trialog.actor.Policy, or an `async def run(session)` coroutine function"
             )
-        self.policy: Policy | None = self.target(dict(config or {})) if is_class and issubclass(self.target, Policy) else None
+        self.policy: Policy | None = (
+            self.target(dict(config or {})) if is_class and issubclass(self.target, Policy) else None
+        )
         self.service_name = f"actors.{implementation}"
         self.trials: dict[str, _Trial] = {}
         # One worker thread per implementation: decisions (and model loads) in order, off the loop.
@@ -249,17 +273,32 @@ class ActorHandler(Handler):
                 trial.tick = max(trial.tick, event.tick)
                 self._on_observation(trial, trial.actors[name], event)
             case Reward() | Message() if (
-                reward_problem(event, trial.tick, trial.classes) if isinstance(event, Reward) else message_problem(event, trial.tick, trial.classes)
+                reward_problem(event, trial.tick, trial.classes)
+                if isinstance(event, Reward)
+                else message_problem(event, trial.tick, trial.classes)
             ):
                 pass  # not counted: its owner (the orchestrator) dead-letters it
             case Reward():
                 for played in trial.actors.values():
-                    if reaches(event.receiver, event.sender, played.info.name, played.info.actor_class) and played.received.reward(event):
-                        self._deliver(played, RewardEvent(event.tick, event.value, event.confidence, event.sender, loads(event.user_data) if event.user_data else None))
+                    if reaches(
+                        event.receiver, event.sender, played.info.name, played.info.actor_class
+                    ) and played.received.reward(event):
+                        self._deliver(
+                            played,
+                            RewardEvent(
+                                event.tick,
+                                event.value,
+                                event.confidence,
+                                event.sender,
+                                loads(event.user_data) if event.user_data else None,
+                            ),
+                        )
             case Message():
                 payload = loads(event.payload)
                 for played in trial.actors.values():
-                    if any(reaches(r, event.sender, played.info.name, played.info.actor_class) for r in event.receivers):
+                    if any(
+                        reaches(r, event.sender, played.info.name, played.info.actor_class) for r in event.receivers
+                    ):
                         deliver, probe_answer = played.received.message(event, played.info.name, payload)
                         if deliver:
                             self._deliver(played, MessageEvent(event.tick, event.sender, payload))
@@ -279,7 +318,14 @@ class ActorHandler(Handler):
             return
         info = trial_info(started)
         schemas = class_schemas(self.loop.bus.store, started)
-        trial = _Trial(started, info, record.partition, record.offset, frozenset(a.name for a in mine), {a.name: a.actor_class for a in started.actors})
+        trial = _Trial(
+            started,
+            info,
+            record.partition,
+            record.offset,
+            frozenset(a.name for a in mine),
+            {a.name: a.actor_class for a in started.actors},
+        )
         for actor in info.actors:
             if actor.name not in {a.name for a in mine}:
                 continue
@@ -310,7 +356,9 @@ class ActorHandler(Handler):
         try:
             value = self.loop.bus.store.decode(obs.payload, played.schemas.observation)
         except CodecError as exc:
-            raise BadRecord(f"observation of {played.info.name} at tick {obs.tick} does not match its schema: {exc}") from None
+            raise BadRecord(
+                f"observation of {played.info.name} at tick {obs.tick} does not match its schema: {exc}"
+            ) from None
         event = ObservationEvent(obs.tick, value, obs.terminated, obs.truncated, obs.final)
         played.last_answered = obs.tick
         if played.session is not None:
@@ -345,11 +393,20 @@ class ActorHandler(Handler):
         self.batches += 1
         if self.policy is not None:
             try:
-                actions = list(self.policy.decide_batch([DecideRequest(p.trial.info, p.played.info, p.tick, p.observation) for p in batch]))
+                actions = list(
+                    self.policy.decide_batch(
+                        [DecideRequest(p.trial.info, p.played.info, p.tick, p.observation) for p in batch]
+                    )
+                )
                 if len(actions) != len(batch):
                     raise TrialogError(f"decide_batch returned {len(actions)} actions for {len(batch)} requests")
             except Exception as exc:  # the policy's bug: no actions; the environment's timeout policy takes over
-                log.error("policy did not decide", implementation=self.implementation, requests=len(batch), error=f"{type(exc).__name__}: {exc}")
+                log.error(
+                    "policy did not decide",
+                    implementation=self.implementation,
+                    requests=len(batch),
+                    error=f"{type(exc).__name__}: {exc}",
+                )
                 return [None] * len(batch), [None] * len(batch)
             versions = [self.policy.policy_version] * len(batch)
         else:
@@ -358,7 +415,13 @@ class ActorHandler(Handler):
                 try:
                     actions.append(p.played.agent.decide(p.observation))
                 except Exception as exc:
-                    log.error("actor did not produce an action", trial=p.trial.info.trial_id, actor=p.played.info.name, tick=p.tick, error=f"{type(exc).__name__}: {exc}")
+                    log.error(
+                        "actor did not produce an action",
+                        trial=p.trial.info.trial_id,
+                        actor=p.played.info.name,
+                        tick=p.tick,
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
                     actions.append(_NO_ACTION)
                 versions.append(getattr(p.played.agent, "policy_version", None))
         payloads: list[bytes | None] = []
@@ -369,7 +432,13 @@ class ActorHandler(Handler):
             try:
                 payloads.append(p.played.schemas.action.encode(action))
             except CodecError as exc:
-                log.error("action does not match the action schema", trial=p.trial.info.trial_id, actor=p.played.info.name, tick=p.tick, error=str(exc))
+                log.error(
+                    "action does not match the action schema",
+                    trial=p.trial.info.trial_id,
+                    actor=p.played.info.name,
+                    tick=p.tick,
+                    error=str(exc),
+                )
                 payloads.append(None)
         return payloads, versions
 
@@ -377,7 +446,15 @@ class ActorHandler(Handler):
         for p, payload, version in zip(batch, payloads, versions):
             if payload is None or self.trials.get(p.trial.info.trial_id) is not p.trial:
                 continue  # no action (timeout policy applies), or the trial ended / moved meanwhile
-            self.loop.emit(Action(p.trial.info.trial_id, tick=p.tick, actor=p.played.info.name, payload=payload, policy_version=version))
+            self.loop.emit(
+                Action(
+                    p.trial.info.trial_id,
+                    tick=p.tick,
+                    actor=p.played.info.name,
+                    payload=payload,
+                    policy_version=version,
+                )
+            )
 
     # --- models ---------------------------------------------------------------------------------
     def assigned(self, role: str, partition: int) -> None:
@@ -395,9 +472,16 @@ class ActorHandler(Handler):
             self.policy.load(version)
             self.policy.policy_version = version.version
             metrics.MODEL_VERSION.labels(self.implementation).set(version.version)
-            log.info("model version loaded", implementation=self.implementation, model=version.model, version=version.version)
+            log.info(
+                "model version loaded", implementation=self.implementation, model=version.model, version=version.version
+            )
         except Exception as exc:
-            log.error("model version not loaded; keeping the previous one", model=version.model, version=version.version, error=f"{type(exc).__name__}: {exc}")
+            log.error(
+                "model version not loaded; keeping the previous one",
+                model=version.model,
+                version=version.version,
+                error=f"{type(exc).__name__}: {exc}",
+            )
 
     async def close(self) -> None:
         if self._follower is not None:

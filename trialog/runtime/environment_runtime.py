@@ -98,7 +98,9 @@ class _Trial:
     tick: int = 0
     active: set[str] = field(default_factory=set)
     actions: dict[str, Any] = field(default_factory=dict)
-    applied: dict[str, tuple[int, bytes]] = field(default_factory=dict)  # actor -> its last applied action (tick, payload)
+    applied: dict[str, tuple[int, bytes]] = field(
+        default_factory=dict
+    )  # actor -> its last applied action (tick, payload)
     observed: dict[str, int] = field(default_factory=dict)  # actor -> last tick whose observation was read back
     waiting_since: float = 0.0
     timed_out: bool = False  # actor.timeout written for this tick
@@ -121,7 +123,11 @@ class EnvironmentHandler(Handler):
     owner_role = ENVIRONMENT
     service_name = "environment"
 
-    def __init__(self, implementations: Mapping[str, str | EnvFactory], operator_configs: Mapping[str, Mapping[str, Any]] | None = None):
+    def __init__(
+        self,
+        implementations: Mapping[str, str | EnvFactory],
+        operator_configs: Mapping[str, Mapping[str, Any]] | None = None,
+    ):
         """``implementations``: name → import path (``module:Class``) or factory;
         ``operator_configs``: name → the config the spec gives it, where the config keys
         that name code come from (:func:`~trialog.protocol.trial.operator_code`)."""
@@ -147,7 +153,11 @@ class EnvironmentHandler(Handler):
             self.seats.joined(event.trial_id, event.actor, *seat_headers(record.headers), offset=record.offset)
             return
         if isinstance(event, TrialStarted):
-            if event.environment in self.factories and event.trial_id not in self.trials and event.trial_id not in self.ended:
+            if (
+                event.environment in self.factories
+                and event.trial_id not in self.trials
+                and event.trial_id not in self.ended
+            ):
                 self._start(record, event)
             return
         trial = self.trials.get(event.trial_id)
@@ -169,7 +179,9 @@ class EnvironmentHandler(Handler):
                 self._on_timeout(trial, event)
             case ParametersChanged():
                 self._on_parameters(trial, event)
-            case Message() if ("env" in event.receivers or "*" in event.receivers) and message_problem(event, trial.tick, trial.actor_class) is None:
+            case Message() if ("env" in event.receivers or "*" in event.receivers) and message_problem(
+                event, trial.tick, trial.actor_class
+            ) is None:
                 trial.env.on_message(event.sender, loads(event.payload))
             case TrialTerminating():
                 trial.terminating = True
@@ -221,9 +233,13 @@ class EnvironmentHandler(Handler):
         if trial.applied.get(actor) == (tick, action.payload):
             return  # a repeat (I-8)
         if not (0 <= tick <= trial.tick and trial.observed.get(actor, -1) >= tick):
-            raise BadRecord(f"action of {actor} at tick {tick}: an action answers the actor's observation of the current tick ({trial.tick}) and is logged after it")
+            raise BadRecord(
+                f"action of {actor} at tick {tick}: an action answers the actor's observation of the current tick ({trial.tick}) and is logged after it"
+            )
         if tick < trial.tick or actor in trial.actions:
-            raise BadRecord(f"action of {actor} at tick {tick}: that tick already has the actor's action or timeout (current tick {trial.tick})")
+            raise BadRecord(
+                f"action of {actor} at tick {tick}: that tick already has the actor's action or timeout (current tick {trial.tick})"
+            )
         if trial.done:
             return  # the answer to the last observation, as the trial ended: nothing left to apply it to
         if actor not in trial.active:
@@ -244,7 +260,12 @@ class EnvironmentHandler(Handler):
         trial.pending_parameters.append((change.tick, parameters))
 
     def _on_timeout(self, trial: _Trial, timeout: ActorTimeout) -> None:
-        if trial.done or timeout.tick != trial.tick or timeout.actor not in trial.active or timeout.actor in trial.actions:
+        if (
+            trial.done
+            or timeout.tick != trial.tick
+            or timeout.actor not in trial.active
+            or timeout.actor in trial.actions
+        ):
             return  # the actor answered first: the log says so, and the fold reads it alike
         schemas = trial.schemas[trial.actor_class[timeout.actor]]
         if timeout.policy == "default_action" and schemas.has_default_action:
@@ -279,7 +300,9 @@ class EnvironmentHandler(Handler):
         # A slow update runs in a worker thread, so that it slows only its own trial. Records
         # of this trial that arrive meanwhile wait their turn (trial.backlog).
         trial.stepping = True
-        future = asyncio.get_running_loop().run_in_executor(self._workers, trial.pace.timed, _update, trial.env, actions)
+        future = asyncio.get_running_loop().run_in_executor(
+            self._workers, trial.pace.timed, _update, trial.env, actions
+        )
         future.add_done_callback(lambda f: None if f.cancelled() else self._stepped(trial, tick, *f.result()))
 
     def _stepped(self, trial: _Trial, tick: int, step: Step | None, error: str) -> None:
@@ -300,14 +323,19 @@ class EnvironmentHandler(Handler):
         """The tick metrics of one environment (a labelled child costs a lookup per tick otherwise)."""
         children = self._metric_children.get(environment)
         if children is None:
-            children = self._metric_children[environment] = (metrics.TICKS.labels(environment), metrics.TICK_SECONDS.labels(environment))
+            children = self._metric_children[environment] = (
+                metrics.TICKS.labels(environment),
+                metrics.TICK_SECONDS.labels(environment),
+            )
         return children
 
     def _write_step(self, trial: _Trial, tick: int, step: Step | None, error: str) -> None:
         if step is None:
             self._fail(trial, f"environment update failed at tick {tick}: {error}")
             return
-        if self.loop.is_live(EVENTS, trial.partition):  # not while replaying a trial taken over (counted by its first host)
+        if self.loop.is_live(
+            EVENTS, trial.partition
+        ):  # not while replaying a trial taken over (counted by its first host)
             ticks, tick_seconds = self._tick_metrics(trial.started.environment)
             ticks.inc()
             tick_seconds.observe(time.monotonic() - trial.waiting_since)
@@ -319,7 +347,14 @@ class EnvironmentHandler(Handler):
         self._emit_rewards(trial, tick, rewards)
         for i, m in enumerate(step.messages):
             self.loop.emit(
-                Message(trial.started.trial_id, tick=tick, sender="env", receivers=tuple(m.receivers), message_id=f"env-{tick}-{i}", payload=dumps(m.payload))
+                Message(
+                    trial.started.trial_id,
+                    tick=tick,
+                    sender="env",
+                    receivers=tuple(m.receivers),
+                    message_id=f"env-{tick}-{i}",
+                    payload=dumps(m.payload),
+                )
             )
         trial.tick = next_tick = tick + 1
         ended_now = {a for a in trial.active if step.terminated.get(a) or step.truncated.get(a)}
@@ -332,14 +367,24 @@ class EnvironmentHandler(Handler):
         elif trial.terminating:
             reason = "terminated"
         self._emit_view(trial, next_tick)
-        self._emit_observations(trial, next_tick, step.observations, step.terminated, step.truncated, final=reason is not None, ended=ended_now)
+        self._emit_observations(
+            trial,
+            next_tick,
+            step.observations,
+            step.terminated,
+            step.truncated,
+            final=reason is not None,
+            ended=ended_now,
+        )
         if reason is not None:
             self._finish(trial, next_tick, reason)
             return
         trial.active -= ended_now
         self._begin_wait(trial)
 
-    def _emit_observations(self, trial, tick, observations, terminated, truncated, *, final: bool, ended=frozenset()) -> None:
+    def _emit_observations(
+        self, trial, tick, observations, terminated, truncated, *, final: bool, ended=frozenset()
+    ) -> None:
         missing = [a for a in trial.active if a not in observations]
         if missing:
             self._fail(trial, f"environment returned no observation at tick {tick} for {', '.join(sorted(missing))}")
@@ -371,14 +416,20 @@ class EnvironmentHandler(Handler):
         try:
             value = view() if view is not None else None
         except Exception as exc:  # a view is for people: its failure must not end the trial
-            log.warning("environment view failed", trial=trial.started.trial_id, tick=tick, error=f"{type(exc).__name__}: {exc}")
+            log.warning(
+                "environment view failed", trial=trial.started.trial_id, tick=tick, error=f"{type(exc).__name__}: {exc}"
+            )
             return
         if value is not None:
             self.loop.emit(View(trial.started.trial_id, tick=tick, view=dumps(value)))
 
     @staticmethod
     def _rewards_of(rewards: Mapping[str, float] | Any) -> list[RewardOut]:
-        return [RewardOut(name, value) for name, value in rewards.items()] if isinstance(rewards, Mapping) else list(rewards)
+        return (
+            [RewardOut(name, value) for name, value in rewards.items()]
+            if isinstance(rewards, Mapping)
+            else list(rewards)
+        )
 
     def _emit_rewards(self, trial: _Trial, tick: int, items: list[RewardOut]) -> None:
         for r in items:
@@ -446,7 +497,11 @@ class EnvironmentHandler(Handler):
         for trial in list(self.trials.values()):
             if trial.done or trial.timed_out or not self.loop.is_live(EVENTS, trial.partition):
                 continue
-            if trial.stepping or trial.started.tick_interval_ms or mono - trial.waiting_since < trial.started.response_timeout_ms / 1000:
+            if (
+                trial.stepping
+                or trial.started.tick_interval_ms
+                or mono - trial.waiting_since < trial.started.response_timeout_ms / 1000
+            ):
                 continue  # real-time trials time out at their tick deadline instead
             self._time_out(trial)
 
@@ -459,7 +514,9 @@ class EnvironmentHandler(Handler):
             metrics.ACTIONS_TIMED_OUT.labels(trial.started.environment).inc()
             schemas = trial.schemas[trial.actor_class[actor]]
             if policy != "default_action" or not schemas.has_default_action:
-                self.loop.emit(ActorLeft(trial.started.trial_id, tick=trial.tick, actor=actor, reason="response timeout"))
+                self.loop.emit(
+                    ActorLeft(trial.started.trial_id, tick=trial.tick, actor=actor, reason="response timeout")
+                )
 
     def unsent(self, event: Event, reason: str) -> None:
         trial = self.trials.get(event.trial_id)

@@ -26,7 +26,9 @@ log = get_logger(__name__)
 LOOP_STALL_S = 10.0  # a loop that has not finished a turn for this long stops proving liveness
 
 
-async def serve(bus: Bus, loops: Sequence[ServiceLoop], *, name: str, health_port: int = 0, stop: asyncio.Event | None = None) -> None:
+async def serve(
+    bus: Bus, loops: Sequence[ServiceLoop], *, name: str, health_port: int = 0, stop: asyncio.Event | None = None
+) -> None:
     """Run ``loops`` until SIGTERM/SIGINT (or ``stop``); serve health on ``health_port`` (0: off)."""
     stop = stop or asyncio.Event()
     running = asyncio.get_running_loop()
@@ -38,7 +40,9 @@ async def serve(bus: Bus, loops: Sequence[ServiceLoop], *, name: str, health_por
     health = Health()
     server = await serve_health(health, port=health_port) if health_port else None
     watcher = asyncio.create_task(_watch_health(health, loops))
-    log.info("service starting", service=name, bootstrap=bus.settings.bootstrap_servers, health_port=health_port or None)
+    log.info(
+        "service starting", service=name, bootstrap=bus.settings.bootstrap_servers, health_port=health_port or None
+    )
     # What start-up made (modules, specs, schemas) lives as long as the process: moved out of
     # the collector's generations, it is not traversed again by every collection that follows.
     gc.freeze()
@@ -59,7 +63,10 @@ def log_tasks() -> None:
     listed = []
     for task in asyncio.all_tasks():
         chain, coro, ours = [], task.get_coro(), False
-        while coro is not None and (frame := getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)) is not None:
+        while (
+            coro is not None
+            and (frame := getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)) is not None
+        ):
             ours = ours or "/trialog/" in frame.f_code.co_filename
             chain.append(f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_lineno} {frame.f_code.co_name}")
             coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)

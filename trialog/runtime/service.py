@@ -59,7 +59,7 @@ _JUDGED = "judged="  # commit metadata: the offset up to which this group judged
 
 
 def _judged(mark: str) -> int:
-    return int(mark[len(_JUDGED):]) if mark.startswith(_JUDGED) and mark[len(_JUDGED):].isdigit() else 0
+    return int(mark[len(_JUDGED) :]) if mark.startswith(_JUDGED) and mark[len(_JUDGED) :].isdigit() else 0
 
 
 # Records a loop wrote and has not read back yet, the most it remembers (see ServiceLoop._not_read_back).
@@ -301,7 +301,9 @@ class ServiceLoop:
             try:
                 await waiting
             except Exception:  # the record is judged on what the handler knows, as before
-                log.exception("recalling a trial from the log failed", service=self.handler.service_name, trial=record.trial_id)
+                log.exception(
+                    "recalling a trial from the log failed", service=self.handler.service_name, trial=record.trial_id
+                )
 
     def _process(self, record: Record) -> None:
         key = (record.role, record.partition)
@@ -347,7 +349,13 @@ class ServiceLoop:
             if owned:
                 self.dead_letter(record, str(exc))
             else:
-                log.warning("event rejected", service=self.handler.service_name, trial=record.trial_id, kind=kind, error=str(exc))
+                log.warning(
+                    "event rejected",
+                    service=self.handler.service_name,
+                    trial=record.trial_id,
+                    kind=kind,
+                    error=str(exc),
+                )
         except Exception:  # a bug in user code must not stop a service that hosts many trials
             log.exception("handler failed", service=self.handler.service_name, trial=record.trial_id, kind=kind)
 
@@ -378,7 +386,9 @@ class ServiceLoop:
         if owned:
             self.dead_letter(record, f"refused: {reason}")
         else:
-            log.debug("record refused", service=self.handler.service_name, trial=record.trial_id, kind=kind, reason=reason)
+            log.debug(
+                "record refused", service=self.handler.service_name, trial=record.trial_id, kind=kind, reason=reason
+            )
 
     def _cross_off(self, part: _Partition, record: Record) -> None:
         key = (record.trial_id, identity_from_headers(record.headers))
@@ -398,8 +408,17 @@ class ServiceLoop:
         try:
             await self.bus.dead_letter(record, reason, self.handler.service_name)
             kind = record.header(HEADER_KIND)
-            metrics.DEAD_LETTERS.labels(self.handler.service_name, kind if kind in BY_KIND else "unknown", metrics.reason_category(reason)).inc()
-            log.warning("record dead-lettered", trial=record.trial_id, reason=reason, topic=record.role, partition=record.partition, offset=record.offset)
+            metrics.DEAD_LETTERS.labels(
+                self.handler.service_name, kind if kind in BY_KIND else "unknown", metrics.reason_category(reason)
+            ).inc()
+            log.warning(
+                "record dead-lettered",
+                trial=record.trial_id,
+                reason=reason,
+                topic=record.role,
+                partition=record.partition,
+                offset=record.offset,
+            )
         except TrialogError as exc:
             log.error("could not dead-letter a record", reason=reason, error=str(exc))
 
@@ -456,7 +475,14 @@ class ServiceLoop:
             self.consumer.seek(role, p, start)
             self.parts[(role, p)] = _Partition(end=ends[(role, p)], position=start, judged=_judged(mark))
             self.handler.assigned(role, p)
-            log.info("partition assigned", service=self.handler.service_name, topic=role, partition=p, resume_from=start, catch_up_to=ends[(role, p)])
+            log.info(
+                "partition assigned",
+                service=self.handler.service_name,
+                topic=role,
+                partition=p,
+                resume_from=start,
+                catch_up_to=ends[(role, p)],
+            )
         self.ready.clear()
 
     async def _on_revoked(self, revoked: set[tuple[str, int]]) -> None:
@@ -501,7 +527,13 @@ class ServiceLoop:
                 try:
                     record = self.bus.to_record(role, event)
                 except TrialogError as exc:  # e.g. no key to write it with: say so, keep serving
-                    log.error("cannot write an event", service=self.handler.service_name, trial=event.trial_id, kind=event.KIND, error=str(exc))
+                    log.error(
+                        "cannot write an event",
+                        service=self.handler.service_name,
+                        trial=event.trial_id,
+                        kind=event.KIND,
+                        error=str(exc),
+                    )
                     continue
                 records.append(record)
                 events.append(event)
@@ -521,7 +553,11 @@ class ServiceLoop:
                     # commits again: the next owner resumes before them and redoes the work.
                     if self._stopping.is_set():
                         self._gave_up = True
-                        log.error("publish failed while stopping: the next owner of these partitions redoes the work", events=len(batch), error=str(exc))
+                        log.error(
+                            "publish failed while stopping: the next owner of these partitions redoes the work",
+                            events=len(batch),
+                            error=str(exc),
+                        )
                         return
                     log.warning("publish failed; retrying", error=str(exc), attempt=attempt)
                     metrics.PUBLISH_RETRIES.labels(self.handler.service_name).inc()

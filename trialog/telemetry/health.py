@@ -161,7 +161,11 @@ async def _respond(health: Health, reader: asyncio.StreamReader) -> tuple[HTTPSt
     path = target.split("?", 1)[0]
     checks = {"/livez": health.liveness, "/readyz": health.readiness}
     if path not in checks and path != "/metrics":
-        return HTTPStatus.NOT_FOUND, {"status": "error", "reason": f"no such endpoint {path}; try /livez, /readyz or /metrics"}, False
+        return (
+            HTTPStatus.NOT_FOUND,
+            {"status": "error", "reason": f"no such endpoint {path}; try /livez, /readyz or /metrics"},
+            False,
+        )
     if method not in ("GET", "HEAD"):
         return HTTPStatus.METHOD_NOT_ALLOWED, {"status": "error", "reason": f"{method} not allowed; use GET"}, False
     if path == "/metrics":

@@ -32,7 +32,9 @@ def configure(fmt: str | None = None, level: str | None = None) -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     if fmt == "json":
-        renderer = structlog.processors.JSONRenderer(serializer=lambda obj, **_: orjson.dumps(obj, default=str).decode())
+        renderer = structlog.processors.JSONRenderer(
+            serializer=lambda obj, **_: orjson.dumps(obj, default=str).decode()
+        )
         shared.append(structlog.processors.format_exc_info)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())

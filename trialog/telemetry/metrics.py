@@ -36,7 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["CONTENT_TYPE_LATEST", "exposition", "watch_loop"]
 
 # --- the tick (environment hosts) ------------------------------------------------------------------------------
-TICKS = Counter("trialog_ticks", "Ticks stepped (one environment update each), per environment implementation.", ["environment"])
+TICKS = Counter(
+    "trialog_ticks", "Ticks stepped (one environment update each), per environment implementation.", ["environment"]
+)
 TICK_SECONDS = Histogram(
     "trialog_tick_seconds",
     "Time of a tick seen by the environment: from writing observations of tick t to its update for t done "
@@ -44,7 +46,9 @@ TICK_SECONDS = Histogram(
     ["environment"],
     buckets=(0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
-ACTIONS_TIMED_OUT = Counter("trialog_actions_timed_out", "Actions that missed their response timeout (actor.timeout written).", ["environment"])
+ACTIONS_TIMED_OUT = Counter(
+    "trialog_actions_timed_out", "Actions that missed their response timeout (actor.timeout written).", ["environment"]
+)
 
 # --- trials (orchestrator) ----------------------------------------------------------------------------------------
 TRIALS_ENDED = Counter("trialog_trials_ended", "Trials ended, by the reason in their trial.ended.", ["reason"])
@@ -55,14 +59,22 @@ REWARDS = Counter(
 )
 
 # --- every service ----------------------------------------------------------------------------------------------
-DEAD_LETTERS = Counter("trialog_dead_letters", "Records dead-lettered by this service, by event kind and reason category.", ["service", "kind", "reason"])
+DEAD_LETTERS = Counter(
+    "trialog_dead_letters",
+    "Records dead-lettered by this service, by event kind and reason category.",
+    ["service", "kind", "reason"],
+)
 PUBLISH_RETRIES = Counter("trialog_publish_retries", "Sends to Kafka that failed and were retried.", ["service"])
 
 # --- analytics jobs ------------------------------------------------------------------------------------------
-ANALYTICS_RECORDS = Counter("trialog_analytics_records", "Records processed by the analytics jobs, per input topic.", ["topic"])
+ANALYTICS_RECORDS = Counter(
+    "trialog_analytics_records", "Records processed by the analytics jobs, per input topic.", ["topic"]
+)
 
 # --- actor hosts following a model (set by the learning agents) ----------------------------------------------------
-MODEL_VERSION = Gauge("trialog_model_version", "Version of the model an actor implementation currently serves.", ["implementation"])
+MODEL_VERSION = Gauge(
+    "trialog_model_version", "Version of the model an actor implementation currently serves.", ["implementation"]
+)
 
 _loops: weakref.WeakSet[ServiceLoop] = weakref.WeakSet()
 
@@ -88,7 +100,9 @@ class _LoopCollector:
     """Gauges read off the service loops of this process when Prometheus scrapes."""
 
     def collect(self):
-        live = GaugeMetricFamily("trialog_live_trials", "Trials this service holds state for right now.", labels=["service", "group"])
+        live = GaugeMetricFamily(
+            "trialog_live_trials", "Trials this service holds state for right now.", labels=["service", "group"]
+        )
         catching_up = GaugeMetricFamily(
             "trialog_partition_catching_up", "1 while a partition is being rebuilt from the log after an assignment (I-7), else 0.",
             labels=["service", "group", "topic", "partition"],

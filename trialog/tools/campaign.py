@@ -101,7 +101,9 @@ def stop_services(procs) -> None:
             p.kill()
 
 
-def wait_ready(procs: dict[str, subprocess.Popen], ports: dict[str, int], log_dir: str | Path, timeout: float = 90) -> None:
+def wait_ready(
+    procs: dict[str, subprocess.Popen], ports: dict[str, int], log_dir: str | Path, timeout: float = 90
+) -> None:
     deadline = time.monotonic() + timeout
     pending = dict(ports)
     while pending:
@@ -142,12 +144,16 @@ def pairing(spec: Spec, implementations: dict[str, str]) -> str:
     return " + ".join(implementations.get(a.name, a.implementation) for a in spec.trial.actors)
 
 
-async def campaign(settings: Settings, spec: Spec, trials: int, concurrency: int, overrides_for, *, quiet: bool = False):
+async def campaign(
+    settings: Settings, spec: Spec, trials: int, concurrency: int, overrides_for, *, quiet: bool = False
+):
     from trialog.bus import connect
     from trialog.controller import Controller, run_campaign
 
     async with Controller(connect(settings), name="campaign") as ctl:
-        result = await run_campaign(ctl, spec.name, trials, concurrency, overrides=overrides_for, on_progress=None if quiet else _progress)
+        result = await run_campaign(
+            ctl, spec.name, trials, concurrency, overrides=overrides_for, on_progress=None if quiet else _progress
+        )
         returns = {o.trial_id: ctl.returns(o.trial_id) for o in result.outcomes if o.trial_id}
     if not quiet and sys.stderr.isatty():
         print(file=sys.stderr)
@@ -160,16 +166,26 @@ def summary_table(spec: Spec, result, returns: dict[str, dict[str, float]]) -> s
         label = pairing(spec, o.overrides.get("implementations", {}))
         rows[label].append((returns.get(o.trial_id, {}), o.ticks))
     actors = [a.name for a in spec.trial.actors]
-    lines = [f"{'pairing':34} {'trials':>6} {'ticks':>7} " + " ".join(f"{'return ' + a:>16}" for a in actors) + f" {'total':>9}"]
+    lines = [
+        f"{'pairing':34} {'trials':>6} {'ticks':>7} "
+        + " ".join(f"{'return ' + a:>16}" for a in actors)
+        + f" {'total':>9}"
+    ]
     for label, items in sorted(rows.items()):
         n = len(items)
         means = {a: sum(r.get(a, 0.0) for r, _ in items) / n for a in actors}
         ticks = sum(t for _, t in items) / n
-        lines.append(f"{label:34} {n:>6} {ticks:>7.1f} " + " ".join(f"{means[a]:>16.2f}" for a in actors) + f" {sum(means.values()):>9.2f}")
+        lines.append(
+            f"{label:34} {n:>6} {ticks:>7.1f} "
+            + " ".join(f"{means[a]:>16.2f}" for a in actors)
+            + f" {sum(means.values()):>9.2f}"
+        )
     reasons = ", ".join(f"{k}: {v}" for k, v in sorted(result.by_reason().items()))
     failed = [o for o in result.outcomes if o.failed]
     lines.append("")
-    lines.append(f"{len(result.outcomes)} trials in {result.seconds:.1f} s — {result.ticks} ticks ({result.ticks / max(result.seconds, 1e-9):,.0f} ticks/s) — end reasons: {reasons}")
+    lines.append(
+        f"{len(result.outcomes)} trials in {result.seconds:.1f} s — {result.ticks} ticks ({result.ticks / max(result.seconds, 1e-9):,.0f} ticks/s) — end reasons: {reasons}"
+    )
     for o in failed[:5]:
         lines.append(f"  {o.trial_id or '(no id)'}: {o.error or 'ended by an error'}")
     return "\n".join(lines)
@@ -180,14 +196,21 @@ def plot_campaign(spec: Spec, result, returns: dict[str, dict[str, float]], out:
     from trialog.tools.plot import TrialReturn, plot_returns
 
     trials = [
-        TrialReturn(o.trial_id, pairing(spec, o.overrides.get("implementations", {})), returns[o.trial_id], o.ticks * len(spec.trial.actors))
+        TrialReturn(
+            o.trial_id,
+            pairing(spec, o.overrides.get("implementations", {})),
+            returns[o.trial_id],
+            o.ticks * len(spec.trial.actors),
+        )
         for o in result.outcomes
         if o.trial_id in returns
     ]
     return plot_returns(trials, out, title=f"{spec.name}: return per trial (sum over actors), by pairing")
 
 
-def campaign_overrides(base: dict[str, Any], pairings: list[dict[str, str]] | None = None) -> Callable[[int], dict[str, Any]]:
+def campaign_overrides(
+    base: dict[str, Any], pairings: list[dict[str, str]] | None = None
+) -> Callable[[int], dict[str, Any]]:
     """The overrides of the campaign's trial i: ``seed`` N gives trial i seed N+i (without
     one, each trial's seed is the spec's, else derived from its ID); pairings take turns."""
     base = dict(base)
@@ -200,7 +223,6 @@ def campaign_overrides(base: dict[str, Any], pairings: list[dict[str, str]] | No
         return extra
 
     return overrides_for
-
 
 
 def wait_archived(archive_dir: str, trial_ids: list[str], timeout: float = 90) -> None:
@@ -217,7 +239,9 @@ def wait_archived(archive_dir: str, trial_ids: list[str], timeout: float = 90) -
         if not missing:
             return
         if time.monotonic() > deadline:
-            raise TrialogError(f"the logger did not archive {len(missing)} trial(s) within {timeout:.0f} s, e.g. {missing[0]}")
+            raise TrialogError(
+                f"the logger did not archive {len(missing)} trial(s) within {timeout:.0f} s, e.g. {missing[0]}"
+            )
         time.sleep(0.5)
 
 

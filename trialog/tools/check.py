@@ -108,12 +108,20 @@ def check_environment(
     ``describe``.
     """
     config = dict(config or {})
-    name = entry_or_class if isinstance(entry_or_class, str) else f"{entry_or_class.__module__}:{entry_or_class.__qualname__}"
+    name = (
+        entry_or_class
+        if isinstance(entry_or_class, str)
+        else f"{entry_or_class.__module__}:{entry_or_class.__qualname__}"
+    )
     report = CheckReport(name)
     checker = _Checker(report)
     try:
         cls = checker.run("load", lambda: _load(entry_or_class), lambda c: f"{c.__name__}")
-        infos = checker.run("actors", lambda: _actors(cls, config, actors), lambda a: ", ".join(f"{x.name} ({x.actor_class})" for x in a))
+        infos = checker.run(
+            "actors",
+            lambda: _actors(cls, config, actors),
+            lambda a: ", ".join(f"{x.name} ({x.actor_class})" for x in a),
+        )
         classes = checker.run("describe", lambda: _schemas(cls, config, infos, schemas), _describe_schemas)
         trial = TrialInfo(trial_id="contract-check", seed=seed, config=config, actors=tuple(infos))
         played = _play(checker, cls, trial, classes, steps)
@@ -185,7 +193,9 @@ def _actors(cls: type, config: Mapping[str, Any], actors: Any) -> list[ActorInfo
     return [a if isinstance(a, ActorInfo) else ActorInfo(a, "agent", "check") for a in actors]
 
 
-def _schemas(cls: type, config: Mapping[str, Any], actors: Sequence[ActorInfo], given: Mapping[str, Any] | None) -> dict[str, _ClassSchemas]:
+def _schemas(
+    cls: type, config: Mapping[str, Any], actors: Sequence[ActorInfo], given: Mapping[str, Any] | None
+) -> dict[str, _ClassSchemas]:
     store = SchemaStore.with_builtin()
     out = {}
     for actor_class in dict.fromkeys(a.actor_class for a in actors):
@@ -195,7 +205,9 @@ def _schemas(cls: type, config: Mapping[str, Any], actors: Sequence[ActorInfo], 
             try:
                 described = cls.describe(config, actor_class)
             except NotImplementedError as exc:
-                raise TrialogError(f"no schemas for actor class {actor_class!r}: {cls.__name__}.describe is not implemented; pass schemas={{...}}") from exc
+                raise TrialogError(
+                    f"no schemas for actor class {actor_class!r}: {cls.__name__}.describe is not implemented; pass schemas={{...}}"
+                ) from exc
         observation, action = store.register(described["observation"]), store.register(described["action"])
         space = described.get("action_space") or action_space_of(described["action"])
         out[actor_class] = _ClassSchemas(observation, action, space)
@@ -209,11 +221,15 @@ def _describe_schemas(classes: Mapping[str, _ClassSchemas]) -> str:
 Trace = list[tuple[dict[str, bytes], Any]]  # per tick: encoded observations, rewards
 
 
-def _play(checker: _Checker, cls: type, trial: TrialInfo, classes: Mapping[str, _ClassSchemas], steps: int) -> tuple[Trace, list[dict[str, Any]]] | None:
+def _play(
+    checker: _Checker, cls: type, trial: TrialInfo, classes: Mapping[str, _ClassSchemas], steps: int
+) -> tuple[Trace, list[dict[str, Any]]] | None:
     """The checked run: random valid actions, every step validated. Returns what
     the determinism check replays, or ``None`` when a check failed on the way."""
     env = checker.run("construct", lambda: cls(trial), lambda e: f"{type(e).__name__} built from a TrialInfo")
-    observations = checker.run("start", lambda: _start(env, trial), lambda o: f"an observation for each of {len(o)} actors")
+    observations = checker.run(
+        "start", lambda: _start(env, trial), lambda o: f"an observation for each of {len(o)} actors"
+    )
     by_actor = {a.name: classes[a.actor_class] for a in trial.actors}
     rng = np.random.default_rng(trial.seed)
     trace: Trace = []
@@ -280,10 +296,14 @@ def _encode(classes: Mapping[str, _ClassSchemas], tick: int, observations: Mappi
         try:
             data = schema.encode(value)
         except Exception as exc:
-            raise TrialogError(f"the observation of {actor!r} does not encode as {schema.name}: {_reason(exc)}") from exc
+            raise TrialogError(
+                f"the observation of {actor!r} does not encode as {schema.name}: {_reason(exc)}"
+            ) from exc
         back = schema.decode_body(data, HEADER_SIZE)
         if not _same(back, value):
-            raise TrialogError(f"the observation of {actor!r} decodes to something else than it was ({_short(value)} → {_short(back)})")
+            raise TrialogError(
+                f"the observation of {actor!r} decodes to something else than it was ({_short(value)} → {_short(back)})"
+            )
         out[actor] = data
     return out
 
@@ -292,7 +312,9 @@ def _check_step(step: Any, trial: TrialInfo, active: set[str]) -> None:
     names = set(trial.actor_names)
     for attr in ("observations", "rewards", "terminated", "truncated", "done"):
         if not hasattr(step, attr):
-            raise TrialogError(f"update() returned a {type(step).__name__} without {attr!r}; return trialog.environment.Step")
+            raise TrialogError(
+                f"update() returned a {type(step).__name__} without {attr!r}; return trialog.environment.Step"
+            )
     missing = sorted(a for a in active if a not in step.observations)
     if missing:
         raise TrialogError(f"update() gave no observation to {missing}, who are still in the trial")
@@ -305,7 +327,11 @@ def _check_step(step: Any, trial: TrialInfo, active: set[str]) -> None:
             raise TrialogError(f"Step.{attr} must map actor names to booleans; wrong entries: {bad}")
     receivers = names | {"*"} | {f"{a.actor_class}.*" for a in trial.actors}
     rewards = step.rewards
-    triples = rewards.items() if isinstance(rewards, Mapping) else [(r.receiver, r.value, r.confidence) for r in rewards if isinstance(r, RewardOut)]
+    triples = (
+        rewards.items()
+        if isinstance(rewards, Mapping)
+        else [(r.receiver, r.value, r.confidence) for r in rewards if isinstance(r, RewardOut)]
+    )
     if not isinstance(rewards, Mapping) and any(not isinstance(r, RewardOut) for r in rewards):
         raise TrialogError("Step.rewards must be a mapping actor → number or a sequence of RewardOut")
     for receiver, value, *confidence in triples:
@@ -328,7 +354,9 @@ def _compare(first: Trace, again: Trace, seed: int) -> int:
     for tick, ((obs_a, rew_a), (obs_b, rew_b)) in enumerate(zip(first, again, strict=True)):
         for actor in sorted(set(obs_a) | set(obs_b)):
             if obs_a.get(actor) != obs_b.get(actor):
-                raise TrialogError(f"tick {tick}: the observation of {actor!r} differs between two runs with seed {seed}; keep all randomness behind trial.seed")
+                raise TrialogError(
+                    f"tick {tick}: the observation of {actor!r} differs between two runs with seed {seed}; keep all randomness behind trial.seed"
+                )
         if rew_a != rew_b:
             raise TrialogError(f"tick {tick}: rewards differ between two runs with seed {seed}: {rew_a} vs {rew_b}")
     return len(first) - 1
@@ -336,7 +364,12 @@ def _compare(first: Trace, again: Trace, seed: int) -> int:
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc")
+        )
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from trialog.settings import Settings
 
+
 def _examples_dir() -> Path:
     """The shipped examples: the ``trialog.examples`` package, which maps to the repository's
     ``examples/`` folder in a checkout and ships inside a wheel."""
@@ -35,10 +36,21 @@ def example_spec(spec: str) -> str:
         return spec
     return str(shipped)
 
+
 # spec file -> implementation pairings compared by the campaign
 DEMOS = {
-    "rps": ("rps/spec.yaml", [{"alice": "random", "bob": "counter"}, {"alice": "counter", "bob": "counter"}, {"alice": "random", "bob": "random"}]),
-    "overcooked": ("overcooked/spec.yaml", [{"cook_a": "planner", "cook_b": "planner"}, {"cook_a": "planner", "cook_b": "random"}]),
+    "rps": (
+        "rps/spec.yaml",
+        [
+            {"alice": "random", "bob": "counter"},
+            {"alice": "counter", "bob": "counter"},
+            {"alice": "random", "bob": "random"},
+        ],
+    ),
+    "overcooked": (
+        "overcooked/spec.yaml",
+        [{"cook_a": "planner", "cook_b": "planner"}, {"cook_a": "planner", "cook_b": "random"}],
+    ),
 }
 
 
@@ -83,7 +95,9 @@ async def _one_trial_with_people(settings: Settings, spec, max_ticks: int | None
         trial_id = await ctl.start_trial(spec.name, **({"max_ticks": max_ticks} if max_ticks else {}))
         for actor, url in ctl.join_links(trial_id, spec.seats()).items():
             print(f"Play Overcooked beside the planner as {actor}: open {url}", flush=True)
-        print(f"(lobby: {settings.gateway_url}/ — watch and judge: {settings.gateway_url}/watch/{trial_id})", flush=True)
+        print(
+            f"(lobby: {settings.gateway_url}/ — watch and judge: {settings.gateway_url}/watch/{trial_id})", flush=True
+        )
         ended = await ctl.wait_ended(trial_id)
         await asyncio.sleep(3)  # the gateway stops with the demo: let the page show the end first
     print(f"trial {trial_id} ended: {ended.reason} at tick {ended.tick}", flush=True)

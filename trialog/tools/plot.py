@@ -115,7 +115,9 @@ async def returns_from_log(bus, spec: str | None = None) -> list[TrialReturn]:
     return sorted(out, key=lambda t: (t.started_ms, t.trial_id))
 
 
-def returns_series(trials: Sequence[TrialReturn], *, by: Grouping = "pairing", x: Axis = "trial", actor: str | None = None) -> dict[str, list[tuple[float, float]]]:
+def returns_series(
+    trials: Sequence[TrialReturn], *, by: Grouping = "pairing", x: Axis = "trial", actor: str | None = None
+) -> dict[str, list[tuple[float, float]]]:
     """Group trials into series (per pairing or per phase); x is the trial's rank in its
     series (1, 2, …) or the samples of the series up to and including the trial."""
     key: Callable[[TrialReturn], str] = (lambda t: t.pairing) if by == "pairing" else (lambda t: t.phase)
@@ -134,7 +136,9 @@ def plot_returns(
 ) -> PlotFiles:  # fmt: skip
     """Plot trial returns per trial or per sample, one series per pairing or phase."""
     if not trials:
-        raise TrialogError("no trials to plot: run a campaign first, or check --spec and where the trials are read from")
+        raise TrialogError(
+            "no trials to plot: run a campaign first, or check --spec and where the trials are read from"
+        )
     whose = f"return of {actor}" if actor else "return (sum over actors)"
     return plot_series(
         returns_series(trials, by=by, x=x, actor=actor),
@@ -166,7 +170,9 @@ def plot_series(
         ys = [p[1] for p in points]
         if rolling > 1 and len(points) > 1:
             dots = ax.plot(xs, ys, ".", alpha=0.35)[0]
-            ax.plot(xs, rolling_mean(ys, rolling), "-", color=dots.get_color(), label=f"{label} (mean of last {rolling})")
+            ax.plot(
+                xs, rolling_mean(ys, rolling), "-", color=dots.get_color(), label=f"{label} (mean of last {rolling})"
+            )
         else:
             ax.plot(xs, ys, ".-", label=label)
     ax.set_title(title)
@@ -186,7 +192,12 @@ def plot_series(
         writer.writerow(["series", "x", "y"])
         for label, points in sorted(series.items()):
             writer.writerows([label, x, y] for x, y in points)
-    doc = {"title": title, "x_label": x_label, "y_label": y_label, "series": {k: [list(p) for p in v] for k, v in sorted(series.items())}}
+    doc = {
+        "title": title,
+        "x_label": x_label,
+        "y_label": y_label,
+        "series": {k: [list(p) for p in v] for k, v in sorted(series.items())},
+    }
     files.json.write_text(json.dumps(doc, indent=1) + "\n")
     return files
 

@@ -127,7 +127,8 @@ class Authenticator:
             self._rosters.move_to_end(trial.trial_id)
             return
         self._rosters[trial.trial_id] = {
-            a.name: (seat_key_id(a.name) if a.client else actor_key_id(a.implementation), a.actor_class) for a in trial.actors
+            a.name: (seat_key_id(a.name) if a.client else actor_key_id(a.implementation), a.actor_class)
+            for a in trial.actors
         }
         self._forget_plans(trial.trial_id)
         while len(self._rosters) > self.ROSTERS_KEPT:
@@ -208,7 +209,11 @@ class Authenticator:
         plans = self._plans.get(key) or self._plans_of(key)  # the lookup inline: every record passes here
         plan = plans.get((kind, sender, receiver))
         if plan is None:
-            plan = self._remember(plans, (kind, sender, receiver), self._tag_plan(trial_id, kind.decode(), sender.decode(), receiver.decode()))
+            plan = self._remember(
+                plans,
+                (kind, sender, receiver),
+                self._tag_plan(trial_id, kind.decode(), sender.decode(), receiver.decode()),
+            )
         if isinstance(plan, str):
             raise TrustError(plan)
         seat_headers, macs_by_header = plan
@@ -274,7 +279,9 @@ class Authenticator:
             return untagged
         return mismatch[0] + " or ".join(key_id for header, key_id, _ in verifiers if header in h) + mismatch[1]
 
-    def _check_plan(self, trial_id: str, kind_bytes: bytes, sender_bytes: bytes) -> tuple[list, str, tuple[str, str]] | str:
+    def _check_plan(
+        self, trial_id: str, kind_bytes: bytes, sender_bytes: bytes
+    ) -> tuple[list, str, tuple[str, str]] | str:
         """([(tag header, key id, MacKey)] this process verifies such records with, the reason if
         none of those tags is there, the reason if none matches), or why such a record is
         refused whatever its tags."""
@@ -291,8 +298,13 @@ class Authenticator:
             held = [*self.keyring.own_actor_keys(), *(seat_key_id(a) for (t, a) in self._seats if t == trial_id)]
         if not held:
             return f"{kind} needs a tag by {' or '.join(allowed)}; this service holds none of those keys"
-        verifiers = [(MAC_PREFIX + k, k, self._mac_key(secret)) for k in held if (secret := self.keyring.key(k, trial_id)) is not None]
-        untagged = f"{kind} from {sender!r} is not tagged by {' or '.join(allowed)} (forged, or written without the key)"
+        verifiers = [
+            (MAC_PREFIX + k, k, self._mac_key(secret))
+            for k in held
+            if (secret := self.keyring.key(k, trial_id)) is not None
+        ]
+        untagged = (
+            f"{kind} from {sender!r} is not tagged by {' or '.join(allowed)} (forged, or written without the key)"
+        )
         mismatch = (f"{kind} from {sender!r}: the tag of ", " does not match the record (forged or altered)")
         return verifiers, untagged, mismatch
-

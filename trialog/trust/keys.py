@@ -101,7 +101,9 @@ class Keyring:
     def __init__(self, keys: Mapping[str, bytes], *, source: str = "keys given in code"):
         for key_id, secret in keys.items():
             if len(secret) < 16:
-                raise TrustError(f"key {key_id!r} from {source} is {len(secret)} bytes; a key needs at least 16 (32 recommended)")
+                raise TrustError(
+                    f"key {key_id!r} from {source} is {len(secret)} bytes; a key needs at least 16 (32 recommended)"
+                )
         self.keys = dict(keys)
         self.source = source
         self._seats: dict[tuple[str, str], bytes] = {}  # (trial, actor) -> seat key given by a join token
@@ -115,7 +117,10 @@ class Keyring:
         return cls({role: secrets.token_bytes(KEY_BYTES) for role in roles}, source="a generated keyring")
 
     def to_json(self) -> bytes:
-        return orjson.dumps({"trialog_keyring": 1, "keys": {k: b64url(v) for k, v in sorted(self.keys.items())}}, option=orjson.OPT_INDENT_2)
+        return orjson.dumps(
+            {"trialog_keyring": 1, "keys": {k: b64url(v) for k, v in sorted(self.keys.items())}},
+            option=orjson.OPT_INDENT_2,
+        )
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write as JSON, readable by its owner only (created atomically: never half-written)."""
@@ -132,7 +137,9 @@ class Keyring:
         """What an actor service of ``implementation`` needs: its own actor key only."""
         key = self.key(actor_key_id(implementation))
         if key is None:
-            raise TrustError(f"this keyring ({self.source}) holds neither {actor_key_id(implementation)!r} nor the actors master")
+            raise TrustError(
+                f"this keyring ({self.source}) holds neither {actor_key_id(implementation)!r} nor the actors master"
+            )
         return Keyring({actor_key_id(implementation): key}, source=f"{self.source}, restricted to {implementation}")
 
     @classmethod
@@ -142,7 +149,7 @@ class Keyring:
             keys = {str(k): unb64url(str(v)) for k, v in doc["keys"].items()}
         except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, binascii.Error, ValueError) as exc:
             raise TrustError(
-                f"{source} is not a Trialog keyring (expected JSON {{\"keys\": {{\"<key id>\": \"<base64url>\"}}}}): {exc}; "
+                f'{source} is not a Trialog keyring (expected JSON {{"keys": {{"<key id>": "<base64url>"}}}}): {exc}; '
                 "make one with `trialog keyring generate FILE`"
             ) from None
         return cls(keys, source=source)
@@ -166,7 +173,9 @@ class Keyring:
     def from_environ(cls, environ: Mapping[str, str]) -> Keyring | None:
         """``TRIALOG_KEY_<ID>`` variables (base64url), the key id upper-cased with ``.`` and ``-`` as ``_``:
         ``TRIALOG_KEY_ORCHESTRATOR``, ``TRIALOG_KEY_ACTORS_RANDOM`` (for ``actors.random``)."""
-        found = {name[len("TRIALOG_KEY_") :]: value for name, value in environ.items() if name.startswith("TRIALOG_KEY_")}
+        found = {
+            name[len("TRIALOG_KEY_") :]: value for name, value in environ.items() if name.startswith("TRIALOG_KEY_")
+        }
         if not found:
             return None
         return _EnvironKeyring(found)
@@ -184,7 +193,9 @@ class Keyring:
             try:
                 return cls.from_json(path.read_bytes(), str(path))
             except OSError as exc:
-                raise TrustError(f"cannot read the keyring {path}: {exc.strerror}; make one with `trialog keyring generate {path}`") from None
+                raise TrustError(
+                    f"cannot read the keyring {path}: {exc.strerror}; make one with `trialog keyring generate {path}`"
+                ) from None
         from_env = cls.from_environ(environ)
         if from_env is not None:
             return from_env

@@ -28,7 +28,6 @@ class Seat:
     takeover: bool = False
 
 
-
 class SeatBook:
     """Who holds each seat, from the ``actor.joined`` records of the log (read in log order)."""
 
@@ -38,7 +37,9 @@ class SeatBook:
         self._holders: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._first_offset: dict[str, int] = {}  # trial -> offset of its first join (to rebuild from)
 
-    def joined(self, trial_id: str, actor: str, holder: str, takeover: bool, offset: int | None = None) -> tuple[str | None, str | None]:
+    def joined(
+        self, trial_id: str, actor: str, holder: str, takeover: bool, offset: int | None = None
+    ) -> tuple[str | None, str | None]:
         """Apply a (verified) join: returns (refusal reason or None, the holder it displaced or None)."""
         if offset is not None:
             self._first_offset.setdefault(trial_id, offset)
@@ -74,4 +75,3 @@ def seat_headers(headers: Sequence[tuple[str, bytes]]) -> tuple[str, bool]:
     """(holder, takeover) of a seat record."""
     h = dict(headers)
     return (h.get(HEADER_HOLDER) or b"").decode(errors="replace"), h.get(HEADER_TAKEOVER) == b"1"
-

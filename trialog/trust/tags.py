@@ -82,4 +82,3 @@ class MacKey:
         outer = self._outer.copy()
         outer.update(inner.digest())
         return outer.digest()
-

@@ -62,7 +62,9 @@ def check_seats(bus: Bus, outcomes: list[Outcome], check: Check) -> None:
                 if refused:
                     check.fail(f"{out.started.trial_id}: the join of {a.name} is refused: {refused}")
                 if r.header("holder") != f"conformance-{a.name}":
-                    check.fail(f"{out.started.trial_id}: the join of {a.name} names holder {r.header('holder')!r}, not the one it was given")
+                    check.fail(
+                        f"{out.started.trial_id}: the join of {a.name} names holder {r.header('holder')!r}, not the one it was given"
+                    )
                 joined = bus.codec.decode(r.value, "actor.joined")
                 if (joined.trial_id, joined.actor) != (out.started.trial_id, a.name):
                     check.fail(f"{out.started.trial_id}: a join whose value says {joined.actor} of {joined.trial_id}")
@@ -79,7 +81,9 @@ def check_answers(
         schemas = class_schemas(bus.store, t)
         classes = {a.name: a.actor_class for a in t.actors}
         for problem in out.missing:
-            (restart if out.restart_tick is not None and f"tick {out.restart_tick}:" in problem else check).fail(f"{t.trial_id} {problem}")
+            (restart if out.restart_tick is not None and f"tick {out.restart_tick}:" in problem else check).fail(
+                f"{t.trial_id} {problem}"
+            )
         counts = Counter()
         for r in out.log.of_kind("action"):
             tick, actor = int(r.header(HEADER_TICK) or -1), r.header(HEADER_SENDER) or ""
@@ -97,10 +101,14 @@ def check_answers(
             try:
                 action = bus.codec.decode(r.value, "action")
                 assert isinstance(action, Action), f"value is a {type(action).__name__}"
-                assert (action.trial_id, action.tick, action.actor) == (t.trial_id, tick, actor), "value and headers disagree"
+                assert (action.trial_id, action.tick, action.actor) == (t.trial_id, tick, actor), (
+                    "value and headers disagree"
+                )
                 assert r.header(HEADER_RECEIVER) == "", "receiver header must be empty"
                 expected = schemas[classes[actor]].action.fingerprint
-                assert action.payload[2:10] == expected, f"payload written with fingerprint {action.payload[2:10].hex()}, the class's action schema is {expected.hex()}"
+                assert action.payload[2:10] == expected, (
+                    f"payload written with fingerprint {action.payload[2:10].hex()}, the class's action schema is {expected.hex()}"
+                )
                 bus.store.decode(action.payload, schemas[classes[actor]].action)
             except Exception as exc:
                 check.fail(f"{t.trial_id}: action of {actor} at tick {tick}: {exc}")
@@ -112,11 +120,21 @@ def check_answers(
                 check.fail(f"{t.trial_id}: no action of {key[1]} at tick {key[0]}")
         for (tick, actor), n in counts.items():
             if n > 1:
-                target = duplicates if tick in out.duplicated_ticks else restart if out.restart_tick is not None and tick <= out.restart_tick else check
+                target = (
+                    duplicates
+                    if tick in out.duplicated_ticks
+                    else restart
+                    if out.restart_tick is not None and tick <= out.restart_tick
+                    else check
+                )
                 target.fail(f"{t.trial_id}: {n} actions of {actor} at tick {tick}")
         answered += sum(counts.values())
         if out.restart_tick is not None:
-            restart.facts = f"killed after tick {out.restart_tick - 1}, restarted, {TICKS} ticks answered once each" if not restart.problems else ""
+            restart.facts = (
+                f"killed after tick {out.restart_tick - 1}, restarted, {TICKS} ticks answered once each"
+                if not restart.problems
+                else ""
+            )
         if out.duplicated_ticks:
             duplicates.facts = f"observations of tick {min(out.duplicated_ticks)} and a reward sent twice"
     check.facts = f"{sum(len(o.observed) for o in outcomes)} observations, {answered} actions, {len(outcomes)} trials"
@@ -146,7 +164,9 @@ def check_probes(bus: Bus, out: Outcome, check: Check, duplicates: Check) -> Non
         try:
             msg = bus.codec.decode(answers[0].value, "message")
             body = orjson.loads(msg.payload)
-            assert msg.sender == actor and msg.receivers == ("conformance",), f"answer from {msg.sender} to {msg.receivers}"
+            assert msg.sender == actor and msg.receivers == ("conformance",), (
+                f"answer from {msg.sender} to {msg.receivers}"
+            )
             assert body.get(f"{PROBE}.ack") == pid, "the answer names another probe"
         except Exception as exc:
             check.fail(f"probe {pid}: bad answer: {exc}")

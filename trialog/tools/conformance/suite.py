@@ -67,7 +67,9 @@ class Suite:
         schemas = class_schemas(self.bus.store, started)
         actor_class = {a.name: a.actor_class for a in started.actors}
         # The environment's code comes from the operator's spec file, as in every service (I-9).
-        env = load_entry(self.spec.environments[started.environment].entry, what=f"environment {started.environment}")(trial_info(started))
+        env = load_entry(self.spec.environments[started.environment].entry, what=f"environment {started.environment}")(
+            trial_info(started)
+        )
         out = Outcome(started, log, {}, set(), services=[self.service] if self.service else [])
         timeout = started.response_timeout_ms / 1000
         if self.client:
@@ -82,7 +84,11 @@ class Suite:
             records = []
             for actor in sorted(actor_class):
                 payload = schemas[actor_class[actor]].observation.encode(observations[actor])
-                records.append(self.bus.to_record(EVENTS, Observation(trial_id, tick=tick, actor=actor, payload=payload, final=final)))
+                records.append(
+                    self.bus.to_record(
+                        EVENTS, Observation(trial_id, tick=tick, actor=actor, payload=payload, final=final)
+                    )
+                )
             await self.bus.send_many(records)
             if battery and tick == 4:  # byte-identical repeats, headers included
                 await self.bus.send_many(records)
@@ -93,23 +99,37 @@ class Suite:
             wait = RESTART_TIMEOUT_S if tick == out.restart_tick else timeout + 2
             actions = await log.wait_for(lambda: self._actions_complete(log, tick, actor_class), wait)
             if not actions:
-                out.missing.append(f"tick {tick}: no action from {', '.join(a for a in sorted(actor_class) if a not in self._actions_at(log, tick))} within {wait:.0f} s")
+                out.missing.append(
+                    f"tick {tick}: no action from {', '.join(a for a in sorted(actor_class) if a not in self._actions_at(log, tick))} within {wait:.0f} s"
+                )
                 actions = self._actions_at(log, tick)
             values = {}
             for actor in actor_class:
                 record = actions.get(actor) if isinstance(actions, dict) else None
                 cls = schemas[actor_class[actor]]
                 try:
-                    values[actor] = self.bus.store.decode(self.bus.codec.decode(record.value, "action").payload, cls.action) if record else cls.default_action
+                    values[actor] = (
+                        self.bus.store.decode(self.bus.codec.decode(record.value, "action").payload, cls.action)
+                        if record
+                        else cls.default_action
+                    )
                 except Exception:  # judged by the exactly-once check; play on with the default
                     values[actor] = cls.default_action
             step: Step = env.update(values)
-            rewards = step.rewards.items() if isinstance(step.rewards, dict) else [(r.receiver, r.value) for r in step.rewards]
-            await self.bus.publish_all(EVENTS, [Reward(trial_id, tick=tick, receiver=r, value=float(v), sender="env") for r, v in rewards])
+            rewards = (
+                step.rewards.items()
+                if isinstance(step.rewards, dict)
+                else [(r.receiver, r.value) for r in step.rewards]
+            )
+            await self.bus.publish_all(
+                EVENTS, [Reward(trial_id, tick=tick, receiver=r, value=float(v), sender="env") for r, v in rewards]
+            )
             observations = step.observations
             done = step.done or all(step.terminated.get(a) or step.truncated.get(a) for a in actor_class)
             tick += 1
-        await self.bus.publish(EVENTS, TrialEnded(trial_id, tick=tick, reason="max_ticks" if not done else "environment"))
+        await self.bus.publish(
+            EVENTS, TrialEnded(trial_id, tick=tick, reason="max_ticks" if not done else "environment")
+        )
         env.end()
         await asyncio.sleep(2.0)  # late or repeated answers would land now
         if self.client:
@@ -164,11 +184,23 @@ class Suite:
         probes = []
         for a in t.actors:
             pid = f"{tick}-{a.name}"
-            probes.append(Message(t.trial_id, tick=tick - 1, sender="conformance", receivers=(a.name,), message_id=f"probe-request-{pid}", payload=orjson.dumps({PROBE: pid}).decode()))
+            probes.append(
+                Message(
+                    t.trial_id,
+                    tick=tick - 1,
+                    sender="conformance",
+                    receivers=(a.name,),
+                    message_id=f"probe-request-{pid}",
+                    payload=orjson.dumps({PROBE: pid}).decode(),
+                )
+            )
         delivered = await self.bus.publish_all(EVENTS, probes)
         for a, d in zip(t.actors, delivered, strict=True):
             out.probes.append((f"{tick}-{a.name}", a.name, d.offset))
-        await out.log.wait_for(lambda: all(probe_answer(out, pid) for pid, _, _ in out.probes), RESTART_TIMEOUT_S if out.restart_tick else 10)
+        await out.log.wait_for(
+            lambda: all(probe_answer(out, pid) for pid, _, _ in out.probes),
+            RESTART_TIMEOUT_S if out.restart_tick else 10,
+        )
 
     async def _seat(self, out: Outcome) -> None:
         """A client implementation: write trial.pending, start one command per seat with its
@@ -177,11 +209,15 @@ class Suite:
         await self.bus.publish(EVENTS, t.as_kind(TrialPending))
         for a in t.actors:
             token = mint_join_token(self.bus.trust.keyring, t.trial_id, a.name, ttl_s=600)
-            service = self.make_service({"TRIALOG_JOIN_TOKEN": token, "TRIALOG_HOLDER": f"conformance-{a.name}"}, a.name)
+            service = self.make_service(
+                {"TRIALOG_JOIN_TOKEN": token, "TRIALOG_HOLDER": f"conformance-{a.name}"}, a.name
+            )
             service.start()
             out.services.append(service)
         names = {a.name for a in t.actors}
-        await out.log.wait_for(lambda: names <= {r.header(HEADER_SENDER) for r in out.log.of_kind("actor.joined")}, RESTART_TIMEOUT_S)
+        await out.log.wait_for(
+            lambda: names <= {r.header(HEADER_SENDER) for r in out.log.of_kind("actor.joined")}, RESTART_TIMEOUT_S
+        )
 
     async def run(self) -> list[Check]:
         checks = {name: Check(name) for name in CHECKS}
@@ -205,7 +241,9 @@ class Suite:
         return c
 
 
-async def run_conformance(settings: Settings, spec_file: str, implementation: str, command: str | None, *, trials: int, seed: int) -> int:
+async def run_conformance(
+    settings: Settings, spec_file: str, implementation: str, command: str | None, *, trials: int, seed: int
+) -> int:
     from trialog.bus import connect
     from trialog.tools.campaign import _settings_env
 
@@ -213,12 +251,26 @@ async def run_conformance(settings: Settings, spec_file: str, implementation: st
     bus = connect(settings)
     spec = load_spec(spec_file, bus.store)
     if implementation not in spec.actors:
-        raise TrialogError(f"no actor implementation {implementation!r} in {spec_file}; declared: {', '.join(spec.actors)}")
+        raise TrialogError(
+            f"no actor implementation {implementation!r} in {spec_file}; declared: {', '.join(spec.actors)}"
+        )
     impl = spec.actors[implementation]
     if command:
         argv = shlex.split(command)
     elif impl.served_here:
-        argv = [sys.executable, "-m", "trialog.cli", "serve", "actors", "--implementation", implementation, "--spec", spec_file, "--health-port", "0"]
+        argv = [
+            sys.executable,
+            "-m",
+            "trialog.cli",
+            "serve",
+            "actors",
+            "--implementation",
+            implementation,
+            "--spec",
+            spec_file,
+            "--health-port",
+            "0",
+        ]
     else:
         raise TrialogError(f"{implementation!r} is served outside Trialog: pass --command, the command that serves it")
     logs = Path(tempfile.mkdtemp(prefix="trialog-conformance-"))
@@ -230,13 +282,19 @@ async def run_conformance(settings: Settings, spec_file: str, implementation: st
         key_id = actor_key_id(implementation)
         secret = bus.trust.keyring.key(key_id)
         if secret is None:
-            raise TrialogError(f"the keyring ({bus.trust.keyring.source}) cannot give {key_id}: conformance needs the operator's keyring")
-        env["TRIALOG_KEY_" + key_id.upper().replace(".", "_").replace("-", "_")] = base64.urlsafe_b64encode(secret).rstrip(b"=").decode()
+            raise TrialogError(
+                f"the keyring ({bus.trust.keyring.source}) cannot give {key_id}: conformance needs the operator's keyring"
+            )
+        env["TRIALOG_KEY_" + key_id.upper().replace(".", "_").replace("-", "_")] = (
+            base64.urlsafe_b64encode(secret).rstrip(b"=").decode()
+        )
 
     def make_service(extra: dict[str, str], name: str = "service") -> ServiceUnderTest:
         return ServiceUnderTest(argv, {**env, **extra}, logs / f"{name}.log")
 
-    print(f"conformance: {implementation} from {spec_file}, topics {settings.topic_prefix}*, logs in {logs}", flush=True)
+    print(
+        f"conformance: {implementation} from {spec_file}, topics {settings.topic_prefix}*, logs in {logs}", flush=True
+    )
     async with bus:
         await bus.create_topics()
         checks = await Suite(bus, spec, implementation, make_service, trials=trials, seed=seed).run()

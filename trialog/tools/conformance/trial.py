@@ -34,7 +34,9 @@ class ServiceUnderTest:
 
     def start(self) -> None:
         with open(self.log_file, "ab") as out:
-            self.proc = subprocess.Popen(self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -58,7 +60,9 @@ def resolve_trial(spec: Spec, implementation: str, trial_id: str, seed: int, max
     actors = []
     for a in t.actors:
         if impl.classes and a.actor_class not in impl.classes:
-            raise TrialogError(f"{implementation!r} does not play class {a.actor_class!r} of the spec's trial actor {a.name!r}")
+            raise TrialogError(
+                f"{implementation!r} does not play class {a.actor_class!r} of the spec's trial actor {a.name!r}"
+            )
         actors.append(replace(a, implementation=implementation).wire(impl))
     classes = tuple(c.wire() for c in spec.actor_classes.values())
     env = spec.environments[t.environment]
