@@ -32,14 +32,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # runnable as `python bench/analytics.py` from anywhere
 
-from trialog.services.analytics.app import build  # noqa: E402
-from trialog.services.analytics.jobs import KINDS  # noqa: E402
-from trialog.telemetry import metrics  # noqa: E402
 from trialog.analytics import quix_connection, read_results  # noqa: E402
 from trialog.bus.kafka import KafkaBus  # noqa: E402
-from trialog.protocol.events import ActorClassSpec, ActorSpec, Action, Observation, Reward, TrialEnded, TrialStarted  # noqa: E402
-from trialog.settings import Settings  # noqa: E402
+from trialog.protocol.events import Action, ActorClassSpec, ActorSpec, Observation, Reward, TrialEnded, TrialStarted  # noqa: E402
 from trialog.protocol.topics import EVENTS  # noqa: E402
+from trialog.services.analytics.app import build  # noqa: E402
+from trialog.services.analytics.jobs import KINDS  # noqa: E402
+from trialog.settings import Settings  # noqa: E402
+from trialog.telemetry import metrics  # noqa: E402
 
 
 def trial_events(trial_id: str, ticks: int, seed: int) -> list:

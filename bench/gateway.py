@@ -37,10 +37,10 @@ sys.path.insert(0, str(ROOT))
 from bench.core import percentile, read_records  # noqa: E402
 from bench.floor import two_hop  # noqa: E402
 from trialog.bus import connect  # noqa: E402
-from trialog.tools.campaign import create_topics, local_services  # noqa: E402
 from trialog.commands.parts import run_async  # noqa: E402
 from trialog.controller import Controller  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
+from trialog.tools.campaign import create_topics, local_services  # noqa: E402
 
 SPEC = ROOT / "bench" / "gateway.yaml"
 TICK_MS = 150

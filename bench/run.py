@@ -140,8 +140,8 @@ async def bench_overcooked(settings: Settings, args, logdir: Path, out: dict) ->
     try:
         from cogrid.envs.registry import make  # noqa: F401
 
-        import trialog.agents.random_agent
         import trialog.adapters.pettingzoo  # noqa: F401
+        import trialog.agents.random_agent
     except ImportError as exc:
         out["overcooked"] = {"error": f"n/a (adapter not available: {exc})"}
         return

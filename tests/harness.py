@@ -7,12 +7,12 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from trialog.services.actors.main import loops_for as actor_loops
-from trialog.services.environment.main import loops_for as env_loops
-from trialog.services.orchestrator.main import loop_for as orchestrator_loop
 from trialog.bus.base import Bus
 from trialog.controller import Controller
 from trialog.runtime.service import ServiceLoop
+from trialog.services.actors.main import loops_for as actor_loops
+from trialog.services.environment.main import loops_for as env_loops
+from trialog.services.orchestrator.main import loop_for as orchestrator_loop
 from trialog.spec import Spec
 
 

@@ -50,11 +50,11 @@ import pyarrow.parquet as pq  # noqa: E402
 
 from tools.fuzz import first_difference, signature  # noqa: E402  (one definition of "the same trial")
 from trialog.bus.kafka import KafkaBus  # noqa: E402
-from trialog.tools.campaign import start_service, wait_ready  # noqa: E402
 from trialog.controller import Controller  # noqa: E402
 from trialog.datalog.archive import Archive  # noqa: E402
 from trialog.datalog.replay import read_trial  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
+from trialog.tools.campaign import start_service, wait_ready  # noqa: E402
 
 SPEC = ROOT / "tools" / "chaos.yaml"
 SERVICES = ("orchestrator", "environment", "actors", "logger")

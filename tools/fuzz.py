@@ -46,12 +46,12 @@ from aiokafka import AIOKafkaProducer  # noqa: E402
 
 from trialog.bus.base import Record  # noqa: E402
 from trialog.bus.kafka import KafkaBus  # noqa: E402
-from trialog.tools.campaign import local_services  # noqa: E402
 from trialog.controller import Controller  # noqa: E402
 from trialog.datalog.replay import partition_records, read_trial  # noqa: E402
 from trialog.protocol.events import Action, DeadLetter, Message, ParametersChanged, Reward, TrialStarted  # noqa: E402
-from trialog.settings import Settings  # noqa: E402
 from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS  # noqa: E402
+from trialog.settings import Settings  # noqa: E402
+from trialog.tools.campaign import local_services  # noqa: E402
 
 SPEC = ROOT / "tools" / "fuzz.yaml"
 CODECS = (None, None, "gzip", "snappy", "lz4", "zstd")  # None twice: half the batches plain

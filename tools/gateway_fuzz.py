@@ -74,9 +74,9 @@ import threading
 import time
 import uuid
 from collections import Counter
-from datetime import datetime
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -86,18 +86,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
-from tools.fuzz import letters as fuzz_letters  # noqa: E402  (every dead letter, once they settle)
 from websockets.asyncio.client import ClientConnection  # noqa: E402
 from websockets.asyncio.client import connect as ws_connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus  # noqa: E402
 
+from tools.fuzz import letters as fuzz_letters  # noqa: E402  (every dead letter, once they settle)
 from trialog.bus.kafka import KafkaBus  # noqa: E402
-from trialog.tools.campaign import start_service, stop_services, wait_ready  # noqa: E402
 from trialog.controller import Controller  # noqa: E402
 from trialog.datalog.replay import read_trial, trial_records  # noqa: E402
+from trialog.protocol.topics import EVENTS  # noqa: E402
 from trialog.protocol.trial import matches  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
-from trialog.protocol.topics import EVENTS  # noqa: E402
+from trialog.tools.campaign import start_service, stop_services, wait_ready  # noqa: E402
 from trialog.trust.join_tokens import mint_join_token  # noqa: E402
 from trialog.trust.keys import Keyring  # noqa: E402
 

@@ -34,8 +34,8 @@ from typing import Any
 
 import orjson
 
-from trialog.protocol.codec import SchemaStore
 from trialog.errors import CodecError, TopicMissingError, TrialogError
+from trialog.protocol.codec import SchemaStore
 from trialog.protocol.events import BY_KIND, HEADER_KIND, Event, EventCodec, ResolvedTrial
 from trialog.settings import Settings
 

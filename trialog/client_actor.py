@@ -34,7 +34,6 @@ from collections.abc import AsyncIterator
 from trialog.actor import EndEvent, MessageEvent, ObservationEvent, RewardEvent
 from trialog.bus.base import Bus
 from trialog.controller import Controller
-from trialog.protocol.owners import message_problem, reward_problem
 from trialog.errors import TrialError
 from trialog.protocol.events import (
     HEADER_KIND,
@@ -48,9 +47,10 @@ from trialog.protocol.events import (
     TrialPending,
     TrialStarted,
 )
-from trialog.runtime.actor_runtime import Session
-from trialog.protocol.trial import class_schemas, loads, reaches, trial_info
+from trialog.protocol.owners import message_problem, reward_problem
 from trialog.protocol.topics import EVENTS
+from trialog.protocol.trial import class_schemas, loads, reaches, trial_info
+from trialog.runtime.actor_runtime import Session
 from trialog.trust.authenticator import Authenticator
 from trialog.trust.join_tokens import read_join_token
 from trialog.trust.keys import Keyring, TrustError

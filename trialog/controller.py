@@ -27,7 +27,6 @@ from typing import Any
 import orjson
 
 from trialog.bus.base import Bus, Consumer, Record
-from trialog.protocol.owners import reward_problem
 from trialog.errors import TrialError, TrialTimeout
 from trialog.protocol.events import (
     HEADER_KIND,
@@ -47,9 +46,10 @@ from trialog.protocol.events import (
     TrialStarted,
     trial_id_problem,
 )
+from trialog.protocol.owners import reward_problem
 from trialog.protocol.rewards import aggregate, reward_bounds_problem
-from trialog.protocol.trial import reaches
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
+from trialog.protocol.trial import reaches
 from trialog.trust.join_tokens import mint_join_token
 from trialog.trust.keys import Keyring
 

@@ -32,8 +32,8 @@ import numpy as np
 import orjson
 
 from trialog.errors import CodecError, TrialogError
-from trialog.telemetry.logs import get_logger
 from trialog.protocol.topics import MODELS
+from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 

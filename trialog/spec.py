@@ -51,9 +51,9 @@ from typing import Any
 import orjson
 import yaml
 
+from trialog.errors import CodecError, SpecError
 from trialog.protocol.codec import SchemaStore
 from trialog.protocol.events import ActorClassSpec, ActorSpec
-from trialog.errors import CodecError, SpecError
 
 TIMEOUT_POLICIES = ("default_action", "drop")
 

@@ -17,15 +17,14 @@ import threading
 import time
 from pathlib import Path
 
-from trialog.telemetry import metrics
 from trialog.analytics import EventDeserializer, quix_connection, result_topic
-from trialog.telemetry.logs import get_logger
-from trialog.settings import Settings
 from trialog.protocol.topics import EVENTS
+from trialog.services.analytics.jobs import KINDS, SUMMARY_JOBS, contributions, fold_group, fold_trial, group_key
+from trialog.settings import Settings
+from trialog.telemetry import metrics
+from trialog.telemetry.logs import get_logger
 from trialog.trust.authenticator import Authenticator
 from trialog.trust.keys import Keyring
-
-from trialog.services.analytics.jobs import KINDS, SUMMARY_JOBS, contributions, fold_group, fold_trial, group_key
 
 log = get_logger(__name__)
 

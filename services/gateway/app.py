@@ -17,21 +17,21 @@ from collections.abc import Mapping
 
 from starlette.applications import Starlette
 
-from trialog.services.gateway.dashboard import Dashboard
-from trialog.services.gateway.door import Door, Limits
-from trialog.services.gateway.feed import CAUGHT_UP, Feed
-from trialog.services.gateway.messages import Decoded
-from trialog.services.gateway.routes import ROUTES
 from trialog.bus.base import Bus
 from trialog.controller import Controller
 from trialog.controller import join_link as link
 from trialog.errors import TrialError
 from trialog.protocol.events import HEADER_KIND, ActorJoined
+from trialog.protocol.roles import GATEWAY
+from trialog.protocol.topics import EVENTS
+from trialog.services.gateway.dashboard import Dashboard
+from trialog.services.gateway.door import Door, Limits
+from trialog.services.gateway.feed import CAUGHT_UP, Feed
+from trialog.services.gateway.messages import Decoded
+from trialog.services.gateway.routes import ROUTES
+from trialog.spec import Spec
 from trialog.telemetry.health import Health, serve_health
 from trialog.telemetry.logs import get_logger
-from trialog.spec import Spec
-from trialog.protocol.topics import EVENTS
-from trialog.protocol.roles import GATEWAY
 from trialog.trust.authenticator import Authenticator
 
 log = get_logger(__name__)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 
-from trialog.services.gateway.door import Limits
 from trialog.commands.parts import add_health_port, command, require_extra, run_async, spec_files
+from trialog.services.gateway.door import Limits
 from trialog.settings import from_args
 
 
@@ -27,8 +27,8 @@ def add(serve) -> None:
     def do_gateway(args) -> int:
         require_extra("starlette", "gateway", "trialog serve gateway")
         require_extra("uvicorn", "gateway", "trialog serve gateway")
-        from trialog.services.gateway.app import main
         from trialog.bus import connect
+        from trialog.services.gateway.app import main
         from trialog.spec import load_spec
 
         try:

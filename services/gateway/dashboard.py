@@ -24,8 +24,8 @@ from trialog.bus.base import Bus, Record
 from trialog.datalog.deadletters import letter_json
 from trialog.errors import TopicMissingError
 from trialog.protocol.events import HEADER_KIND, HEADER_TICK, DeadLetter, Observation, TrialEnded, TrialRecord
-from trialog.telemetry.logs import get_logger
 from trialog.protocol.topics import DEAD_LETTERS
+from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 

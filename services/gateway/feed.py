@@ -27,12 +27,12 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from trialog.services.gateway.door import LIMITED, SLOW, Limits, Refused
 from trialog.bus.base import Bus, Consumer, Record
 from trialog.errors import TrialError
 from trialog.protocol.events import TrialRecord
-from trialog.telemetry.logs import get_logger
 from trialog.protocol.topics import EVENTS, TRIALS
+from trialog.services.gateway.door import LIMITED, SLOW, Limits, Refused
+from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 

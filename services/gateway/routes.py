@@ -15,9 +15,9 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 
 from trialog.controller import join_link as link
+from trialog.errors import TrialogError
 from trialog.services.gateway.door import Refused
 from trialog.services.gateway.sockets import seat_socket, watch_socket
-from trialog.errors import TrialogError
 
 if TYPE_CHECKING:
     from trialog.services.gateway.app import Gateway

@@ -24,16 +24,12 @@ import orjson
 from starlette.responses import PlainTextResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
-from trialog.services.gateway.door import INTERNAL, LIMITED, REFUSED, SLOW, Refused
-from trialog.services.gateway.feed import CAUGHT_UP
-from trialog.services.gateway.messages import TrialView
-from trialog.services.gateway.seats import verify
 from trialog.errors import CodecError, TrialogError
 from trialog.protocol.events import (
     Action,
-    Event,
     ActorJoined,
     ActorTimeout,
+    Event,
     Message,
     Observation,
     ResolvedTrial,
@@ -41,9 +37,13 @@ from trialog.protocol.events import (
     TrialEnded,
     View,
 )
-from trialog.telemetry.logs import get_logger
 from trialog.protocol.owners import message_problem, reward_problem
 from trialog.protocol.trial import dumps, reaches
+from trialog.services.gateway.door import INTERNAL, LIMITED, REFUSED, SLOW, Refused
+from trialog.services.gateway.feed import CAUGHT_UP
+from trialog.services.gateway.messages import TrialView
+from trialog.services.gateway.seats import verify
+from trialog.telemetry.logs import get_logger
 from trialog.trust.join_tokens import JoinToken
 from trialog.trust.seats import Seat, SeatBook, seat_headers
 

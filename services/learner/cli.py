@@ -27,8 +27,8 @@ def add(serve) -> None:
 
 def _run(args) -> int:
     require_extra("jax", "learn", "trialog serve learner")
-    from trialog.services.learner.main import main
     from trialog.bus import connect
+    from trialog.services.learner.main import main
     from trialog.spec import load_spec
 
     settings = from_args(args)

@@ -42,6 +42,7 @@ import numpy as np
 from trialog import model_registry
 from trialog.bus.base import Record
 from trialog.datalog.samples import TrialFold
+from trialog.learn.memory import Transitions, transitions
 from trialog.protocol.events import (
     Action,
     ActorJoined,
@@ -53,10 +54,9 @@ from trialog.protocol.events import (
     TrialPending,
     TrialStarted,
 )
-from trialog.learn.memory import Transitions, transitions
-from trialog.telemetry.logs import get_logger
 from trialog.runtime.recent import RecentlyEnded
 from trialog.runtime.service import Handler, safe_point
+from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 

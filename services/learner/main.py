@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import inspect
 
-from trialog.services.learner.handler import LearnerHandler
 from trialog.actor import Policy
 from trialog.bus.base import Bus
 from trialog.errors import SpecError
 from trialog.runtime.process import serve
 from trialog.runtime.service import ServiceLoop
+from trialog.services.learner.handler import LearnerHandler
 from trialog.spec import Spec, load_entry
 
 

@@ -36,8 +36,8 @@ def add(serve) -> None:
 
 def _run(args) -> int:
     require_extra("pyarrow", "datalog", "trialog serve logger")
-    from trialog.services.logger.main import main
     from trialog.bus import connect
+    from trialog.services.logger.main import main
 
     if not args.archive_dir:
         raise TrialogError("no archive folder: pass --archive-dir DIR or set TRIALOG_ARCHIVE_DIR")

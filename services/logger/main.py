@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trialog.services.logger.handler import LoggerHandler
 from trialog.bus.base import Bus
 from trialog.datalog.archive import Archive
 from trialog.runtime.process import serve
 from trialog.runtime.service import ServiceLoop
+from trialog.services.logger.handler import LoggerHandler
 
 GROUP = "logger"
 

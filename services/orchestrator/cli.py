@@ -13,8 +13,8 @@ def add(serve) -> None:
 
 
 def _run(args) -> int:
-    from trialog.services.orchestrator.main import main
     from trialog.bus import connect
+    from trialog.services.orchestrator.main import main
     from trialog.spec import load_spec
 
     bus = connect(from_args(args))

@@ -21,11 +21,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from trialog.services.orchestrator.resolve import resolve
-from trialog.telemetry import metrics
 from trialog.bus.base import Record
-from trialog.protocol.owners import message_problem, owner_of, reward_problem
-from trialog.protocol.roles import ORCHESTRATOR
 from trialog.datalog.replay import recall_end, recall_start
 from trialog.errors import BadRecord, CodecError, TopicMissingError, TrialError
 from trialog.protocol.events import (
@@ -50,12 +46,16 @@ from trialog.protocol.events import (
     TrialStarted,
     TrialTerminating,
 )
-from trialog.telemetry.logs import get_logger
+from trialog.protocol.owners import message_problem, owner_of, reward_problem
+from trialog.protocol.roles import ORCHESTRATOR
+from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
+from trialog.protocol.trial import class_schemas
 from trialog.runtime.recent import RecentlyEnded
 from trialog.runtime.service import Handler, safe_point
-from trialog.protocol.trial import class_schemas
+from trialog.services.orchestrator.resolve import resolve
 from trialog.spec import Spec
-from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
+from trialog.telemetry import metrics
+from trialog.telemetry.logs import get_logger
 from trialog.trust.seats import SeatBook, seat_headers
 
 log = get_logger(__name__)

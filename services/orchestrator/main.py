@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from trialog.services.orchestrator.handler import OrchestratorHandler
 from trialog.bus.base import Bus
 from trialog.runtime.process import serve
 from trialog.runtime.service import ServiceLoop
+from trialog.services.orchestrator.handler import OrchestratorHandler
 from trialog.spec import Spec
 
 

@@ -11,12 +11,12 @@ from collections.abc import AsyncIterator
 import uvicorn
 import websockets
 
-from trialog.services.gateway.app import build_app, server_config
-from trialog.services.gateway.door import Limits
 from tests.conftest import free_ports
 from tests.harness import deployment
 from trialog.bus.base import Bus
 from trialog.bus.kafka import KafkaBus
+from trialog.services.gateway.app import build_app, server_config
+from trialog.services.gateway.door import Limits
 from trialog.settings import Settings
 from trialog.spec import Spec, load_spec
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import dataclasses
 import time
 
-from trialog.examples.rps.game import RockPaperScissors
 from trialog.actor import Agent, EndEvent, MessageEvent, ObservationEvent, Policy
 from trialog.environment import Environment, MessageOut
+from trialog.examples.rps.game import RockPaperScissors
 
 # What session actors saw, by (trial, actor) — the tests run these actors in-process.
 SEEN: dict[tuple[str, str], list] = {}

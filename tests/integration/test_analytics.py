@@ -19,8 +19,8 @@ import pytest
 
 from trialog.analytics import read_results
 from trialog.bus.kafka import KafkaBus
-from trialog.tools.campaign import start_service, stop_services, wait_archived, wait_ready
 from trialog.controller import Controller, run_campaign
+from trialog.tools.campaign import start_service, stop_services, wait_archived, wait_ready
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,6 @@ import time
 
 import pytest
 
-from trialog.services.actors.main import loops_for as actor_loops
-from trialog.services.environment.main import loops_for as env_loops
 from tests.conftest import wait_for
 from tests.harness import deployment
 from tests.integration.fixtures import rps_with_a_seat
@@ -23,6 +21,8 @@ from trialog.client_actor import TAKEN_OVER, join
 from trialog.datalog.replay import read_trial
 from trialog.errors import TrialError
 from trialog.protocol.events import Action, ActorClassSpec, ActorSpec, Reward, TrialEnded, TrialStarted
+from trialog.services.actors.main import loops_for as actor_loops
+from trialog.services.environment.main import loops_for as env_loops
 from trialog.spec import load_spec
 from trialog.trust.authenticator import Authenticator
 from trialog.trust.join_tokens import mint_join_token, read_join_token

@@ -16,11 +16,11 @@ import pytest
 from tests.gateway.browser import chromium, page_state, until
 from tests.gateway.kit import gateway
 from trialog.bus.kafka import KafkaBus
-from trialog.tools.campaign import start_service, stop_services, wait_ready
 from trialog.controller import Controller, run_campaign
 from trialog.protocol.events import HEADER_KIND
-from trialog.spec import load_spec
 from trialog.protocol.topics import EVENTS
+from trialog.spec import load_spec
+from trialog.tools.campaign import start_service, stop_services, wait_ready
 
 pytestmark = pytest.mark.integration
 SPEC = Path(__file__).resolve().parent / "trialtest.yaml"

@@ -12,17 +12,17 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from trialog.examples.rps.game import RockPaperScissors
-from trialog.services.logger.main import loop_for as logger_loop
 from tests.conftest import wait_for
 from tests.harness import deployment
 from trialog import cli
 from trialog.bus.kafka import KafkaBus
 from trialog.datalog.archive import Archive, file_name
 from trialog.datalog.replay import partition_records, replay
+from trialog.examples.rps.game import RockPaperScissors
 from trialog.protocol.events import Observation, Reward
 from trialog.protocol.rewards import aggregate
 from trialog.protocol.trial import matches
+from trialog.services.logger.main import loop_for as logger_loop
 from trialog.spec import load_spec
 
 pytestmark = pytest.mark.integration

@@ -30,8 +30,8 @@ from trialog.protocol.events import (
     TerminateRequest,
     TrialStarted,
 )
-from trialog.spec import load_spec
 from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS
+from trialog.spec import load_spec
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent

@@ -11,11 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from trialog.controller import join_link as link
-from trialog.services.gateway.door import Limits
 from tests.gateway.kit import people_deployment, play, seat_url, socket
 from tests.integration.test_trials import read_trial
+from trialog.controller import join_link as link
 from trialog.protocol.events import Action, ActorJoined, Reward
+from trialog.services.gateway.door import Limits
 from trialog.trust.keys import Keyring
 
 pytestmark = pytest.mark.integration

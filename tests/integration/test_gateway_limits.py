@@ -15,16 +15,16 @@ import httpx
 import pytest
 import websockets
 
-from trialog.services.gateway.door import LIMITED, Limits
 from tests.conftest import free_ports
 from tests.gateway.kit import people_deployment, play, seat_url, socket
-from trialog.bus.kafka import KafkaBus
-from trialog.tools.campaign import create_topics, local_services
-from trialog.controller import Controller
 from tests.integration.test_trials import read_trial as read_events
+from trialog.bus.kafka import KafkaBus
+from trialog.controller import Controller
 from trialog.controller import join_link as link
 from trialog.datalog.replay import read_trial
 from trialog.protocol.events import ActorTimeout, Message, Reward
+from trialog.services.gateway.door import LIMITED, Limits
+from trialog.tools.campaign import create_topics, local_services
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]

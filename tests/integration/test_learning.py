@@ -16,12 +16,12 @@ from tests.harness import deployment
 from tests.integration import fixtures
 from trialog import model_registry
 from trialog.bus.kafka import KafkaBus
-from trialog.tools.campaign import local_services, start_service, wait_ready
 from trialog.controller import Controller
 from trialog.datalog.replay import read_trials
 from trialog.learn.memory import transitions
 from trialog.learn.train import Preset, Schedule, derived_spec, run_phases
 from trialog.spec import load_spec
+from trialog.tools.campaign import local_services, start_service, wait_ready
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent

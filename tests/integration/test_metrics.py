@@ -14,11 +14,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import wait_for
 from trialog.bus.kafka import KafkaBus
-from trialog.tools.campaign import start_service, stop_services, wait_ready
 from trialog.controller import Controller
 from trialog.protocol.events import BY_KIND, HEADER_KIND, HEADER_TICK, DeadLetter
-from trialog.telemetry.metrics import reason_category
 from trialog.protocol.topics import DEAD_LETTERS, EVENTS
+from trialog.telemetry.metrics import reason_category
+from trialog.tools.campaign import start_service, stop_services, wait_ready
 
 pytestmark = pytest.mark.integration
 SPEC = str(Path(__file__).resolve().parent / "trialtest.yaml")

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from trialog.services.logger.main import loop_for as logger_loop
-from trialog.services.orchestrator.handler import OrchestratorHandler
 from tests.conftest import wait_for
 from tests.harness import deployment
 from tests.integration.test_dead_letters import read_letters
@@ -20,9 +18,11 @@ from trialog.datalog.archive import Archive
 from trialog.datalog.replay import read_trial, trial_records
 from trialog.datalog.verify import verify
 from trialog.protocol.events import TrialStarted
-from trialog.runtime.service import ServiceLoop
-from trialog.spec import load_spec
 from trialog.protocol.topics import EVENTS
+from trialog.runtime.service import ServiceLoop
+from trialog.services.logger.main import loop_for as logger_loop
+from trialog.services.orchestrator.handler import OrchestratorHandler
+from trialog.spec import load_spec
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent

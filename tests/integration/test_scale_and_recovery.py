@@ -11,9 +11,9 @@ import pytest
 from tests.conftest import wait_for
 from tests.integration.test_trials import read_trial
 from trialog.bus.kafka import KafkaBus
-from trialog.tools.campaign import local_services, start_service, stop_services, wait_ready
 from trialog.controller import Controller
 from trialog.protocol.events import Action, Observation, TrialEnded
+from trialog.tools.campaign import local_services, start_service, stop_services, wait_ready
 
 pytestmark = pytest.mark.integration
 SPEC = str(Path(__file__).resolve().parent / "trialtest.yaml")

@@ -21,12 +21,12 @@ from trialog import cli
 from trialog.actor import EndEvent, ObservationEvent
 from trialog.broker.secure import ROLE_ACLS
 from trialog.bus.kafka import KafkaBus
-from trialog.tools.campaign import start_service, stop_services, wait_ready
 from trialog.client_actor import join
 from trialog.controller import Controller
 from trialog.datalog.archive import Archive
 from trialog.errors import TransportError
 from trialog.settings import Settings
+from trialog.tools.campaign import start_service, stop_services, wait_ready
 from trialog.trust.authenticator import Authenticator
 from trialog.trust.join_tokens import mint_join_token
 from trialog.trust.keys import Keyring

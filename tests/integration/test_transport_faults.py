@@ -19,8 +19,8 @@ from tests.integration.test_trials import read_trial
 from trialog.bus.kafka import KafkaBus
 from trialog.errors import RecordsTooLarge, TransportError
 from trialog.protocol.events import DeadLetter, Observation, Reward, StartRequest, TrialEnded
-from trialog.spec import load_spec
 from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS
+from trialog.spec import load_spec
 
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).resolve().parent

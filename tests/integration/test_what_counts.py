@@ -14,14 +14,14 @@ from tests.harness import deployment
 from tests.integration.fixtures import rps_with_a_seat
 from trialog.actor import EndEvent, ObservationEvent
 from trialog.bus.kafka import KafkaBus
-from trialog.tools.campaign import start_service, stop_services, wait_ready
 from trialog.client_actor import join
 from trialog.controller import Controller
 from trialog.datalog.archive import Archive
 from trialog.datalog.replay import read_trial
 from trialog.protocol.events import Action, Reward
-from trialog.spec import load_spec
 from trialog.protocol.topics import EVENTS
+from trialog.spec import load_spec
+from trialog.tools.campaign import start_service, stop_services, wait_ready
 from trialog.trust.authenticator import Authenticator
 from trialog.trust.join_tokens import mint_join_token
 from trialog.trust.keys import Keyring

@@ -19,11 +19,11 @@ from pettingzoo import ParallelEnv
 from trialog.adapters.gymnasium import GymnasiumEnvironment
 from trialog.adapters.pettingzoo import PettingZooEnvironment
 from trialog.adapters.spaces import avro_name, space_codec
-from trialog.protocol.spaces import SPACE_PROPERTY, sample_action
-from trialog.tools.check import _same
-from trialog.protocol.codec import SchemaStore
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import SpecError, TrialError
+from trialog.protocol.codec import SchemaStore
+from trialog.protocol.spaces import SPACE_PROPERTY, sample_action
+from trialog.tools.check import _same
 
 RPS = {"env": "pettingzoo.classic.rps_v2:parallel_env", "kwargs": {"max_cycles": 5}}
 OVERCOOKED = {

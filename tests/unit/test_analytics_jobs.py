@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from trialog.services.analytics.jobs import contributions, fold_group, fold_trial, group_key
 from trialog.protocol.events import ActorSpec, Observation, Reward, TrialEnded, TrialStarted
+from trialog.services.analytics.jobs import contributions, fold_group, fold_trial, group_key
 
 
 class State(dict):

@@ -10,10 +10,10 @@ import pytest
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from trialog.tools.check import check_environment
 from trialog.cli import main as cli_main
 from trialog.environment import Environment, Step
 from trialog.errors import TrialogError
+from trialog.tools.check import check_environment
 
 PETTINGZOO = "trialog.adapters.pettingzoo:PettingZooEnvironment"
 GYMNASIUM = "trialog.adapters.gymnasium:GymnasiumEnvironment"

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from trialog.services.orchestrator.resolve import resolve
 from trialog import cli
-from trialog.telemetry import logs
 from trialog.bus.memory import MemoryBus
-from trialog.tools.campaign import campaign_overrides, wait_indexed
-from trialog.controller import Controller, TrialOutcome
-from trialog.commands.parts import trial_overrides
 from trialog.commands.demo import campaign_args
-from trialog.tools.demo import DEMOS, demo_settings
+from trialog.commands.parts import trial_overrides
+from trialog.controller import Controller, TrialOutcome
 from trialog.errors import TrialError, TrialTimeout
 from trialog.protocol.events import StartRequest, TrialRecord
-from trialog.spec import load_spec
 from trialog.protocol.topics import TRIALS
+from trialog.services.orchestrator.resolve import resolve
+from trialog.spec import load_spec
+from trialog.telemetry import logs
+from trialog.tools.campaign import campaign_overrides, wait_indexed
+from trialog.tools.demo import DEMOS, demo_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,9 +11,9 @@ import fastavro
 import numpy as np
 import pytest
 
+from trialog.errors import CodecError
 from trialog.protocol.codec import HEADER_SIZE, SchemaStore
 from trialog.protocol.codec_flat import compile_flat
-from trialog.errors import CodecError
 
 STORE = SchemaStore.with_builtin()
 FLAT = sorted((s for s in STORE._by_name.values() if s.flat is not None), key=lambda s: s.name)  # noqa: SLF001

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from trialog.protocol.codec import HEADER_SIZE, SchemaStore, schemas_dir
 from trialog.errors import CodecError
+from trialog.protocol.codec import HEADER_SIZE, SchemaStore, schemas_dir
 
 
 @pytest.fixture

@@ -11,8 +11,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from trialog.examples.rps.game import RockPaperScissors
-from trialog.services.logger.main import loop_for as logger_loop
 from tests.conftest import wait_for
 from tests.harness import deployment
 from trialog.bus.memory import MemoryBus
@@ -22,10 +20,12 @@ from trialog.datalog.replay import read_trial, replay
 from trialog.datalog.samples import TrialFold
 from trialog.datalog.verify import verify
 from trialog.errors import CodecError
+from trialog.examples.rps.game import RockPaperScissors
 from trialog.protocol.events import Observation, Reward, TrialEnded
 from trialog.protocol.rewards import aggregate
-from trialog.spec import load_spec
 from trialog.protocol.topics import EVENTS, TRIALS
+from trialog.services.logger.main import loop_for as logger_loop
+from trialog.spec import load_spec
 
 SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps" / "spec.yaml"
 

@@ -9,14 +9,14 @@ import time
 
 import pytest
 
+from tests.unit.test_trust import STARTED
 from trialog.bus.memory import MemoryBus
 from trialog.protocol.events import Message, Observation
+from trialog.protocol.topics import EVENTS
 from trialog.runtime.pace import Pace
 from trialog.runtime.service import Handler, ServiceLoop
-from trialog.protocol.topics import EVENTS
 from trialog.trust.keys import Keyring
 from trialog.trust.tags import MacKey
-from tests.unit.test_trust import STARTED
 
 
 @pytest.mark.parametrize("size", [0, 1, 32, 64, 65, 200])
@@ -142,10 +142,10 @@ def test_the_orchestrator_checks_the_record_that_moves_a_trial_and_the_rest_only
 ):
     from pathlib import Path
 
-    from trialog.services.orchestrator.handler import OrchestratorHandler
     from trialog.protocol.events import Action, StartRequest
-    from trialog.spec import load_spec
     from trialog.protocol.topics import CONTROL
+    from trialog.services.orchestrator.handler import OrchestratorHandler
+    from trialog.spec import load_spec
 
     bus = MemoryBus(memory_settings)
     spec = load_spec(Path(__file__).resolve().parents[2] / "examples" / "rps" / "spec.yaml", bus.store)

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import yaml
 
-from trialog.services.learner.handler import LearnerHandler
 from tests.harness import deployment
 from trialog.actor import DecideRequest
 from trialog.bus.base import Record
@@ -18,13 +17,14 @@ from trialog.bus.memory import MemoryBus
 from trialog.datalog.samples import Sample, TrialFold
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialogError
-from trialog.protocol.events import Reward
 from trialog.learn.dqn import DQNConfig, DQNLearner, DQNPolicy, train_in_process
 from trialog.learn.memory import ReplayMemory, flat_observation, transitions
 from trialog.learn.train import Schedule, derived_spec, load_preset
 from trialog.model_registry import ModelVersion, from_safetensors, make_version
-from trialog.spec import load_spec
+from trialog.protocol.events import Reward
 from trialog.protocol.topics import EVENTS
+from trialog.services.learner.handler import LearnerHandler
+from trialog.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -318,7 +318,8 @@ def test_on_policy_learner_keeps_the_current_version_and_counts_what_it_discards
 
 
 def test_ppo_in_process_runs_and_its_learner_round_trips():
-    from trialog.learn.ppo import PPOConfig, PPOLearner, train_in_process as ppo_in_process
+    from trialog.learn.ppo import PPOConfig, PPOLearner
+    from trialog.learn.ppo import train_in_process as ppo_in_process
 
     curve = ppo_in_process(PPOConfig(rollout_steps=128, hidden=(16,)), total_steps=600, eval_every=300, eval_episodes=2)
     assert [s >= 300 for s, _ in curve] == [True, True] and all(8 <= r <= 500 for _, r in curve)

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trialog.examples.overcooked.cooks import OvercookedPlanner
 from trialog.adapters.pettingzoo import PettingZooEnvironment
 from trialog.environment import ActorInfo, RewardOut, TrialInfo
 from trialog.errors import SpecError, TrialError
+from trialog.examples.overcooked.cooks import OvercookedPlanner
 from trialog.rewards import (
     TOTAL,
     RewardComponent,

@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from trialog.examples.overcooked.cooks import Kitchen, OvercookedPlanner
-from trialog.agents.random_agent import RandomAgent
 from trialog.adapters.pettingzoo import PettingZooEnvironment
+from trialog.agents.random_agent import RandomAgent
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialogError
+from trialog.examples.overcooked.cooks import Kitchen, OvercookedPlanner
 
 OVERCOOKED = {
     "env": "cogrid.envs.registry:make",

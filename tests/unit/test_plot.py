@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from trialog.services.logger.main import loop_for as logger_loop
 from tests.conftest import wait_for
 from tests.harness import deployment
 from trialog.bus.memory import MemoryBus
 from trialog.datalog.archive import Archive
 from trialog.errors import TrialogError
+from trialog.services.logger.main import loop_for as logger_loop
+from trialog.spec import load_spec
 from trialog.tools.plot import (
     TrialReturn,
     plot_returns,
@@ -24,7 +25,6 @@ from trialog.tools.plot import (
     returns_series,
     rolling_mean,
 )
-from trialog.spec import load_spec
 
 SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps" / "spec.yaml"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

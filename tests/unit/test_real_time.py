@@ -12,8 +12,8 @@ import yaml
 from tests.harness import deployment
 from trialog.bus.memory import MemoryBus
 from trialog.protocol.events import Action, ActorTimeout, Observation
-from trialog.spec import parse_spec
 from trialog.protocol.topics import EVENTS
+from trialog.spec import parse_spec
 
 SPEC = Path(__file__).resolve().parents[1] / "integration" / "trialtest.yaml"
 INTERVAL_MS, TICKS = 60, 6

@@ -14,13 +14,13 @@ from tests.harness import deployment
 from tests.unit.test_datalog import events_of, run_trial
 from trialog.bus.memory import MemoryBus
 from trialog.datalog.samples import TrialFold
-from trialog.protocol.owners import check_headers, owner_of, reward_problem
-from trialog.protocol.roles import ACTORS, ENVIRONMENT, ORCHESTRATOR
 from trialog.errors import CodecError, TransportError
 from trialog.protocol.events import Action, Message, Observation, Reward, TrialEnded
+from trialog.protocol.owners import check_headers, owner_of, reward_problem
+from trialog.protocol.roles import ACTORS, ENVIRONMENT, ORCHESTRATOR
+from trialog.protocol.topics import EVENTS
 from trialog.runtime import service
 from trialog.spec import load_spec
-from trialog.protocol.topics import EVENTS
 
 SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps" / "spec.yaml"
 SLOW = Path(__file__).resolve().parents[1] / "integration" / "trialtest.yaml"  # its "slow" RPS takes 50 ms a tick

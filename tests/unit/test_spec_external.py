@@ -5,12 +5,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trialog.services.actors.main import loops_for as actor_loops
-from trialog.services.environment.main import loops_for as environment_loops
 from trialog.bus.memory import MemoryBus
 from trialog.errors import SpecError
+from trialog.services.actors.main import loops_for as actor_loops
+from trialog.services.environment.main import loops_for as environment_loops
 from trialog.settings import Settings
-from trialog.spec import load_spec, parse_spec
+from trialog.spec import parse_spec
 
 RPS = Path(__file__).resolve().parents[2] / "examples" / "rps" / "spec.yaml"
 

@@ -13,9 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from trialog.services.analytics.jobs import fold_trial
-from trialog.examples.rps.game import RockPaperScissors
-from trialog.services.orchestrator.main import loop_for as orchestrator_loop
 from tests.conftest import wait_for
 from tests.harness import deployment
 from tests.unit.test_analytics_jobs import State
@@ -25,13 +22,16 @@ from trialog.bus.memory import MemoryBus
 from trialog.client_actor import join
 from trialog.datalog.replay import read_trial
 from trialog.datalog.samples import RewardSource, Sample, TrialFold, apply_rewards
-from trialog.protocol.owners import message_problem, reward_problem
 from trialog.errors import TrialError
+from trialog.examples.rps.game import RockPaperScissors
 from trialog.protocol.events import Action, DeadLetter, Message, Reward
+from trialog.protocol.owners import message_problem, reward_problem
 from trialog.protocol.rewards import MAX_CONFIDENCE, MAX_REWARD_VALUE, aggregate, reward_bounds_problem
-from trialog.protocol.trial import matches, reaches
-from trialog.spec import load_spec
 from trialog.protocol.topics import DEAD_LETTERS, EVENTS
+from trialog.protocol.trial import matches, reaches
+from trialog.services.analytics.jobs import fold_trial
+from trialog.services.orchestrator.main import loop_for as orchestrator_loop
+from trialog.spec import load_spec
 from trialog.trust.tags import MAC_PREFIX, compute_tag, mac_input
 
 ROOT = Path(__file__).resolve().parents[2]

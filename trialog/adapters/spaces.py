@@ -43,9 +43,9 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from trialog.errors import SpecError
 from trialog.protocol.codec import SUPPORTED_DTYPES, TENSOR
 from trialog.protocol.spaces import SPACE_PROPERTY
-from trialog.errors import SpecError
 
 SUPPORTED_SPACES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Dict", "Tuple", "Text")
 

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from trialog.actor import Agent
-from trialog.protocol.spaces import action_space_of, sample_action
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialogError
+from trialog.protocol.spaces import action_space_of, sample_action
 
 
 class RandomAgent(Agent):

@@ -163,7 +163,7 @@ async def _answers_metadata(bootstrap: str, options: dict[str, Any] | None = Non
         await admin.start()
         cluster = await admin.describe_cluster()
         return bool(cluster.get("brokers"))
-    except (KafkaError, OSError, asyncio.TimeoutError):
+    except (TimeoutError, KafkaError, OSError):
         return False
     finally:
         await admin.close()

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING
 import orjson
 
 from trialog.errors import BrokerError
-from trialog.telemetry.logs import get_logger
 from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS, MODELS, TRIALS
+from trialog.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
     from trialog.broker.config import BrokerConfig

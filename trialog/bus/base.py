@@ -18,11 +18,11 @@ from typing import Any
 
 from aiokafka.partitioner import murmur2  # pure function: Kafka's default key hash
 
-from trialog.protocol.codec import SchemaStore
 from trialog.errors import RecordsTooLarge
+from trialog.protocol.codec import SchemaStore
 from trialog.protocol.events import DeadLetter, Event, EventCodec, ResolvedTrial
-from trialog.settings import Settings
 from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS, record_limits
+from trialog.settings import Settings
 from trialog.trust.authenticator import Authenticator
 from trialog.trust.keys import Keyring
 

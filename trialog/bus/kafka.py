@@ -35,9 +35,9 @@ from aiokafka.errors import (
 from trialog.bus.base import RECORD_OVERHEAD, Bus, Delivered
 from trialog.bus.kafka_consumer import KafkaConsumer
 from trialog.bus.kafka_tasks import _ended_with, _stopped, _watch_metadata
-from trialog.telemetry.logs import get_logger
 from trialog.errors import RecordsTooLarge, TransportError
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS, plan
+from trialog.telemetry.logs import get_logger
 
 KEYED = frozenset({CONTROL, EVENTS, TRIALS})  # partitioned by trial ID, same count (I-2)
 

@@ -34,9 +34,9 @@ from aiokafka.structs import OffsetAndMetadata
 
 from trialog.bus.base import BATCH_WAIT_MS, AssignmentCallback, Consumer, Record
 from trialog.bus.kafka_tasks import _ended_with, _stopped, _watch_metadata
-from trialog.telemetry.logs import get_logger
 from trialog.errors import TopicMissingError, TransportError
 from trialog.protocol.topics import TRANSACTIONAL_PREFIX
+from trialog.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
     from trialog.bus.kafka import KafkaBus

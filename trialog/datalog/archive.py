@@ -32,12 +32,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from trialog.protocol.codec import SchemaStore
 from trialog.datalog.samples import RewardSource, Sample, TrialFold, apply_rewards
 from trialog.datalog.table import from_table, to_table
-from trialog.protocol.owners import reward_problem
 from trialog.errors import TrialogError
+from trialog.protocol.codec import SchemaStore
 from trialog.protocol.events import EventCodec, Reward, TrialEnded, TrialStarted
+from trialog.protocol.owners import reward_problem
 
 CATALOG = "catalog.jsonl"
 META_STARTED = b"trialog.trial_started"

@@ -27,7 +27,6 @@ from collections.abc import AsyncIterator, Callable
 from trialog.bus.base import Bus, Record
 from trialog.controller import Controller
 from trialog.datalog.samples import Sample, TrialFold
-from trialog.protocol.owners import check_headers
 from trialog.errors import CodecError
 from trialog.protocol.events import (
     HEADER_KIND,
@@ -39,6 +38,7 @@ from trialog.protocol.events import (
     TrialRecord,
     TrialStarted,
 )
+from trialog.protocol.owners import check_headers
 from trialog.protocol.topics import EVENTS
 
 

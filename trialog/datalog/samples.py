@@ -48,9 +48,8 @@ from typing import Any
 
 import orjson
 
-from trialog.protocol.codec import SchemaStore
-from trialog.protocol.owners import message_problem, reward_problem
 from trialog.errors import CodecError
+from trialog.protocol.codec import SchemaStore
 from trialog.protocol.events import (
     Action,
     ActorJoined,
@@ -63,6 +62,7 @@ from trialog.protocol.events import (
     TrialEnded,
     TrialStarted,
 )
+from trialog.protocol.owners import message_problem, reward_problem
 from trialog.protocol.rewards import aggregate
 from trialog.protocol.trial import ClassSchemas, class_schemas, reaches
 from trialog.trust.seats import SeatBook, seat_headers

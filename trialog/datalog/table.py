@@ -15,9 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from trialog.protocol.codec import SchemaStore
 from trialog.datalog.samples import MessageIn, RewardSource, Sample, to_json_text
 from trialog.errors import CodecError
+from trialog.protocol.codec import SchemaStore
 from trialog.protocol.events import TrialEnded, TrialStarted
 from trialog.protocol.trial import class_schemas
 

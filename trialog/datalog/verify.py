@@ -22,11 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from trialog.protocol.codec import SchemaStore
 from trialog.datalog.samples import Sample
 from trialog.environment import RewardOut, Step
-from trialog.protocol.events import TrialStarted
 from trialog.errors import TrialogError
+from trialog.protocol.codec import SchemaStore
+from trialog.protocol.events import TrialStarted
 from trialog.protocol.trial import class_schemas, operator_code, trial_info
 from trialog.spec import Spec, load_entry
 

@@ -342,8 +342,8 @@ def plot(preset: Preset, result: TrainResult, out: Path, extra: Mapping[str, lis
 def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = False) -> TrainResult:
     """Create the topics, run the services and a learner locally, and the phases."""
     from trialog.bus import connect
-    from trialog.tools.campaign import local_services
     from trialog.spec import load_spec
+    from trialog.tools.campaign import local_services
 
     out_dir.mkdir(parents=True, exist_ok=True)
     spec_file = derived_spec(preset, out_dir)

@@ -40,8 +40,8 @@ import fastavro.write
 import numpy as np
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from trialog.protocol.codec_flat import compile_flat
 from trialog.errors import CodecError
+from trialog.protocol.codec_flat import compile_flat
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = 10  # 2 marker bytes + 8 fingerprint bytes

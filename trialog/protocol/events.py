@@ -25,9 +25,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from trialog.errors import CodecError
 from trialog.protocol.codec import HEADER_SIZE, SchemaStore
 from trialog.protocol.roles import ORCHESTRATOR
-from trialog.errors import CodecError
 
 ENVIRONMENT_SENDER = "env"  # the sender name of the environment's records (its role is roles.ENVIRONMENT)
 

@@ -48,8 +48,9 @@ raises or calls ``loop.dead_letter`` with its reason).
 
 from __future__ import annotations
 
-import orjson
 from collections.abc import Mapping, Sequence
+
+import orjson
 
 from trialog.errors import CodecError
 from trialog.protocol.events import (
@@ -68,8 +69,8 @@ from trialog.protocol.events import (
     Reward,
     identity_from_headers,
 )
-from trialog.protocol.roles import ACTORS, ENVIRONMENT, ORCHESTRATOR
 from trialog.protocol.rewards import reward_bounds_problem
+from trialog.protocol.roles import ACTORS, ENVIRONMENT, ORCHESTRATOR
 from trialog.protocol.trial import matches, reaches
 
 # Kinds owned by a service other than the orchestrator (see the table above).

@@ -9,8 +9,8 @@ from typing import Any
 
 import orjson
 
-from trialog.protocol.codec import Schema, SchemaStore
 from trialog.environment import ActorInfo, TrialInfo
+from trialog.protocol.codec import Schema, SchemaStore
 from trialog.protocol.events import ActorSpec, ResolvedTrial
 
 

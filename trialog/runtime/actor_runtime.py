@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import AsyncIterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trialog.telemetry import metrics
 from trialog.actor import (
     ActorEvent,
     DecideRequest,
@@ -41,10 +40,9 @@ from trialog.actor import (
     RewardEvent,
 )
 from trialog.bus.base import Record
-from trialog.protocol.owners import message_problem, reward_problem
-from trialog.protocol.roles import ACTORS
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import BadRecord, CodecError, TrialError, TrialogError
+from trialog.model_registry import ModelFollower, ModelVersion
 from trialog.protocol.events import (
     HEADER_RECEIVER,
     Action,
@@ -55,13 +53,11 @@ from trialog.protocol.events import (
     TrialEnded,
     TrialStarted,
 )
-from trialog.telemetry.logs import get_logger
-from trialog.model_registry import ModelFollower, ModelVersion
-from trialog.protocol.rewards import reward_bounds_problem
 from trialog.protocol.inbox import Received
-from trialog.runtime.pace import Pace
-from trialog.runtime.recent import RecentlyEnded
-from trialog.runtime.service import Handler, safe_point
+from trialog.protocol.owners import message_problem, reward_problem
+from trialog.protocol.rewards import reward_bounds_problem
+from trialog.protocol.roles import ACTORS
+from trialog.protocol.topics import EVENTS
 from trialog.protocol.trial import (
     ClassSchemas,
     class_schemas,
@@ -70,9 +66,12 @@ from trialog.protocol.trial import (
     reaches,
     trial_info,
 )
+from trialog.runtime.pace import Pace
+from trialog.runtime.recent import RecentlyEnded
+from trialog.runtime.service import Handler, safe_point
 from trialog.spec import load_entry
-from trialog.protocol.topics import EVENTS
-
+from trialog.telemetry import metrics
+from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -35,10 +35,7 @@ from typing import Any
 
 import orjson
 
-from trialog.telemetry import metrics
 from trialog.bus.base import Record
-from trialog.protocol.owners import message_problem
-from trialog.protocol.roles import ENVIRONMENT
 from trialog.environment import RewardOut, Step
 from trialog.errors import BadRecord, CodecError
 from trialog.protocol.events import (
@@ -59,14 +56,17 @@ from trialog.protocol.events import (
     TrialTerminating,
     View,
 )
-from trialog.telemetry.logs import get_logger
+from trialog.protocol.owners import message_problem
 from trialog.protocol.rewards import reward_bounds_problem
+from trialog.protocol.roles import ENVIRONMENT
+from trialog.protocol.topics import EVENTS
+from trialog.protocol.trial import ClassSchemas, class_schemas, dumps, loads, operator_code, trial_info
 from trialog.runtime.pace import Pace
 from trialog.runtime.recent import RecentlyEnded
 from trialog.runtime.service import Handler, safe_point
-from trialog.protocol.trial import ClassSchemas, class_schemas, dumps, loads, operator_code, trial_info
 from trialog.spec import load_entry
-from trialog.protocol.topics import EVENTS
+from trialog.telemetry import metrics
+from trialog.telemetry.logs import get_logger
 from trialog.trust.seats import SeatBook, seat_headers
 
 log = get_logger(__name__)

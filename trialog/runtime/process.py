@@ -17,9 +17,9 @@ import time
 from collections.abc import Sequence
 
 from trialog.bus.base import Bus
+from trialog.runtime.service import ServiceLoop, run_until_stopped
 from trialog.telemetry.health import Health, serve_health
 from trialog.telemetry.logs import get_logger
-from trialog.runtime.service import ServiceLoop, run_until_stopped
 
 log = get_logger(__name__)
 

@@ -45,13 +45,13 @@ from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from trialog.telemetry import metrics
 from trialog.bus.base import Bus, Consumer, Record
-from trialog.protocol.owners import check_headers, owner_of
 from trialog.errors import CodecError, RecordsTooLarge, TransportError, TrialogError
 from trialog.protocol.events import BY_KIND, HEADER_KIND, Event, ResolvedTrial, identity_from_headers
-from trialog.telemetry.logs import get_logger
+from trialog.protocol.owners import check_headers, owner_of
 from trialog.protocol.topics import EVENTS
+from trialog.telemetry import metrics
+from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -119,7 +119,7 @@ async def serve_health(health: Health, host: str = "0.0.0.0", port: int = 8080) 
         content_type = "application/json"
         try:
             status, body, head_only = await _respond(health, reader)
-        except (asyncio.TimeoutError, asyncio.LimitOverrunError, asyncio.IncompleteReadError, ValueError):
+        except (TimeoutError, asyncio.LimitOverrunError, asyncio.IncompleteReadError, ValueError):
             status, body, head_only = HTTPStatus.BAD_REQUEST, {"status": "error", "reason": "bad request"}, False
         except ConnectionError:
             writer.close()

@@ -22,7 +22,6 @@ The metric names are part of the Helm chart's Grafana dashboard
 from __future__ import annotations
 
 import re
-
 import time
 import weakref
 from typing import TYPE_CHECKING

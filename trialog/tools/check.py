@@ -44,11 +44,11 @@ from typing import Any
 
 import numpy as np
 
-from trialog.protocol.codec import HEADER_SIZE, Schema, SchemaStore
-from trialog.protocol.spaces import action_space_of, sample_action
 from trialog.environment import ActorInfo, RewardOut, TrialInfo
-from trialog.protocol.rewards import reward_bounds_problem
 from trialog.errors import TrialogError
+from trialog.protocol.codec import HEADER_SIZE, Schema, SchemaStore
+from trialog.protocol.rewards import reward_bounds_problem
+from trialog.protocol.spaces import action_space_of, sample_action
 
 
 @dataclass(frozen=True)

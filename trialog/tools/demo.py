@@ -71,8 +71,8 @@ def play_with_people(settings: Settings, gateway_port: int, max_ticks: int | Non
     """One real-time Overcooked trial with a person in cook_a's seat, beside the planner."""
     import asyncio
 
-    from trialog.tools.campaign import create_topics, local_services
     from trialog.spec import load_spec
+    from trialog.tools.campaign import create_topics, local_services
 
     spec_file = str(EXAMPLES / PEOPLE_SPEC)
     spec = load_spec(spec_file)

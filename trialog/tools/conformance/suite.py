@@ -30,8 +30,8 @@ from trialog.protocol.events import (
     TrialPending,
 )
 from trialog.protocol.inbox import PROBE
-from trialog.protocol.trial import class_schemas, trial_info
 from trialog.protocol.topics import EVENTS
+from trialog.protocol.trial import class_schemas, trial_info
 from trialog.settings import Settings
 from trialog.spec import Spec, load_entry, load_spec
 from trialog.tools.conformance.checks import CHECKS, Check, check_answers, check_probes, check_seats, report
