@@ -78,7 +78,7 @@ async def two_hop(settings: Settings, rounds: int, value: bytes) -> list[float]:
     echoer = asyncio.create_task(echo())
     out = []
     try:
-        for i in range(rounds):
+        for _ in range(rounds):
             t0 = time.perf_counter()
             await pa.send_and_wait(ping, value, key=b"floor", headers=[("kind", b"ping")])
             got = 0

@@ -175,7 +175,8 @@ def table(out: dict) -> str:
         f"{'person round trip p50 / p99 (ms), action -> next observation':58} {rt['p50']:>7.1f} / {rt['p99']:<7.1f} {rt['floor_p50']:>7.1f} / {rt['floor_p99']:<7.1f} (two-hop)",
     ]
     for r in out["capacity"]:
-        lines.append(f"{'seats at a %d ms tick: %d, observation -> action p50 / p99 (ms)' % (TICK_MS, r['seats']):58} "
+        label = f"seats at a {TICK_MS} ms tick: {r['seats']}, observation -> action p50 / p99 (ms)"
+        lines.append(f"{label:58} "
                      f"{r['p50']:>7} / {r['p99']:<7} missed {r['missed_deadlines']}, {'held' if r['held'] else 'NOT held'}")  # fmt: skip
     lines.append(
         f"seats one gateway process holds at a {TICK_MS} ms tick (p99 < {TICK_MS} ms, no deadline missed): {max(held) if held else 'fewer than the fewest tried'}"

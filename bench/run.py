@@ -141,7 +141,7 @@ async def bench_overcooked(settings: Settings, args, logdir: Path, out: dict) ->
         from cogrid.envs.registry import make  # noqa: F401
 
         import trialog.adapters.pettingzoo  # noqa: F401
-        import trialog.agents.random_agent
+        import trialog.agents.random_agent  # noqa: F401
     except ImportError as exc:
         out["overcooked"] = {"error": f"n/a (adapter not available: {exc})"}
         return

@@ -220,7 +220,7 @@ class LearnerHandler(Handler):
                 if (t := transitions([s for s in samples if s.actor == actor])) is not None
             ]
             counted = self._counts(record)
-            for actor, t in self._current_version_only(folding, parts):
+            for _actor, t in self._current_version_only(folding, parts):
                 self.learner.add(t, count=counted)
                 folding.added += len(t)
         self.window.append((folding.partition, folding.start_offset, folding.added))

@@ -113,4 +113,5 @@ def _sample_box(space: Mapping[str, Any], rng: np.random.Generator) -> np.ndarra
 def _bound(value: Any, default: float) -> np.ndarray:
     """A bound from a space description: numbers, nested lists, null for infinite."""
     arr = np.asarray(value if value is not None else default, dtype=object)
-    return np.where(arr == None, default, arr).astype(np.float64)  # elementwise: null stands for infinity
+    # Elementwise (`is None` would ask of the array itself): null stands for infinity.
+    return np.where(arr == None, default, arr).astype(np.float64)  # noqa: E711

@@ -97,7 +97,7 @@ class Suite:
                 out.final |= {(tick, actor) for actor in actor_class}
                 break
             wait = RESTART_TIMEOUT_S if tick == out.restart_tick else timeout + 2
-            actions = await log.wait_for(lambda: self._actions_complete(log, tick, actor_class), wait)
+            actions = await log.wait_for(lambda tick=tick: self._actions_complete(log, tick, actor_class), wait)
             if not actions:
                 out.missing.append(
                     f"tick {tick}: no action from {', '.join(a for a in sorted(actor_class) if a not in self._actions_at(log, tick))} within {wait:.0f} s"
