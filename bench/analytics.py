@@ -46,14 +46,32 @@ def trial_events(trial_id: str, ticks: int, seed: int) -> list:
     """A finished two-player trial as its log holds it."""
     actors = (ActorSpec("alice", "player", "random"), ActorSpec("bob", "player", "counter"))
     classes = (ActorClassSpec("player", '{"type": "int"}', '{"type": "int"}'),)
-    out = [TrialStarted(trial_id, spec="bench", environment="rps", environment_entry="bench:rps", environment_config="{}",
-                        actors=actors, actor_classes=classes, seed=seed)]  # fmt: skip
+    out = [
+        TrialStarted(
+            trial_id,
+            spec="bench",
+            environment="rps",
+            environment_entry="bench:rps",
+            environment_config="{}",
+            actors=actors,
+            actor_classes=classes,
+            seed=seed,
+        )
+    ]
     for t in range(ticks):
         winner = (seed + t) % 3  # 0: alice, 1: bob, 2: a draw
         out += [Observation(trial_id, tick=t, actor=a.name, payload=b"\x02") for a in actors]
         out += [Action(trial_id, tick=t, actor=a.name, payload=b"\x02") for a in actors]
-        out += [Reward(trial_id, tick=t, receiver=a.name, value=0.0 if winner == 2 else (1.0 if i == winner else -1.0), sender="env")
-                for i, a in enumerate(actors)]  # fmt: skip
+        out += [
+            Reward(
+                trial_id,
+                tick=t,
+                receiver=a.name,
+                value=0.0 if winner == 2 else (1.0 if i == winner else -1.0),
+                sender="env",
+            )
+            for i, a in enumerate(actors)
+        ]
     out.append(TrialEnded(trial_id, tick=ticks, reason="max_ticks"))
     return out
 
@@ -77,8 +95,15 @@ def raw_consume(settings: Settings, expected: int) -> float:
     from confluent_kafka import Consumer
 
     conf = quix_connection(settings).as_librdkafka_dict()  # the jobs' own connection settings
-    consumer = Consumer({**conf, "group.id": f"{settings.topic_prefix}bench-floor-{uuid.uuid4().hex[:6]}", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": False, "isolation.level": "read_committed"})  # fmt: skip
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": f"{settings.topic_prefix}bench-floor-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
     consumer.subscribe([settings.topic(EVENTS)])
     seen, start = 0, None
     try:
@@ -144,11 +169,17 @@ def main() -> int:
     jobs_s = run_jobs(settings, wanted, trials)
     floor_eps, jobs_eps = written / floor_s, written / jobs_s
     row = {
-        "events": written, "trials": trials,
-        "analytics_events_per_s": round(jobs_eps), "raw_consume_events_per_s": round(floor_eps), "ratio": round(jobs_eps / floor_eps, 3),
-    }  # fmt: skip
-    print(f"| figure | Trialog | floor (same run) | ratio |\n|---|---|---|---|\n"
-          f"| analytics jobs, events/s ({written:,} events, {trials} trials) | {jobs_eps:,.0f} | {floor_eps:,.0f} (raw consume, confluent-kafka) | {jobs_eps / floor_eps:.3f}× |")  # fmt: skip
+        "events": written,
+        "trials": trials,
+        "analytics_events_per_s": round(jobs_eps),
+        "raw_consume_events_per_s": round(floor_eps),
+        "ratio": round(jobs_eps / floor_eps, 3),
+    }
+    print(
+        "| figure | Trialog | floor (same run) | ratio |\n|---|---|---|---|\n"
+        f"| analytics jobs, events/s ({written:,} events, {trials} trials) | {jobs_eps:,.0f} | "
+        f"{floor_eps:,.0f} (raw consume, confluent-kafka) | {jobs_eps / floor_eps:.3f}× |"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(row, indent=1) + "\n")
     return 0

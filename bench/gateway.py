@@ -99,8 +99,13 @@ async def round_trip(settings: Settings, ticks: int) -> dict:
         await ctl.wait_ended(tid, timeout=120)
     warm = trips[5:]  # the first ticks pay connection set-up
     floor = await two_hop(settings, len(warm), b"x" * 64)
-    return {"ticks": len(warm), "p50": percentile(warm, 50), "p99": percentile(warm, 99),
-            "floor_p50": percentile(floor, 50), "floor_p99": percentile(floor, 99)}  # fmt: skip
+    return {
+        "ticks": len(warm),
+        "p50": percentile(warm, 50),
+        "p99": percentile(warm, 99),
+        "floor_p50": percentile(floor, 50),
+        "floor_p99": percentile(floor, 99),
+    }
 
 
 async def capacity(settings: Settings, seats: int, ticks: int) -> dict:
@@ -129,8 +134,16 @@ async def capacity(settings: Settings, seats: int, ticks: int) -> dict:
         if what == "obs" and (t, "act", k) in written
     ]
     p99 = percentile(delays, 99) if delays else float("inf")
-    return {"seats": seats, "ticks": ticks, "answered": len(delays), "missed_deadlines": missed, "p50": percentile(delays, 50) if delays else None,
-            "p99": p99, "held": p99 < TICK_MS and missed == 0 and all(e.reason == "max_ticks" for e in ends), "seconds": round(seconds, 1)}  # fmt: skip
+    return {
+        "seats": seats,
+        "ticks": ticks,
+        "answered": len(delays),
+        "missed_deadlines": missed,
+        "p50": percentile(delays, 50) if delays else None,
+        "p99": p99,
+        "held": p99 < TICK_MS and missed == 0 and all(e.reason == "max_ticks" for e in ends),
+        "seconds": round(seconds, 1),
+    }
 
 
 async def main_async(args) -> dict:
@@ -158,7 +171,8 @@ async def main_async(args) -> dict:
             row = await capacity(paced, n, 20 if args.short else 60)
             out["capacity"].append(row)
             print(
-                f"  {n} seats: p50 {row['p50']} ms, p99 {row['p99']} ms, missed {row['missed_deadlines']}: {'held' if row['held'] else 'NOT held'}",
+                f"  {n} seats: p50 {row['p50']} ms, p99 {row['p99']} ms, "
+                f"missed {row['missed_deadlines']}: {'held' if row['held'] else 'NOT held'}",
                 flush=True,
             )
             if not row["held"]:
@@ -172,14 +186,18 @@ def table(out: dict) -> str:
     held = [r["seats"] for r in out["capacity"] if r["held"]]
     lines = [
         f"{'figure':58} {'gateway':>16} {'floor (same run)':>18}",
-        f"{'person round trip p50 / p99 (ms), action -> next observation':58} {rt['p50']:>7.1f} / {rt['p99']:<7.1f} {rt['floor_p50']:>7.1f} / {rt['floor_p99']:<7.1f} (two-hop)",
+        f"{'person round trip p50 / p99 (ms), action -> next observation':58} "
+        f"{rt['p50']:>7.1f} / {rt['p99']:<7.1f} {rt['floor_p50']:>7.1f} / {rt['floor_p99']:<7.1f} (two-hop)",
     ]
     for r in out["capacity"]:
         label = f"seats at a {TICK_MS} ms tick: {r['seats']}, observation -> action p50 / p99 (ms)"
-        lines.append(f"{label:58} "
-                     f"{r['p50']:>7} / {r['p99']:<7} missed {r['missed_deadlines']}, {'held' if r['held'] else 'NOT held'}")  # fmt: skip
+        lines.append(
+            f"{label:58} "
+            f"{r['p50']:>7} / {r['p99']:<7} missed {r['missed_deadlines']}, {'held' if r['held'] else 'NOT held'}"
+        )
     lines.append(
-        f"seats one gateway process holds at a {TICK_MS} ms tick (p99 < {TICK_MS} ms, no deadline missed): {max(held) if held else 'fewer than the fewest tried'}"
+        f"seats one gateway process holds at a {TICK_MS} ms tick (p99 < {TICK_MS} ms, no deadline missed): "
+        f"{max(held) if held else 'fewer than the fewest tried'}"
     )
     return "\n".join(lines)
 

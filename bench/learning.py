@@ -66,8 +66,11 @@ def spread_series(curves: dict[int, list[tuple[int, float]]]) -> dict[str, list[
     steps = [s for s, _ in next(iter(curves.values()))]
     at = [sorted(dict(c)[s] for c in curves.values()) for s in steps]
     name = f"in-process, seeds {first}–{last}"
-    return {f"{name}: max": [(s, v[-1]) for s, v in zip(steps, at)], f"{name}: median": [(s, float(np.median(v))) for s, v in zip(steps, at)],
-            f"{name}: min": [(s, v[0]) for s, v in zip(steps, at)]}  # fmt: skip
+    return {
+        f"{name}: max": [(s, v[-1]) for s, v in zip(steps, at)],
+        f"{name}: median": [(s, float(np.median(v))) for s, v in zip(steps, at)],
+        f"{name}: min": [(s, v[0]) for s, v in zip(steps, at)],
+    }
 
 
 def dqn(
@@ -149,24 +152,50 @@ def behaviour_cloning(
             env=env,
             check=True,
         )
-        trained = subprocess.run([sys.executable, "-m", "trialog.learn.bc", "--demos", str(demos), "--implementation", "planner",
-                                  "--model", "overcooked-bc", "--epochs", str(epochs), "--publish"],
-                                 env=env, check=True, capture_output=True, text=True)  # fmt: skip
+        trained = subprocess.run(
+            [sys.executable, "-m", "trialog.learn.bc", "--demos", str(demos), "--implementation", "planner",
+             "--model", "overcooked-bc", "--epochs", str(epochs), "--publish"],
+            env=env, check=True, capture_output=True, text=True,
+        )  # fmt: skip
         print(trained.stdout, end="", file=sys.stderr)
         actions = int(trained.stdout.split()[0])  # "<n> demonstrations, ..."
         version = int(trained.stdout.rsplit(" v", 1)[1])  # "published overcooked-bc v<n>"
         time.sleep(3)  # the actor service loads it from `models`
         returns = {}
         for partner in ("bc", "random"):
-            result, rets = asyncio.run(campaign(settings, spec, eval_trials, 8, lambda i, p=partner: {
-                "seed": 1_000 + i, "max_ticks": max_ticks, "implementations": {"cook_a": p}, "experiment": "bc-overcooked", "phase": "evaluate"}, quiet=True))  # fmt: skip
+            result, rets = asyncio.run(
+                campaign(
+                    settings,
+                    spec,
+                    eval_trials,
+                    8,
+                    lambda i, p=partner: {
+                        "seed": 1_000 + i,
+                        "max_ticks": max_ticks,
+                        "implementations": {"cook_a": p},
+                        "experiment": "bc-overcooked",
+                        "phase": "evaluate",
+                    },
+                    quiet=True,
+                )
+            )
             totals = [sum(r.values()) for r in rets.values()]
             returns[partner] = sum(totals) / len(totals)
         seconds = time.monotonic() - t0
-    print(f"BC on Overcooked: {actions} planner demonstrations from {demo_trials} trials, model v{version}; "
-          f"mean total return over {eval_trials} trials of {max_ticks} ticks: bc+planner {returns['bc']:.1f}, random+planner {returns['random']:.1f}")  # fmt: skip
-    return {"demonstrations": actions, "demo_trials": demo_trials, "eval_trials": eval_trials, "max_ticks": max_ticks,
-            "bc_plus_planner": returns["bc"], "random_plus_planner": returns["random"], "seconds": seconds}  # fmt: skip
+    print(
+        f"BC on Overcooked: {actions} planner demonstrations from {demo_trials} trials, model v{version}; "
+        f"mean total return over {eval_trials} trials of {max_ticks} ticks: "
+        f"bc+planner {returns['bc']:.1f}, random+planner {returns['random']:.1f}"
+    )
+    return {
+        "demonstrations": actions,
+        "demo_trials": demo_trials,
+        "eval_trials": eval_trials,
+        "max_ticks": max_ticks,
+        "bc_plus_planner": returns["bc"],
+        "random_plus_planner": returns["random"],
+        "seconds": seconds,
+    }
 
 
 def _env(settings: Settings) -> dict[str, str]:
@@ -205,14 +234,18 @@ def main(argv: list[str] | None = None) -> int:
                 settings, out, list(range(1, args.seeds + 1)), args.total_steps, False, args.concurrency
             )
         d = figures["dqn"]
-        print(f"DQN CartPole-v1: through Trialog best eval {d['trialog_best']}, final {d['trialog_final']}; in-process mean final {d['in_process_final_mean']:.1f}, "
-              f"best per seed {d['in_process_best']}; "
-              f"Trialog evaluations within the in-process spread: {d['evaluations_within_spread']}; plot {d['plot']}")  # fmt: skip
+        print(
+            f"DQN CartPole-v1: through Trialog best eval {d['trialog_best']}, final {d['trialog_final']}; "
+            f"in-process mean final {d['in_process_final_mean']:.1f}, "
+            f"best per seed {d['in_process_best']}; "
+            f"Trialog evaluations within the in-process spread: {d['evaluations_within_spread']}; plot {d['plot']}"
+        )
     if args.only in (None, "bc"):
         figures["bc"] = behaviour_cloning(settings, out, *((4, 4, 60, 5) if args.short else (24, 16, 200, 40)))
     if args.short:
         print(
-            "(short run: every part end to end, too little training to compare; the claims are the full run's, docs/learning.md)"
+            "(short run: every part end to end, too little training to compare; "
+            "the claims are the full run's, docs/learning.md)"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1) + "\n")

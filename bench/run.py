@@ -55,8 +55,10 @@ async def serving(
     services as subprocesses, stopped with SIGTERM. ``played``: the actor
     implementations the run plays, the only ones the actor service hosts (each hosted
     implementation is a consumer group of its own that reads every record)."""
-    flags = ["--spec", str(spec_file), "--bootstrap-servers", settings.bootstrap_servers, "--topic-prefix", settings.topic_prefix,
-             "--partitions", str(settings.partitions), "--health-port", "0"]  # fmt: skip
+    flags = [
+        "--spec", str(spec_file), "--bootstrap-servers", settings.bootstrap_servers,
+        "--topic-prefix", settings.topic_prefix, "--partitions", str(settings.partitions), "--health-port", "0",
+    ]  # fmt: skip
     only = [flag for impl in played for flag in ("--implementation", impl)]
     procs, logs = [], []
     try:
@@ -105,7 +107,8 @@ async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> No
         hop = await floor.two_hop(settings, 300 if args.quick else 2000, obs_value)
         out["tick_latency"] = {"trialog": core.summary(lat), "floor": core.summary(hop)}
         print(
-            f"tick latency done: p50 {out['tick_latency']['trialog']['p50']:.2f} ms vs floor {out['tick_latency']['floor']['p50']:.2f}",
+            f"tick latency done: p50 {out['tick_latency']['trialog']['p50']:.2f} ms "
+            f"vs floor {out['tick_latency']['floor']['p50']:.2f}",
             flush=True,
         )
 
@@ -116,10 +119,15 @@ async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> No
             core.check_complete(run, await core.read_records(bus, run.trial_ids))
             raw = await floor.produce_consume(settings, f"floor.tp{n}", run.records, settings.partitions)
             out["throughput"][n] = {
-                "ticks": n * per_trial, "events": run.events, "bytes": run.event_bytes, "seconds": run.seconds,
-                "ticks_per_s": n * per_trial / run.seconds, "events_per_s": run.events / run.seconds,
-                "floor_seconds": raw, "floor_events_per_s": run.events / raw,
-            }  # fmt: skip
+                "ticks": n * per_trial,
+                "events": run.events,
+                "bytes": run.event_bytes,
+                "seconds": run.seconds,
+                "ticks_per_s": n * per_trial / run.seconds,
+                "events_per_s": run.events / run.seconds,
+                "floor_seconds": raw,
+                "floor_events_per_s": run.events / raw,
+            }
             print(
                 f"throughput {n}: {run.events / run.seconds:.0f} events/s vs floor {run.events / raw:.0f}", flush=True
             )
@@ -130,10 +138,14 @@ async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> No
     if raw_events < events:
         raise core.IncompleteRun(f"raw replay read {raw_events} records, Trialog {events}")
     out["replay"] = {
-        "api": "trialog.datalog.replay.read_trials (samples of every trial)", "events": events, "samples": samples, "seconds": replay_s,
-        "events_per_s": events / replay_s, "samples_per_s": samples / replay_s,
+        "api": "trialog.datalog.replay.read_trials (samples of every trial)",
+        "events": events,
+        "samples": samples,
+        "seconds": replay_s,
+        "events_per_s": events / replay_s,
+        "samples_per_s": samples / replay_s,
         "floor_events_per_s": raw_events / raw_s,
-    }  # fmt: skip
+    }
 
 
 async def bench_overcooked(settings: Settings, args, logdir: Path, out: dict) -> None:
@@ -197,18 +209,42 @@ def table(out: dict) -> str:
     t = out.get("tick_latency")
     if t:
         r = ratio(t["trialog"]["p50"], t["floor"]["p50"])
-        rows.append(("tick latency p50 / p99 (ms)", f"{t['trialog']['p50']:.2f} / {t['trialog']['p99']:.2f}",
-                     f"{t['floor']['p50']:.2f} / {t['floor']['p99']:.2f} (two-hop)", f"{r:.2f}×", TARGETS["tick_p50"], _yes(r <= 1.5)))  # fmt: skip
+        rows.append(
+            (
+                "tick latency p50 / p99 (ms)",
+                f"{t['trialog']['p50']:.2f} / {t['trialog']['p99']:.2f}",
+                f"{t['floor']['p50']:.2f} / {t['floor']['p99']:.2f} (two-hop)",
+                f"{r:.2f}×",
+                TARGETS["tick_p50"],
+                _yes(r <= 1.5),
+            )
+        )
     for n, tp in (out.get("throughput") or {}).items():
         r = ratio(tp["events_per_s"], tp["floor_events_per_s"])
         met = _yes(r >= 0.5) if int(n) == 64 else ""
-        rows.append((f"throughput, {n} trials: ticks/s, events/s", f"{tp['ticks_per_s']:.0f}, {tp['events_per_s']:.0f}",
-                     f"{tp['floor_events_per_s']:.0f} events/s (produce+consume)", f"{r:.2f}×", TARGETS["events_64"] if int(n) == 64 else "", met))  # fmt: skip
+        rows.append(
+            (
+                f"throughput, {n} trials: ticks/s, events/s",
+                f"{tp['ticks_per_s']:.0f}, {tp['events_per_s']:.0f}",
+                f"{tp['floor_events_per_s']:.0f} events/s (produce+consume)",
+                f"{r:.2f}×",
+                TARGETS["events_64"] if int(n) == 64 else "",
+                met,
+            )
+        )
     rp = out.get("replay")
     if rp:
         r = ratio(rp["events_per_s"], rp["floor_events_per_s"])
-        rows.append(("replay: samples/s, events/s", f"{rp['samples_per_s']:.0f}, {rp['events_per_s']:.0f}",
-                     f"{rp['floor_events_per_s']:.0f} events/s (consume+fastavro)", f"{r:.2f}×", TARGETS["replay"], _yes(r >= 0.7)))  # fmt: skip
+        rows.append(
+            (
+                "replay: samples/s, events/s",
+                f"{rp['samples_per_s']:.0f}, {rp['events_per_s']:.0f}",
+                f"{rp['floor_events_per_s']:.0f} events/s (consume+fastavro)",
+                f"{r:.2f}×",
+                TARGETS["replay"],
+                _yes(r >= 0.7),
+            )
+        )
     oc = out.get("overcooked")
     if oc and "error" in oc:
         rows.append(("Overcooked steps/s, 1 / 16 trials", oc["error"], "", "", TARGETS["overcooked_16"], ""))
@@ -216,8 +252,16 @@ def table(out: dict) -> str:
         for n in (1, 16):
             if n in oc:
                 r = ratio(oc[n]["steps_per_s"], oc["floor_steps_per_s"])
-                rows.append((f"Overcooked steps/s, {n} trial(s)", f"{oc[n]['steps_per_s']:.0f}", f"{oc['floor_steps_per_s']:.0f} (in-process loop)",
-                             f"{r:.2f}×", TARGETS["overcooked_16"] if n == 16 else "", _yes(r >= 1.0) if n == 16 else ""))  # fmt: skip
+                rows.append(
+                    (
+                        f"Overcooked steps/s, {n} trial(s)",
+                        f"{oc[n]['steps_per_s']:.0f}",
+                        f"{oc['floor_steps_per_s']:.0f} (in-process loop)",
+                        f"{r:.2f}×",
+                        TARGETS["overcooked_16"] if n == 16 else "",
+                        _yes(r >= 1.0) if n == 16 else "",
+                    )
+                )
     m = out.get("memory")
     if m:
         kb = m["bytes_per_trial"] / 1024
@@ -236,9 +280,16 @@ async def main_async(args) -> dict:
     base = Settings.load({"bootstrap_servers": args.bootstrap_servers, "partitions": 1}, environ={})
     prefix = f"bench-{uuid.uuid4().hex[:8]}."
     out: dict = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(), "processor": platform.processor()},
-        "bootstrap_servers": base.bootstrap_servers, "topic_prefix": prefix, "quick": args.quick,
-    }  # fmt: skip
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "processor": platform.processor(),
+        },
+        "bootstrap_servers": base.bootstrap_servers,
+        "topic_prefix": prefix,
+        "quick": args.quick,
+    }
     logdir = Path(tempfile.mkdtemp(prefix="trialog-bench-"))
     print(f"topic prefix {prefix}; service logs in {logdir}", flush=True)
     only = set(args.only.split(",")) if args.only else {"memory", "trivial", "overcooked"}

@@ -18,9 +18,12 @@ must hold each (trial, tick, actor) of it exactly once. It prints
 
 and exits 0 only if every trial is identical and nothing is lost or duplicated.
 
-    python tools/chaos.py                                 # the long run: 6 trials of 2000 ticks, every kill twice
-    python tools/chaos.py --trials 2 --rounds 1 --ticks 800 --json chaos.json   # what CI runs (tests/faults/test_chaos.py)
-    python tools/chaos.py --trials 2 --ticks 3000 --broker-down 45              # the broker away longer than a request's timeout
+    # the long run: 6 trials of 2000 ticks, every kill twice
+    python tools/chaos.py
+    # what CI runs (tests/faults/test_chaos.py)
+    python tools/chaos.py --trials 2 --rounds 1 --ticks 800 --json chaos.json
+    # the broker away longer than a request's timeout
+    python tools/chaos.py --trials 2 --ticks 3000 --broker-down 45
 
 The broker is started with ``trialog broker start`` (port 9492, controller 9493 and a
 data dir under a temporary folder by default) and stopped at the end.
@@ -77,7 +80,10 @@ class Report:
         return self.trials > 0 and self.identical == self.trials and self.lost == 0 and self.duplicated == 0
 
     def line(self) -> str:
-        return f"trials {self.trials}, kills {len(self.kills)}, identical {self.identical}, lost {self.lost}, duplicated {self.duplicated}"
+        return (
+            f"trials {self.trials}, kills {len(self.kills)}, identical {self.identical}, "
+            f"lost {self.lost}, duplicated {self.duplicated}"
+        )
 
 
 class Broker:
@@ -272,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     services = Services(settings, work, work / "archive")
     print(
-        f"chaos: {args.trials} trials of {args.ticks} ticks, {args.rounds} round(s) of kills, broker {bootstrap}, logs in {work}",
+        f"chaos: {args.trials} trials of {args.ticks} ticks, {args.rounds} round(s) of kills, "
+        f"broker {bootstrap}, logs in {work}",
         file=sys.stderr,
     )
     try:

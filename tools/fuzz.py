@@ -105,11 +105,13 @@ class Report:
         lines = [f"{'category':{width}} {'tried':>6} {'lettered':>8} {'twice+':>6} {'dropped':>7} {'no-op':>6}"]
         for cat in sorted(self.by_category):
             lines.append(
-                f"{cat:{width}} {self.by_category[cat]:>6} {self.letters[cat]:>8} {self.repeated[cat]:>6} {self.dropped[cat]:>7} {self.noop_ok[cat]:>6}"
+                f"{cat:{width}} {self.by_category[cat]:>6} {self.letters[cat]:>8} "
+                f"{self.repeated[cat]:>6} {self.dropped[cat]:>7} {self.noop_ok[cat]:>6}"
             )
         lines.append("")
         lines.append(
-            f"tried {self.tried}, dead-lettered {sum(self.letters.values())}, lettered more than once {sum(self.repeated.values())}, "
+            f"tried {self.tried}, dead-lettered {sum(self.letters.values())}, "
+            f"lettered more than once {sum(self.repeated.values())}, "
             f"silently dropped {sum(self.dropped.values())}, crashed {len(self.crashed)}, "
             f"honest trials identical {self.identical}/{self.honest}"
         )
@@ -495,7 +497,8 @@ async def run(settings: Settings, *, records: int, honest: int, seed: int, log_d
                 report.identical += 1
             else:
                 report.differences.append(
-                    f"honest trial {tid} (seed {s}) differs from its undisturbed run: {first_difference(baseline[s], now)}"
+                    f"honest trial {tid} (seed {s}) differs from its undisturbed run: "
+                    f"{first_difference(baseline[s], now)}"
                 )
         for tid, count in ended_counts.items():
             after = len(signature(await read_trial(bus, tid)))
@@ -547,7 +550,8 @@ def main(argv: list[str] | None = None) -> int:
         {"bootstrap_servers": args.bootstrap_servers, "topic_prefix": args.topic_prefix, "partitions": 4}
     )
     print(
-        f"fuzzing {args.records} records beside {args.honest} honest trials (seed {args.seed}, topics {settings.topic_prefix}*)",
+        f"fuzzing {args.records} records beside {args.honest} honest trials "
+        f"(seed {args.seed}, topics {settings.topic_prefix}*)",
         file=sys.stderr,
     )
     try:

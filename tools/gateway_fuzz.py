@@ -27,15 +27,15 @@ Each attempt is classified from the attacker's side: **answered** (an ``error`` 
 ``refused`` message, a close frame with a code and reason, an HTTP 4xx), **accepted**
 (served as any page would be: a socket within a limit), **unanswered** (nothing within a
 few seconds; or a bad seat message the gateway went past in silence: a ``ping`` sent
-after each one comes back with nothing before it), **crashed** (a close without a close frame, a close 1011, an HTTP 5xx, a
-connection dropped without a response), or **applied although rule-breaking** (a
-stranger given a link, a takeover of a connected page, sockets beyond a limit, an
-echoed body). After the run each attacked trial is read from the log as the datalog
-folds it: no reward out of bounds (|value| > 1e12, confidence outside [0, 1e6], not
-finite), none reaching its own sender, no message to an address that reaches no actor,
-no action the environment refused counted as played, every aggregated reward finite —
-each violation counts as applied for the attack that sent it. Tracebacks in the
-gateway's log and any service exit count as crashed.
+after each one comes back with nothing before it), **crashed** (a close without a close
+frame, a close 1011, an HTTP 5xx, a connection dropped without a response), or **applied
+although rule-breaking** (a stranger given a link, a takeover of a connected page,
+sockets beyond a limit, an echoed body). After the run each attacked trial is read from
+the log as the datalog folds it: no reward out of bounds (|value| > 1e12, confidence
+outside [0, 1e6], not finite), none reaching its own sender, no message to an address
+that reaches no actor, no action the environment refused counted as played, every
+aggregated reward finite — each violation counts as applied for the attack that sent it.
+Tracebacks in the gateway's log and any service exit count as crashed.
 
 Targets: unanswered 0, crashed 0, applied 0, and no ``actor.timeout`` of the honest seat
 in the log (nor a drop, refusal or error on its socket). It prints one line per kind and
@@ -221,44 +221,68 @@ class Report:
 
     def table(self) -> str:
         width = max([len("kind"), *map(len, self.kinds)])
-        head = f"{'kind':{width}} {'tried':>5} {'answered':>8} {'accepted':>8} {'unanswered':>10} {'crashed':>7} {'applied':>7}  answers"
+        head = (
+            f"{'kind':{width}} {'tried':>5} {'answered':>8} {'accepted':>8} {'unanswered':>10} "
+            f"{'crashed':>7} {'applied':>7}  answers"
+        )
         lines = [head]
         for name in sorted(self.kinds):
             k = self.kinds[name]
             answers = ", ".join(f"{label} x{n}" for label, n in k.labels.most_common(3))
-            lines.append(f"{name:{width}} {k.tried:>5} {k.verdicts[ANSWERED]:>8} {k.verdicts[ACCEPTED]:>8} {k.verdicts[UNANSWERED]:>10} "
-                         f"{k.verdicts[CRASHED]:>7} {k.applied:>7}  {answers}")  # fmt: skip
+            lines.append(
+                f"{name:{width}} {k.tried:>5} {k.verdicts[ANSWERED]:>8} {k.verdicts[ACCEPTED]:>8} "
+                f"{k.verdicts[UNANSWERED]:>10} {k.verdicts[CRASHED]:>7} {k.applied:>7}  {answers}"
+            )
         lines.append("")
         tried = sum(k.tried for k in self.kinds.values())
         refused = sum(k.refused for k in self.kinds.values())
-        lines.append(f"tried {tried}, answered {self.total(ANSWERED)} ({refused} refused or closed, {self.total(ANSWERED) - refused} errors), accepted {self.total(ACCEPTED)}, unanswered {self.total(UNANSWERED)}, "
-                     f"crashed {self.total(CRASHED)}, applied although rule-breaking {self.total(APPLIED)}")  # fmt: skip
+        lines.append(
+            f"tried {tried}, answered {self.total(ANSWERED)} "
+            f"({refused} refused or closed, {self.total(ANSWERED) - refused} errors), "
+            f"accepted {self.total(ACCEPTED)}, unanswered {self.total(UNANSWERED)}, "
+            f"crashed {self.total(CRASHED)}, applied although rule-breaking {self.total(APPLIED)}"
+        )
         h = self.honest
         during = ", ".join(f"{n} during {p}" for p, n in h.get("timeouts_during", {}).items())
-        lines.append(f"honest seat: {h.get('ticks', 0)} ticks in the log, {h.get('timeouts', '?')} timed out{' (' + during + ')' if during else ''}; "
-                     f"{h.get('actions', 0)} actions sent, {h.get('round_trips', 0)} round trips (action sent -> next observation, paced by the tick) "
-                     f"p50 {h.get('p50_ms', '-')} / p99 {h.get('p99_ms', '-')} ms; observation -> its action written p50 {h.get('observation_to_action_p50_ms', '-')} / "
-                     f"p99 {h.get('observation_to_action_p99_ms', '-')} / max {h.get('observation_to_action_max_ms', '-')} ms (the tick is {h.get('tick_ms')} ms); "
-                     f"drops {len(h.get('drops', []))}, errors {len(h.get('errors', []))}; load average {h.get('load_average')}")  # fmt: skip
+        lines.append(
+            f"honest seat: {h.get('ticks', 0)} ticks in the log, "
+            f"{h.get('timeouts', '?')} timed out{' (' + during + ')' if during else ''}; "
+            f"{h.get('actions', 0)} actions sent, {h.get('round_trips', 0)} round trips "
+            "(action sent -> next observation, paced by the tick) "
+            f"p50 {h.get('p50_ms', '-')} / p99 {h.get('p99_ms', '-')} ms; "
+            f"observation -> its action written p50 {h.get('observation_to_action_p50_ms', '-')} / "
+            f"p99 {h.get('observation_to_action_p99_ms', '-')} / max {h.get('observation_to_action_max_ms', '-')} ms "
+            f"(the tick is {h.get('tick_ms')} ms); "
+            f"drops {len(h.get('drops', []))}, errors {len(h.get('errors', []))}; load average {h.get('load_average')}"
+        )
         for name, d in h.get("by_phase", {}).items():
             lines.append(
-                f"  honest seat {name}: {d['ticks']} ticks, observation -> action p99 {d['p99_ms']} / max {d['max_ms']} ms"
+                f"  honest seat {name}: {d['ticks']} ticks, "
+                f"observation -> action p99 {d['p99_ms']} / max {d['max_ms']} ms"
             )
         r = self.rss_mb
         lines.append(
-            f"gateway RSS: before {r.get('before', '-')} MB, peak {r.get('peak', '-')} MB, after {r.get('after', '-')} MB"
+            f"gateway RSS: before {r.get('before', '-')} MB, peak {r.get('peak', '-')} MB, "
+            f"after {r.get('after', '-')} MB"
         )
         f = self.flood
         if f:
-            lines.append(f"flood: {f.get('sent')} of {f.get('messages')} messages sent in {f.get('seconds')} s, {f.get('records')} message records in the log "
-                         f"(bound {f.get('bound')}), {f.get('errors')} errors, closed {f.get('closed') or 'no'}")  # fmt: skip
+            lines.append(
+                f"flood: {f.get('sent')} of {f.get('messages')} messages sent in {f.get('seconds')} s, "
+                f"{f.get('records')} message records in the log "
+                f"(bound {f.get('bound')}), {f.get('errors')} errors, closed {f.get('closed') or 'no'}"
+            )
         for name, waits in self.crowds.items():
             lines.append(
                 f"{name}: seconds to the first answer (p50, max): "
                 + ", ".join(f"{k.split('_')[0]} {v[0]}, {v[1]}" for k, v in waits.items())
             )
-        lines.append(f"limits {'advertised by the gateway' if self.limits_advertised else 'not advertised by the gateway: judged against assumed'}: "
-                     + ", ".join(f"{k} {v:g}" for k, v in sorted(self.limits.items())))  # fmt: skip
+        advertised = (
+            "advertised by the gateway"
+            if self.limits_advertised
+            else "not advertised by the gateway: judged against assumed"
+        )
+        lines.append(f"limits {advertised}: " + ", ".join(f"{k} {v:g}" for k, v in sorted(self.limits.items())))
         lines.append("read from the log: " + ", ".join(f"{n} {what}" for what, n in self.log_checked.items()))
         for tb in self.tracebacks:
             lines.append(f"  gateway log: {tb}")
@@ -275,8 +299,12 @@ class Report:
         return "\n".join(lines)
 
     def targets(self) -> dict[str, bool]:
-        return {"unanswered 0": self.total(UNANSWERED) == 0, "crashed 0": self.total(CRASHED) == 0, "applied 0": self.total(APPLIED) == 0,
-                "honest seat undisturbed (0 timeouts)": self.honest_ok}  # fmt: skip
+        return {
+            "unanswered 0": self.total(UNANSWERED) == 0,
+            "crashed 0": self.total(CRASHED) == 0,
+            "applied 0": self.total(APPLIED) == 0,
+            "honest seat undisturbed (0 timeouts)": self.honest_ok,
+        }
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -351,8 +379,12 @@ def attack_spec(folder: Path) -> Path:
 def services(settings: Settings, folder: Path, port: int) -> Iterator[dict[str, subprocess.Popen]]:
     """Orchestrator (both specs), environment, actors and one gateway (both specs) as processes."""
     both = f"{SPEC},{attack_spec(folder)}"
-    plan = [("orchestrator", ["orchestrator"], both), ("environment", ["environment"], str(SPEC)), ("actors", ["actors"], str(SPEC)),
-            ("gateway", ["gateway", "--port", str(port)], both)]  # fmt: skip
+    plan = [
+        ("orchestrator", ["orchestrator"], both),
+        ("environment", ["environment"], str(SPEC)),
+        ("actors", ["actors"], str(SPEC)),
+        ("gateway", ["gateway", "--port", str(port)], both),
+    ]
     procs: dict[str, subprocess.Popen] = {}
     ports: dict[str, int] = {}
     try:
@@ -449,8 +481,17 @@ def seat_url(link: str, holder: str | None, *, takeover: bool = False) -> str:
 
 
 def connect(url: str, address: str, within: float):
-    return ws_connect(url, open_timeout=within, max_size=None, max_queue=None, ping_interval=None, compression=None, proxy=None,
-                      close_timeout=2, local_addr=(address, 0))  # fmt: skip
+    return ws_connect(
+        url,
+        open_timeout=within,
+        max_size=None,
+        max_queue=None,
+        ping_interval=None,
+        compression=None,
+        proxy=None,
+        close_timeout=2,
+        local_addr=(address, 0),
+    )
 
 
 class HonestPage:
@@ -536,8 +577,17 @@ def honest_main(link: str, out: str) -> int:
     try:
         asyncio.run(play())
     finally:
-        Path(out).write_text(json.dumps({"actions": page.actions, "trips": page.trips, "drops": page.drops, "errors": page.errors,
-                                         "ended": page.ended is not None}))  # fmt: skip
+        Path(out).write_text(
+            json.dumps(
+                {
+                    "actions": page.actions,
+                    "trips": page.trips,
+                    "drops": page.drops,
+                    "errors": page.errors,
+                    "ended": page.ended is not None,
+                }
+            )
+        )
     return 0
 
 
@@ -546,8 +596,12 @@ class HonestProcess:
 
     def __init__(self, link: str, folder: Path):
         self.out = folder / "honest-page.json"
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--honest-page", link, "--honest-out", str(self.out)],
-                                     stdout=subprocess.PIPE, stderr=open(folder / "honest-page.log", "wb"), text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--honest-page", link, "--honest-out", str(self.out)],
+            stdout=subprocess.PIPE,
+            stderr=open(folder / "honest-page.log", "wb"),
+            text=True,
+        )
 
     async def welcomed(self, within: float) -> None:
         line = await asyncio.wait_for(asyncio.to_thread(self.proc.stdout.readline), within)
@@ -1144,8 +1198,14 @@ class Attack:
                 WATCH_WAIT_S + self.within,
             ),
         ]
-        long_waits = [("seat socket: token for a trial never started", f"{base}/ws/seat?token={mint_join_token(keyring, 'never-' + uuid.uuid4().hex[:8], 'bob')}&holder=mallory",
-                       JOIN_WAIT_S + self.within)]  # fmt: skip
+        never_started = mint_join_token(keyring, "never-" + uuid.uuid4().hex[:8], "bob")
+        long_waits = [
+            (
+                "seat socket: token for a trial never started",
+                f"{base}/ws/seat?token={never_started}&holder=mallory",
+                JOIN_WAIT_S + self.within,
+            )
+        ]
 
         async def one(kind: str, url: str, within: float, must_refuse: bool = True) -> None:
             page, outcome = await open_page(url, ATTACKER, within)
@@ -1267,7 +1327,8 @@ class Attack:
                     [
                         f'{{"type": "reward", "receiver": "alice", "tick": {p.tick}, "value": NaN}}',
                         f'{{"type": "reward", "receiver": "alice", "tick": {p.tick}, "value": Infinity}}',
-                        f'{{"type": "reward", "receiver": "alice", "tick": {p.tick}, "value": 1, "confidence": -Infinity}}',
+                        f'{{"type": "reward", "receiver": "alice", "tick": {p.tick}, "value": 1, '
+                        f'"confidence": -Infinity}}',
                     ]
                 ),
             ),
@@ -1553,8 +1614,14 @@ class Attack:
             outcome = Outcome(UNANSWERED, "nothing", f"{sent} messages in {seconds:.1f} s, not one refused")
         await page.close()
         rate = self.limits["messages-per-s-seat"]
-        self.report.flood = {"messages": count, "sent": sent, "seconds": round(seconds, 1), "errors": errors,
-                             "closed": outcome.label if page.closed else None, "bound": int(rate * seconds + 2 * rate) + 1}  # fmt: skip
+        self.report.flood = {
+            "messages": count,
+            "sent": sent,
+            "seconds": round(seconds, 1),
+            "errors": errors,
+            "closed": outcome.label if page.closed else None,
+            "bound": int(rate * seconds + 2 * rate) + 1,
+        }
         self.flood_outcome = outcome
 
     # --- the run ------------------------------------------------------------------------------------
@@ -1602,7 +1669,8 @@ async def check_trial(
             if not finite_in_bounds(r.value, r.confidence):
                 report.logged(
                     blame(r.value),
-                    f"{trial_id}: reward {r.value:g} (confidence {r.confidence:g}) from {sender} to {receiver} at tick {tick} counts",
+                    f"{trial_id}: reward {r.value:g} (confidence {r.confidence:g}) "
+                    f"from {sender} to {receiver} at tick {tick} counts",
                 )
     for tick, by_id in getattr(fold, "_messages", {}).items():
         for message in by_id.values():
@@ -1684,12 +1752,26 @@ async def honest_figures(
     phase_delays = {
         name: {"ticks": len(d), "p99_ms": percentile(d, 99), "max_ms": max(d)} for name, d in by_phase.items()
     }
-    return {"trial": trial_id, "ticks": len(bobs), "timeouts": sum(1 for s in bobs if s.timed_out), "timeouts_during": dict(timeouts_during),
-            "actions": page["actions"], "round_trips": len(page["trips"]), "p50_ms": percentile(page["trips"], 50), "p99_ms": percentile(page["trips"], 99),
-            "observation_to_action_p50_ms": percentile(delays, 50), "observation_to_action_p99_ms": percentile(delays, 99),
-            "observation_to_action_max_ms": max(delays, default=None), "by_phase": phase_delays, "tick_ms": tick_ms, "drops": page["drops"], "errors": page["errors"],
-            "saw_the_end": page["ended"],
-            "ended": (fold.ended.reason if fold.ended else None), "load_average": [round(x, 1) for x in os.getloadavg()]}  # fmt: skip
+    return {
+        "trial": trial_id,
+        "ticks": len(bobs),
+        "timeouts": sum(1 for s in bobs if s.timed_out),
+        "timeouts_during": dict(timeouts_during),
+        "actions": page["actions"],
+        "round_trips": len(page["trips"]),
+        "p50_ms": percentile(page["trips"], 50),
+        "p99_ms": percentile(page["trips"], 99),
+        "observation_to_action_p50_ms": percentile(delays, 50),
+        "observation_to_action_p99_ms": percentile(delays, 99),
+        "observation_to_action_max_ms": max(delays, default=None),
+        "by_phase": phase_delays,
+        "tick_ms": tick_ms,
+        "drops": page["drops"],
+        "errors": page["errors"],
+        "saw_the_end": page["ended"],
+        "ended": (fold.ended.reason if fold.ended else None),
+        "load_average": [round(x, 1) for x in os.getloadavg()],
+    }
 
 
 async def flood_records(bus: KafkaBus, trial_id: str) -> int:
@@ -1841,8 +1923,15 @@ def main(argv: list[str] | None = None) -> int:
         return honest_main(args.honest_page, args.honest_out)
     port = args.port or free_port()
     args.port = port
-    settings = Settings.load({"bootstrap_servers": args.bootstrap_servers, "topic_prefix": args.topic_prefix, "partitions": 4,
-                              "gateway_url": f"http://127.0.0.1:{port}"}, environ={})  # fmt: skip
+    settings = Settings.load(
+        {
+            "bootstrap_servers": args.bootstrap_servers,
+            "topic_prefix": args.topic_prefix,
+            "partitions": 4,
+            "gateway_url": f"http://127.0.0.1:{port}",
+        },
+        environ={},
+    )
     folder = Path(args.log_dir or tempfile.mkdtemp(prefix="trialog-gwfuzz-"))
     folder.mkdir(parents=True, exist_ok=True)
     print(
