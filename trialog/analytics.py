@@ -70,9 +70,16 @@ def quix_connection(settings: Settings):
         )
     if settings.security_protocol in ("SSL", "SASL_SSL"):
         options.update(
-            {k: v for k, v in (("ssl_ca_location", settings.ssl_cafile), ("ssl_certificate_location", settings.ssl_certfile),
-                               ("ssl_key_location", settings.ssl_keyfile)) if v}
-        )  # fmt: skip
+            {
+                k: v
+                for k, v in (
+                    ("ssl_ca_location", settings.ssl_cafile),
+                    ("ssl_certificate_location", settings.ssl_certfile),
+                    ("ssl_key_location", settings.ssl_keyfile),
+                )
+                if v
+            }
+        )
     return ConnectionConfig(**options)
 
 

@@ -172,8 +172,15 @@ class Controller:
         negative tick, or ``sender`` naming itself as ``receiver``."""
         problem = reward_bounds_problem(value, confidence)
         if problem is None:
-            reward = Reward(trial_id, tick=tick, receiver=receiver, value=float(value), confidence=float(confidence),
-                            sender=sender or self.name, user_data=None if user_data is None else orjson.dumps(user_data).decode())  # fmt: skip
+            reward = Reward(
+                trial_id,
+                tick=tick,
+                receiver=receiver,
+                value=float(value),
+                confidence=float(confidence),
+                sender=sender or self.name,
+                user_data=None if user_data is None else orjson.dumps(user_data).decode(),
+            )
             problem = reward_problem(reward, max(tick, 0), None)
         if problem is not None:
             raise TrialError(f"cannot send this reward: {problem}", trial_id=trial_id, reason="invalid_reward")
@@ -217,8 +224,9 @@ class Controller:
             return await asyncio.wait_for(asyncio.shield(self._watch(trial_id).started), timeout)
         except TimeoutError:
             raise TrialTimeout(
-                f"no orchestrator answered the start of trial {trial_id} within {timeout:g} s: is `trialog serve "
-                f"orchestrator` running with that spec, on topics {self.bus.settings.topic('control')} (same prefix and bootstrap servers)?",
+                f"no orchestrator answered the start of trial {trial_id} within {timeout:g} s: "
+                "is `trialog serve orchestrator` running with that spec, "
+                f"on topics {self.bus.settings.topic('control')} (same prefix and bootstrap servers)?",
                 trial_id=trial_id,
                 reason="no answer",
             ) from None

@@ -110,13 +110,22 @@ def make_version(
     """Serialize weights; inline when small enough, else into ``store`` (a folder)."""
     data = to_safetensors(tensors)
     digest = hashlib.sha256(data).hexdigest()
-    common = dict(model=model, version=version, algorithm=algorithm, sha256=digest, size=len(data),
-                  metadata=orjson.dumps(metadata, option=orjson.OPT_SERIALIZE_NUMPY).decode(), created_ms=int(time.time() * 1000))  # fmt: skip
+    common = dict(
+        model=model,
+        version=version,
+        algorithm=algorithm,
+        sha256=digest,
+        size=len(data),
+        metadata=orjson.dumps(metadata, option=orjson.OPT_SERIALIZE_NUMPY).decode(),
+        created_ms=int(time.time() * 1000),
+    )
     if len(data) <= inline_limit:
         return ModelVersion(weights=data, **common)
     if not store:
-        raise TrialogError(f"model {model}: {len(data)} bytes of weights are too large to travel inline ({inline_limit}); "
-                           "set model_store (TRIALOG_MODEL_STORE) to a folder shared by learners and actor services")  # fmt: skip
+        raise TrialogError(
+            f"model {model}: {len(data)} bytes of weights are too large to travel inline ({inline_limit}); "
+            "set model_store (TRIALOG_MODEL_STORE) to a folder shared by learners and actor services"
+        )
     path = Path(store) / model / f"{version:08d}-{digest[:12]}.safetensors"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")

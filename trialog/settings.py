@@ -43,7 +43,8 @@ class Settings:
     )
     partitions: int = _setting(
         4,
-        "Partitions of control and events (always equal: I-2); bounds how many instances of one service share the work.",
+        "Partitions of control and events (always equal: I-2); "
+        "bounds how many instances of one service share the work.",
     )
     replication_factor: int = _setting(1, "Replication factor of the topics Trialog creates.")
     events_retention_ms: int = _setting(-1, "Retention of the events topic (the datalog); -1 keeps everything.")
@@ -63,7 +64,8 @@ class Settings:
     spec: str = _setting("", "Spec YAML file(s) a service serves (the orchestrator takes several, comma-separated).")
     model_store: str = _setting(
         "",
-        "Folder (shared by learners and actor services) for model weights too large to travel inline on the models topic.",
+        "Folder (shared by learners and actor services) "
+        "for model weights too large to travel inline on the models topic.",
     )
     gateway_url: str = _setting(
         "http://127.0.0.1:8000",
@@ -72,7 +74,8 @@ class Settings:
     keyring: str = _setting(
         "",
         "Keyring (JSON file, or a directory of one file per key) that tags and verifies records; "
-        "empty: TRIALOG_KEY_* variables, else the local development keyring for a broker on this machine (docs/security.md).",
+        "empty: TRIALOG_KEY_* variables, "
+        "else the local development keyring for a broker on this machine (docs/security.md).",
     )
 
     # --- derived names -----------------------------------------------------------

@@ -328,7 +328,8 @@ def _implementation(r: SpecReader, name: str, value: Any, path: str, *, allow_cl
     if not (client or external) and "entry" not in v:
         raise r.fail(
             f"{path}.entry",
-            "required key is missing (an import path like 'package.module:Name', or 'external: true' for a service in another process)",
+            "required key is missing (an import path like 'package.module:Name', "
+            "or 'external: true' for a service in another process)",
         )
     entry = r.string(v["entry"], f"{path}.entry") if "entry" in v else ""
     if entry and ":" not in entry:
@@ -352,9 +353,20 @@ def _flag(r: SpecReader, v: dict[str, Any], key: str, path: str) -> bool:
 
 def _trial_defaults(r: SpecReader, v: dict[str, Any], environments, actors) -> TrialDefaults:
     allowed = {
-        "environment", "environment_config", "actors", "max_ticks", "seed", "response_timeout_ms", "timeout_policy",
-        "inactivity_timeout_ms", "wall_clock_limit_ms", "join_timeout_ms", "tick_interval_ms", "parameters", "pre_trial_hooks",
-    }  # fmt: skip
+        "environment",
+        "environment_config",
+        "actors",
+        "max_ticks",
+        "seed",
+        "response_timeout_ms",
+        "timeout_policy",
+        "inactivity_timeout_ms",
+        "wall_clock_limit_ms",
+        "join_timeout_ms",
+        "tick_interval_ms",
+        "parameters",
+        "pre_trial_hooks",
+    }
     r.keys(v, "trial", allowed, {"environment", "actors"})
     env = r.string(v["environment"], "trial.environment")
     if env not in environments:

@@ -223,7 +223,8 @@ class HostedEnvironment(Environment):
             if not codecs.same_schemas(first):
                 raise SpecError(
                     f"agents {first_agent!r} and {agent!r} of actor class {actor_class!r} have different spaces "
-                    f"({first.observation.space} / {first.action.space} vs {codecs.observation.space} / {codecs.action.space}); "
+                    f"({first.observation.space} / {first.action.space} vs "
+                    f"{codecs.observation.space} / {codecs.action.space}); "
                     f"give each kind of agent its own class with `agent_classes`",
                     path="environment_config.agent_classes",
                 )
@@ -260,8 +261,8 @@ class HostedEnvironment(Environment):
             seen = by_class.setdefault(actor.actor_class, (actor.name, codecs))
             if not codecs.same_schemas(seen[1]):
                 raise SpecError(
-                    f"actors {seen[0]!r} and {actor.name!r} share actor class {actor.actor_class!r} but their agents have "
-                    f"different spaces; give them different classes"
+                    f"actors {seen[0]!r} and {actor.name!r} share actor class {actor.actor_class!r} "
+                    f"but their agents have different spaces; give them different classes"
                 )
             out[actor.name] = codecs
         return out
@@ -276,7 +277,8 @@ class HostedEnvironment(Environment):
             return codecs.observation.to_payload(value)
         except Exception as exc:
             raise TrialError(
-                f"{self.name}: the observation of {actor!r} (agent {agent!r}) does not fit its space {codecs.observation.space}: {exc}",
+                f"{self.name}: the observation of {actor!r} (agent {agent!r}) does not fit its space "
+                f"{codecs.observation.space}: {exc}",
                 trial_id=self.trial.trial_id,
             ) from exc
 

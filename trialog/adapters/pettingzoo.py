@@ -39,7 +39,8 @@ class PettingZooEnvironment(HostedEnvironment):
                 return turn_based_aec_to_parallel(env)
             if not env.metadata.get("is_parallelizable", False):
                 raise SpecError(
-                    f"{config.env} is an AEC environment that is not parallelizable (metadata['is_parallelizable'] is not true); "
+                    f"{config.env} is an AEC environment that is not parallelizable "
+                    f"(metadata['is_parallelizable'] is not true); "
                     f"set `turn_based: true` to host it one turn per tick",
                     path="environment_config.env",
                 )

@@ -108,7 +108,8 @@ def infer_space(value: Any, *, where: str) -> spaces.Space:
     if arr.dtype.kind == "b":
         return spaces.Box(False, True, shape=arr.shape, dtype=np.bool_)
     raise SpecError(
-        f"{where}: cannot infer a space from {type(value).__name__} values (dtype {arr.dtype}); declare observation_space(agent)"
+        f"{where}: cannot infer a space from {type(value).__name__} values (dtype {arr.dtype}); "
+        "declare observation_space(agent)"
     )
 
 
@@ -173,7 +174,8 @@ def _tensor_dtype(dtype: Any, space: spaces.Space, where: str) -> np.dtype:
     dtype = np.dtype(dtype)
     if dtype.name not in SUPPORTED_DTYPES:
         raise SpecError(
-            f"{where}: {space!r} has dtype {dtype.name}, which a trialog.Tensor cannot carry; supported: {', '.join(SUPPORTED_DTYPES)}"
+            f"{where}: {space!r} has dtype {dtype.name}, which a trialog.Tensor cannot carry; "
+            f"supported: {', '.join(SUPPORTED_DTYPES)}"
         )
     return dtype
 

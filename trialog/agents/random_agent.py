@@ -41,7 +41,8 @@ class RandomAgent(Agent):
         if self.action_space is None:
             if self.action_schema is None:
                 raise TrialogError(
-                    f"RandomAgent {self.actor.name!r} knows no action space: it needs the action schema or action_space="
+                    f"RandomAgent {self.actor.name!r} knows no action space: "
+                    "it needs the action schema or action_space="
                 )
             self.action_space = action_space_of(self.action_schema)
         return sample_action(self.action_space, self.rng, observation)

@@ -107,13 +107,15 @@ def _maven_copy_dependencies(
         done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=_MAVEN_TIMEOUT_S)
     except subprocess.TimeoutExpired as exc:
         raise BrokerError(
-            f"Maven did not finish fetching Kafka {kafka_version} within {_MAVEN_TIMEOUT_S:.0f} s; check the network and try again"
+            f"Maven did not finish fetching Kafka {kafka_version} within {_MAVEN_TIMEOUT_S:.0f} s; "
+            "check the network and try again"
         ) from exc
     if done.returncode != 0:
         said = _maven_problem(done.stdout + done.stderr)
         raise BrokerError(
-            f"Maven could not fetch Kafka {kafka_version} (exit {done.returncode}). Check that {kafka_version} is a Kafka "
-            f"release fully published on Maven Central and that Maven reaches its repositories (~/.m2/settings.xml). "
+            f"Maven could not fetch Kafka {kafka_version} (exit {done.returncode}). "
+            f"Check that {kafka_version} is a Kafka release fully published on Maven Central "
+            f"and that Maven reaches its repositories (~/.m2/settings.xml). "
             f"Maven said:\n{said}"
         )
 
@@ -130,7 +132,8 @@ def _maven_problem(output: str) -> str:
 def _render_pom(kafka_version: str, artifacts=None) -> str:
     dependencies = artifacts or (("org.apache.kafka", "kafka_2.13", kafka_version), *_EXTRA_DEPENDENCIES)
     rendered = "\n".join(
-        f"    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}</version></dependency>"
+        f"    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+        f"<version>{version}</version></dependency>"
         for group, artifact, version in dependencies
     )
     return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">

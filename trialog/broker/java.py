@@ -36,7 +36,8 @@ def find_java() -> str:
 
 
 def java_version_string(version_output: str) -> str:
-    """The quoted version in ``java -version``'s output, e.g. ``17.0.15`` from ``openjdk version "17.0.15" 2025-04-15``."""
+    """The quoted version in ``java -version``'s output, e.g. ``17.0.15`` from
+    ``openjdk version "17.0.15" 2025-04-15``."""
     match = re.search(r'version "([^"]+)"', version_output)
     if not match:
         raise BrokerError(f"cannot tell the Java version from `java -version`, which said: {version_output.strip()!r}")

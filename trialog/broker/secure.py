@@ -172,7 +172,8 @@ def _java_client_properties(ca: Path, admin_password: str) -> str:
     return (
         "security.protocol=SASL_SSL\n"
         f"sasl.mechanism={MECHANISM}\n"
-        f'sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="{ADMIN}" password="{admin_password}";\n'
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        f'username="{ADMIN}" password="{admin_password}";\n'
         "ssl.truststore.type=PEM\n"
         f"ssl.truststore.location={ca}\n"
     )
@@ -186,6 +187,13 @@ def server_properties(config: BrokerConfig, passwords: dict[str, str]) -> str:
     folder = secure_dir(config)
     admin = passwords[ADMIN]
     host = config.bootstrap.rsplit(":", 1)[0]
+    scram_jaas = (
+        f'org.apache.kafka.common.security.scram.ScramLoginModule required username="{ADMIN}" password="{admin}";'
+    )
+    plain_jaas = (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        f'username="{ADMIN}" password="{admin}" user_{ADMIN}="{admin}";'
+    )
     return f"""\
 listeners=SASL_SSL://{config.bootstrap},CONTROLLER://{host}:{config.controller_port}
 advertised.listeners=SASL_SSL://{config.bootstrap}
@@ -194,10 +202,10 @@ inter.broker.listener.name=SASL_SSL
 sasl.enabled.mechanisms={MECHANISM}
 sasl.mechanism.inter.broker.protocol={MECHANISM}
 listener.name.sasl_ssl.sasl.enabled.mechanisms={MECHANISM}
-listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username="{ADMIN}" password="{admin}";
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config={scram_jaas}
 sasl.mechanism.controller.protocol=PLAIN
 listener.name.controller.sasl.enabled.mechanisms=PLAIN
-listener.name.controller.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="{ADMIN}" password="{admin}" user_{ADMIN}="{admin}";
+listener.name.controller.plain.sasl.jaas.config={plain_jaas}
 ssl.keystore.type=PEM
 ssl.keystore.location={folder / "broker.pem"}
 ssl.truststore.type=PEM
@@ -272,7 +280,8 @@ def apply_acls(config: BrokerConfig, java_command: list[str], topic_prefix: str)
         ran = subprocess.run([*base, *args], capture_output=True, text=True, timeout=180)
         if ran.returncode != 0:
             raise BrokerError(
-                f"Kafka's AclCommand failed (exit {ran.returncode}) granting {' '.join(args)}:\n{(ran.stdout + ran.stderr)[-2000:]}"
+                f"Kafka's AclCommand failed (exit {ran.returncode}) granting {' '.join(args)}:\n"
+                f"{(ran.stdout + ran.stderr)[-2000:]}"
             )
     done.write_text("granted\n")
     log.info("acls granted", prefix=topic_prefix, roles=", ".join(ROLE_ACLS))

@@ -103,7 +103,8 @@ def _format_storage(config: BrokerConfig, java: str, extra: list[str] = ()) -> N
     if done.returncode != 0:
         raise BrokerError(
             f"formatting the Kafka storage in {config.log_dirs} failed (exit {done.returncode}); "
-            f"`trialog broker start --fresh` starts over with empty storage. Kafka said:\n{_last_lines(done.stdout + done.stderr)}"
+            "`trialog broker start --fresh` starts over with empty storage. "
+            f"Kafka said:\n{_last_lines(done.stdout + done.stderr)}"
         )
     if config.secure:
         (config.data_dir / "secure" / "formatted").write_text("with SCRAM users\n")

@@ -217,7 +217,8 @@ class Bus(abc.ABC):
             if size > limit:
                 kind = next((v.decode(errors="replace") for k, v in headers if k == "kind" and v), "record")
                 out[i] = (
-                    f"{kind} of {size:,} bytes for trial {key.decode(errors='replace') if key else '?'} exceeds the {limit:,}-byte limit of topic {self.settings.topic(role)}"
+                    f"{kind} of {size:,} bytes for trial {key.decode(errors='replace') if key else '?'} "
+                    f"exceeds the {limit:,}-byte limit of topic {self.settings.topic(role)}"
                 )
         return out
 
@@ -276,7 +277,8 @@ class Bus(abc.ABC):
             letter = dataclasses.replace(
                 letter,
                 value=None,
-                reason=f"{reason} (its value of {size:,} bytes is not kept: over the {limit:,}-byte limit of dead letters)",
+                reason=f"{reason} (its value of {size:,} bytes is not kept: "
+                f"over the {limit:,}-byte limit of dead letters)",
             )
             value = self.codec.encode(letter)
         await self.send_many([(DEAD_LETTERS, record.key or b"", value, letter.headers_list())])

@@ -155,7 +155,8 @@ class KafkaBus(Bus):
         for i, result in zip(sent, results):
             if isinstance(result, (MessageSizeTooLargeError, RecordTooLargeError)):
                 refused[i] = (
-                    f"the broker refused a record of trial {items[i][1].decode(errors='replace')} for its size ({result})"
+                    f"the broker refused a record of trial {items[i][1].decode(errors='replace')} "
+                    f"for its size ({result})"
                 )
             elif isinstance(result, BaseException):
                 failed[i] = result

@@ -255,7 +255,10 @@ class KafkaConsumer(Consumer):
         if found is None:
             return False
         tp, first, after = found
-        reason = f"unreadable batch of {self.bus.settings.topic(self._topic_roles[tp.topic])}[{tp.partition}] at offsets {first}..{after - 1} ({type(exc).__name__}: {exc}); its records are skipped"
+        reason = (
+            f"unreadable batch of {self.bus.settings.topic(self._topic_roles[tp.topic])}[{tp.partition}] "
+            f"at offsets {first}..{after - 1} ({type(exc).__name__}: {exc}); its records are skipped"
+        )
         log.warning(
             "unreadable batch",
             topic=tp.topic,

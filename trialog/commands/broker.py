@@ -43,8 +43,9 @@ def add(sub) -> None:
     start_parser.add_argument(
         "--secure",
         action="store_true",
-        help="SASL_SSL (SCRAM-SHA-512) with certificates made on the fly, StandardAuthorizer and one principal per role with "
-        "least-privilege ACLs; writes each role's client settings to DATA_DIR/secure/ (docs/security.md). Give it a data dir of its own",
+        help="SASL_SSL (SCRAM-SHA-512) with certificates made on the fly, StandardAuthorizer and one principal "
+        "per role with least-privilege ACLs; writes each role's client settings to DATA_DIR/secure/ "
+        "(docs/security.md). Give it a data dir of its own",
     )
     start_parser.add_argument(
         "--topic-prefix", help="the deployment's topic prefix the roles' ACLs cover (--secure; default trialog.)"

@@ -26,8 +26,8 @@ def add(sub) -> None:
     replay.add_argument(
         "--verify",
         action="store_true",
-        help="re-simulate the logged actions in a fresh environment, the one --spec FILE declares under the trial's environment name "
-        "(never an import path from the log); exit 1 at the first difference",
+        help="re-simulate the logged actions in a fresh environment, the one --spec FILE declares "
+        "under the trial's environment name (never an import path from the log); exit 1 at the first difference",
     )
     replay.set_defaults(func=_replay)
 
@@ -62,7 +62,10 @@ def _line(sample, as_json: bool) -> str:
         return to_json_text(sample.to_json())
     flags = "".join(f" {name}" for name in ("terminated", "truncated", "final", "timed_out") if getattr(sample, name))
     action = "-" if sample.action_avro is None else to_json_text(sample.action)
-    return f"{sample.tick:>5} {sample.actor:12} action={action} reward={sample.reward:g} ({len(sample.reward_sources)} sources){flags} obs={to_json_text(sample.observation)}"
+    return (
+        f"{sample.tick:>5} {sample.actor:12} action={action} reward={sample.reward:g} "
+        f"({len(sample.reward_sources)} sources){flags} obs={to_json_text(sample.observation)}"
+    )
 
 
 def _warn(problems: list[str]) -> None:
@@ -121,7 +124,8 @@ def _local_spec(args):
 
     if not args.spec:
         raise TrialogError(
-            "--verify re-simulates with an environment a local spec declares: pass --spec FILE (the spec the environment service runs)"
+            "--verify re-simulates with an environment a local spec declares: "
+            "pass --spec FILE (the spec the environment service runs)"
         )
     return load_spec(args.spec.split(",")[0], SchemaStore.with_builtin())
 

@@ -53,13 +53,13 @@ def _command(args) -> int:
     shown = letters[-args.limit :] if args.limit else letters
     for item in shown:
         print(
-            f"{item.get('time') or '-':32} {item['service']:12} {item.get('kind') or '-':18} {item['trial_id'][:24]:24} {item['reason']}"
+            f"{item.get('time') or '-':32} {item['service']:12} {item.get('kind') or '-':18} "
+            f"{item['trial_id'][:24]:24} {item['reason']}"
         )
     counts = Counter(item["category"] for item in letters)
     example = {item["category"]: item["reason"] for item in letters}
-    print(
-        f"\n{len(letters)} dead letter(s){f', the last {len(shown)} shown' if len(shown) < len(letters) else ''}; by reason:"
-    )
+    last_shown = f", the last {len(shown)} shown" if len(shown) < len(letters) else ""
+    print(f"\n{len(letters)} dead letter(s){last_shown}; by reason:")
     for category, n in counts.most_common():
         print(f"  {n:>5}  {category}\n         {explain(example[category])}")
     return 0

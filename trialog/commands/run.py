@@ -71,7 +71,8 @@ def run_from_args(
     asyncio.run(create_topics(settings))
     if args.serve:
         print(
-            f"starting services for {spec.name} ({args.environment_processes} environment, {args.actor_processes} actor process(es))…",
+            f"starting services for {spec.name} "
+            f"({args.environment_processes} environment, {args.actor_processes} actor process(es))…",
             file=sys.stderr,
         )
         with local_services(

@@ -30,7 +30,8 @@ def add(sub) -> None:
     export.add_argument("--out", required=True, metavar="FILE")
     files = ksub.add_parser(
         "files",
-        help="Write one file per key id (what a Kubernetes Secret holds), actor keys derived for each --implementation.",
+        help="Write one file per key id (what a Kubernetes Secret holds), "
+        "actor keys derived for each --implementation.",
     )
     files.add_argument("file", metavar="FILE", help="the deployment's keyring")
     files.add_argument("folder", metavar="DIR")

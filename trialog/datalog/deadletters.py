@@ -19,23 +19,27 @@ from trialog.telemetry.metrics import reason_category
 EXPLANATIONS = (
     (
         "undecodable",
-        "the value is not a Trialog event in a schema the services know (Avro single-object encoding): fix the writer, see docs/protocol.md",
+        "the value is not a Trialog event in a schema the services know (Avro single-object encoding): "
+        "fix the writer, see docs/protocol.md",
     ),
     (
         "refused",
-        "not tagged by a key allowed to write it — forged, or written by a service without its key: check the writer's keyring (docs/security.md)",
+        "not tagged by a key allowed to write it — forged, or written by a service without its key: "
+        "check the writer's keyring (docs/security.md)",
     ),
     ("not live", "addressed to a trial that is unknown or already ended: a late, misrouted or forged record"),
     ("schema", "its payload does not match the actor class's schema in trial.started: the writer uses another schema"),
     (
         "batch",
-        "Kafka could not read the batch it was in (corrupt, or compressed with a codec the consumer lacks): docs/reliability.md",
+        "Kafka could not read the batch it was in (corrupt, or compressed with a codec the consumer lacks): "
+        "docs/reliability.md",
     ),
     ("bytes", "larger than the topic allows: docs/reliability.md says how records are sized"),
     ("json", "a JSON field (message, reward user data, parameters) is not a JSON object"),
     (
         "finite number between",
-        "a reward's value or confidence is out of bounds (|value| <= 1e12, 0 <= confidence <= 1e6, finite): docs/protocol.md",
+        "a reward's value or confidence is out of bounds (|value| <= 1e12, 0 <= confidence <= 1e6, finite): "
+        "docs/protocol.md",
     ),
     ("itself", "a reward naming its own sender as receiver: nobody rewards itself"),
     ("but its sender", "a reward to * or class.* from the only actor it would reach: a wildcard leaves its sender out"),
@@ -76,8 +80,17 @@ async def read_letters(bus) -> list[dict]:
         try:
             letter = DeadLetter(**bus.store.decode(record.value, DeadLetter.SCHEMA))
         except Exception as exc:  # not a letter: say so rather than drop it
-            out.append({"offset": record.offset, "service": "?", "reason": f"not a dead letter: {exc}", "category": "not a dead letter",
-                        "explanation": "something other than a Trialog service wrote to the dead-letters topic", "trial_id": record.trial_id, "kind": ""})  # fmt: skip
+            out.append(
+                {
+                    "offset": record.offset,
+                    "service": "?",
+                    "reason": f"not a dead letter: {exc}",
+                    "category": "not a dead letter",
+                    "explanation": "something other than a Trialog service wrote to the dead-letters topic",
+                    "trial_id": record.trial_id,
+                    "kind": "",
+                }
+            )
             continue
         out.append(letter_json(letter, record.offset))
     return sorted(out, key=lambda item: (item.get("time") or "", item["offset"]))

@@ -190,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     obs, actions = demonstrations(args.demos, args.implementation)
     print(
-        f"{len(actions)} demonstrations, {obs.shape[1]} features, actions {np.bincount(actions, minlength=cfg.actions).tolist()}"
+        f"{len(actions)} demonstrations, {obs.shape[1]} features, "
+        f"actions {np.bincount(actions, minlength=cfg.actions).tolist()}"
     )
     params = train(dataclasses.replace(cfg, observation_size=obs.shape[1]), obs, actions)
     print(f"trained in {time.monotonic() - t0:.0f} s")

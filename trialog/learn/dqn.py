@@ -197,7 +197,8 @@ class DQNLearner:
         return max(0, owed - self.rounds)
 
     def train_round(self) -> float:
-        """`gradient_steps` updates, the target network refreshed every `target_update_interval`; returns the mean loss."""
+        """`gradient_steps` updates, the target network refreshed every `target_update_interval`;
+        returns the mean loss."""
         with self.lock:
             batches = self.memory.sample(self.rng, self.cfg.batch_size, self.cfg.gradient_steps)
         (self.params, self.opt_state, self.target, _), losses = self._round(
@@ -226,8 +227,13 @@ class DQNLearner:
         next_round_at = (
             self.rounds + 1 + self.cfg.learning_starts // self.cfg.train_frequency
         ) * self.cfg.train_frequency
-        return {"env_steps": self.env_steps, "rounds": self.rounds, "updates": self.updates, "next_round_at": next_round_at,
-                "config": dataclasses.asdict(self.cfg)}  # fmt: skip
+        return {
+            "env_steps": self.env_steps,
+            "rounds": self.rounds,
+            "updates": self.updates,
+            "next_round_at": next_round_at,
+            "config": dataclasses.asdict(self.cfg),
+        }
 
     def restore(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
         import jax
@@ -244,13 +250,20 @@ class DQNLearner:
         self.rng = np.random.default_rng([self.cfg.seed, self.rounds])  # a resumed run samples anew
 
 
-# --- in-process: the same policy and learner over a Gymnasium env, no Kafka -----------------------------------------------
+# --- in-process: the same policy and learner over a Gymnasium env, no Kafka --------------------------------
 
 
 def train_in_process(
-    cfg: DQNConfig, *, env_id: str = "CartPole-v1", total_steps: int = 50_000, eval_every: int = 5_000, eval_episodes: int = 10,
-    episode_seed: int = 0, on_eval: Callable[[int, float], None] | None = None, eval_at: Sequence[int] = (),
-) -> list[tuple[int, float]]:  # fmt: skip
+    cfg: DQNConfig,
+    *,
+    env_id: str = "CartPole-v1",
+    total_steps: int = 50_000,
+    eval_every: int = 5_000,
+    eval_episodes: int = 10,
+    episode_seed: int = 0,
+    on_eval: Callable[[int, float], None] | None = None,
+    eval_at: Sequence[int] = (),
+) -> list[tuple[int, float]]:
     """Train for ``total_steps`` env steps; every ``eval_every`` steps (or at each step of
     ``eval_at``, training until the last), the mean return of ``eval_episodes`` greedy
     episodes. Returns [(env steps, mean eval return)]."""
@@ -277,10 +290,19 @@ def train_in_process(
             action = act(obs, seed, tick, phase)
             next_obs, reward, terminated, truncated, _ = env.step(action)
             done = terminated or truncated
-            # Learning per step, as CleanRL does (and as Trialog's learner service, step by step as the log brings them).
-            learner.add(Transitions(np.array([obs], np.float32), np.array([action], np.int32), np.array([reward], np.float32),
-                                    np.array([next_obs], np.float32), np.array([terminated], np.float32), versions=np.array([-1]),
-                                    ends=np.array([done], np.float32)))  # fmt: skip
+            # Learning per step, as CleanRL does (and as Trialog's learner service, step by step as
+            # the log brings them).
+            learner.add(
+                Transitions(
+                    np.array([obs], np.float32),
+                    np.array([action], np.int32),
+                    np.array([reward], np.float32),
+                    np.array([next_obs], np.float32),
+                    np.array([terminated], np.float32),
+                    versions=np.array([-1]),
+                    ends=np.array([done], np.float32),
+                )
+            )
             obs, tick = next_obs, tick + 1
             steps += 1
             if learner.rounds_due():
@@ -325,8 +347,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = DQNConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DQNConfig) if f.name != "hidden"})
     t0 = time.monotonic()
-    train_in_process(cfg, env_id=args.env_id, total_steps=args.total_steps, eval_every=args.eval_every,
-                     on_eval=lambda s, r: print(f"{s:>8} env steps  eval return {r:7.1f}  ({time.monotonic() - t0:.0f} s)", flush=True))  # fmt: skip
+    train_in_process(
+        cfg,
+        env_id=args.env_id,
+        total_steps=args.total_steps,
+        eval_every=args.eval_every,
+        on_eval=lambda s, r: print(
+            f"{s:>8} env steps  eval return {r:7.1f}  ({time.monotonic() - t0:.0f} s)", flush=True
+        ),
+    )
     return 0
 
 

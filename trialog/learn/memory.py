@@ -137,5 +137,11 @@ class ReplayMemory:
             rewards += np.where(going, self.gamma**k * self.rewards[nxt], 0.0).astype(np.float32)
             discounts = np.where(going, np.float32(self.gamma ** (k + 1)), discounts)
             last = nxt
-        return {"obs": self.observations[idx], "actions": self.actions[idx], "rewards": rewards,
-                "next_obs": self.next_observations[last], "dones": self.dones[last], "discounts": discounts}  # fmt: skip
+        return {
+            "obs": self.observations[idx],
+            "actions": self.actions[idx],
+            "rewards": rewards,
+            "next_obs": self.next_observations[last],
+            "dones": self.dones[last],
+            "discounts": discounts,
+        }

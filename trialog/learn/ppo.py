@@ -237,8 +237,15 @@ class PPOLearner:
 # --- in-process ---------------------------------------------------------------------------------------------
 
 
-def train_in_process(cfg: PPOConfig, *, env_id: str = "CartPole-v1", total_steps: int = 100_000, eval_every: int = 10_000,
-                     eval_episodes: int = 10, episode_seed: int = 0) -> list[tuple[int, float]]:  # fmt: skip
+def train_in_process(
+    cfg: PPOConfig,
+    *,
+    env_id: str = "CartPole-v1",
+    total_steps: int = 100_000,
+    eval_every: int = 10_000,
+    eval_episodes: int = 10,
+    episode_seed: int = 0,
+) -> list[tuple[int, float]]:
     """The same policy and learner, whole episodes per rollout, over Gymnasium."""
     import gymnasium
 

@@ -11,7 +11,9 @@ schedule and the validation rule::
         spec="../examples/cartpole/spec.yaml",          # relative to the preset file
         implementation="dqn",
         agent={"learning_rate": 2.3e-3},           # over the implementation's config in the spec
-        schedule=Schedule(heatup_steps=1_000, steps_between_evaluations=5_000, evaluation_trials=10, total_steps=50_000),
+        schedule=Schedule(
+            heatup_steps=1_000, steps_between_evaluations=5_000, evaluation_trials=10, total_steps=50_000
+        ),
         validation=Validation(min_reward_threshold=475, max_episodes_to_achieve_reward=1_000),
     )
 
@@ -190,8 +192,10 @@ class _Progress:
         filled = min(width, int(width * steps / max(1, total)))
         recent_text = f"recent return {sum(recent[-10:]) / len(recent[-10:]):7.1f}" if recent else "recent return     —"
         eval_text = f"last eval {last_eval.mean_return:7.1f}" if last_eval else "last eval     —"
-        text = (f"{phase:8} [{'#' * filled}{'.' * (width - filled)}] {steps:>8,}/{total:,} steps  {recent_text}  {eval_text}  "
-                f"model v{version}  {time.monotonic() - self.started:5.0f} s")  # fmt: skip
+        text = (
+            f"{phase:8} [{'#' * filled}{'.' * (width - filled)}] {steps:>8,}/{total:,} steps  "
+            f"{recent_text}  {eval_text}  model v{version}  {time.monotonic() - self.started:5.0f} s"
+        )
         if sys.stderr.isatty():
             print(f"\r{text} ", end="", file=sys.stderr, flush=True)
         elif force or time.monotonic() - self.last_line >= 5:
@@ -304,11 +308,13 @@ def table(preset: Preset, result: TrainResult) -> str:
     lines = [f"{'env steps':>10} {'episodes':>9} {'model':>6} {'eval return':>12} {'min':>7} {'max':>7}"]
     for e in result.evaluations:
         lines.append(
-            f"{e.env_steps:>10,} {e.episodes:>9} {'v' + str(e.model_version):>6} {e.mean_return:>12.1f} {min(e.returns):>7.1f} {max(e.returns):>7.1f}"
+            f"{e.env_steps:>10,} {e.episodes:>9} {'v' + str(e.model_version):>6} {e.mean_return:>12.1f} "
+            f"{min(e.returns):>7.1f} {max(e.returns):>7.1f}"
         )
     lines.append("")
     lines.append(
-        f"{preset.name}: {result.env_steps:,} env steps in {result.episodes} heatup/train trials, {result.seconds:.0f} s"
+        f"{preset.name}: {result.env_steps:,} env steps in {result.episodes} heatup/train trials, "
+        f"{result.seconds:.0f} s"
     )
     if preset.validation is not None:
         v = preset.validation
@@ -318,7 +324,8 @@ def table(preset: Preset, result: TrainResult) -> str:
             f"first reached after {first.episodes} episodes ({first.env_steps:,} steps)" if first else "never reached"
         )
         lines.append(
-            f"validation: mean eval return ≥ {v.min_reward_threshold:g}{within} — {reached}: {'PASSED' if result.valid else 'FAILED'}"
+            f"validation: mean eval return ≥ {v.min_reward_threshold:g}{within} — {reached}: "
+            f"{'PASSED' if result.valid else 'FAILED'}"
         )
     return "\n".join(lines)
 
@@ -357,7 +364,11 @@ def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = Fa
         )
     (out_dir / "logs").mkdir(exist_ok=True)
     with local_services(
-        settings, str(spec_file), environment_processes=preset.environment_processes, actor_processes=preset.actor_processes,
-        log_dir=str(out_dir / "logs"), learners=[["--implementation", preset.implementation, "--experiment", preset.name]],
-    ):  # fmt: skip
+        settings,
+        str(spec_file),
+        environment_processes=preset.environment_processes,
+        actor_processes=preset.actor_processes,
+        log_dir=str(out_dir / "logs"),
+        learners=[["--implementation", preset.implementation, "--experiment", preset.name]],
+    ):
         return asyncio.run(run_phases(settings, preset, spec, quiet=quiet))

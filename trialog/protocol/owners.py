@@ -141,7 +141,10 @@ def reward_problem(reward: Reward, current_tick: int, actors: Mapping[str, str] 
         return f"reward from {sender!r} to itself: nobody rewards itself"
     if actors is not None and not any(reaches(receiver, sender, a, c) for a, c in actors.items()):
         if any(matches(receiver, a, c) for a, c in actors.items()):
-            return f"reward from {sender!r} for {receiver!r}, which reaches no actor but its sender (a wildcard leaves its sender out)"
+            return (
+                f"reward from {sender!r} for {receiver!r}, which reaches no actor but its sender "
+                "(a wildcard leaves its sender out)"
+            )
         return f"reward for {receiver!r}, which addresses no actor of the trial"
     return _json_problem(reward.user_data, "reward user_data")
 
@@ -152,7 +155,10 @@ def message_problem(message: Message, current_tick: int, actors: Mapping[str, st
     someone in the trial: an actor's name, ``*``, ``class.*`` of one of its classes, or
     ``env`` (the environment)."""
     if not 0 <= message.tick <= current_tick:
-        return f"message at tick {message.tick}: a message is sent at a tick between 0 and the current one ({current_tick})"
+        return (
+            f"message at tick {message.tick}: a message is sent at a tick between 0 and the current one "
+            f"({current_tick})"
+        )
     if not message.receivers:
         return "message with no receiver"
     if actors is not None:
@@ -160,7 +166,10 @@ def message_problem(message: Message, current_tick: int, actors: Mapping[str, st
             if not (
                 r in actors or r == "*" or r == ENVIRONMENT_SENDER or (r.endswith(".*") and r[:-2] in actors.values())
             ):
-                return f"message for {r!r}, which addresses nobody in the trial (an actor's name, *, class.* of a class of the trial, or env)"
+                return (
+                    f"message for {r!r}, which addresses nobody in the trial "
+                    "(an actor's name, *, class.* of a class of the trial, or env)"
+                )
     return _json_problem(message.payload, "message payload")
 
 

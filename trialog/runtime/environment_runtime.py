@@ -117,9 +117,19 @@ class EnvironmentHandler(Handler):
     """Hosts every trial whose environment implementation is one of ``implementations``."""
 
     kinds = frozenset(
-        {TrialStarted.KIND, Observation.KIND, Action.KIND, ActorTimeout.KIND, TrialTerminating.KIND, TrialEnded.KIND, Message.KIND,
-         ParametersChanged.KIND, ActorJoined.KIND, TrialPending.KIND}
-    )  # fmt: skip
+        {
+            TrialStarted.KIND,
+            Observation.KIND,
+            Action.KIND,
+            ActorTimeout.KIND,
+            TrialTerminating.KIND,
+            TrialEnded.KIND,
+            Message.KIND,
+            ParametersChanged.KIND,
+            ActorJoined.KIND,
+            TrialPending.KIND,
+        }
+    )
     owner_role = ENVIRONMENT
     service_name = "environment"
 
@@ -234,11 +244,13 @@ class EnvironmentHandler(Handler):
             return  # a repeat (I-8)
         if not (0 <= tick <= trial.tick and trial.observed.get(actor, -1) >= tick):
             raise BadRecord(
-                f"action of {actor} at tick {tick}: an action answers the actor's observation of the current tick ({trial.tick}) and is logged after it"
+                f"action of {actor} at tick {tick}: an action answers the actor's observation of the current tick "
+                f"({trial.tick}) and is logged after it"
             )
         if tick < trial.tick or actor in trial.actions:
             raise BadRecord(
-                f"action of {actor} at tick {tick}: that tick already has the actor's action or timeout (current tick {trial.tick})"
+                f"action of {actor} at tick {tick}: that tick already has the actor's action or timeout "
+                f"(current tick {trial.tick})"
             )
         if trial.done:
             return  # the answer to the last observation, as the trial ended: nothing left to apply it to

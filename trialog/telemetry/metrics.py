@@ -103,17 +103,20 @@ class _LoopCollector:
             "trialog_live_trials", "Trials this service holds state for right now.", labels=["service", "group"]
         )
         catching_up = GaugeMetricFamily(
-            "trialog_partition_catching_up", "1 while a partition is being rebuilt from the log after an assignment (I-7), else 0.",
+            "trialog_partition_catching_up",
+            "1 while a partition is being rebuilt from the log after an assignment (I-7), else 0.",
             labels=["service", "group", "topic", "partition"],
-        )  # fmt: skip
+        )
         lag = GaugeMetricFamily(
-            "trialog_consumer_lag", "Records of a partition not yet read by this service (log end − position).",
+            "trialog_consumer_lag",
+            "Records of a partition not yet read by this service (log end − position).",
             labels=["service", "group", "topic", "partition"],
-        )  # fmt: skip
+        )
         since_turn = GaugeMetricFamily(
-            "trialog_loop_seconds_since_turn", "Seconds since the service loop last finished a turn (liveness looks at it).",
+            "trialog_loop_seconds_since_turn",
+            "Seconds since the service loop last finished a turn (liveness looks at it).",
             labels=["service", "group"],
-        )  # fmt: skip
+        )
         now = time.monotonic()
         for loop in list(_loops):
             service, group = loop.handler.service_name, loop.group or ""

@@ -61,10 +61,17 @@ def start_service(settings: Settings, spec_file: str, args: list[str], log_file:
 
 @contextlib.contextmanager
 def local_services(
-    settings: Settings, spec_file: str, *, environment_processes: int = 1, actor_processes: int = 1,
-    archive_dir: str | None = None, log_dir: str | None = None, learners: Sequence[list[str]] = (), gateway_port: int | None = None,
+    settings: Settings,
+    spec_file: str,
+    *,
+    environment_processes: int = 1,
+    actor_processes: int = 1,
+    archive_dir: str | None = None,
+    log_dir: str | None = None,
+    learners: Sequence[list[str]] = (),
+    gateway_port: int | None = None,
     gateway_args: Sequence[str] = (),
-) -> Iterator[dict[str, subprocess.Popen]]:  # fmt: skip
+) -> Iterator[dict[str, subprocess.Popen]]:
     """Run the orchestrator, environment and actor services (and the logger, when an
     archive folder is given, a learner per entry of ``learners``: its ``trialog serve
     learner`` arguments, and the web gateway on ``gateway_port`` with ``gateway_args`` when given) as child
@@ -184,7 +191,8 @@ def summary_table(spec: Spec, result, returns: dict[str, dict[str, float]]) -> s
     failed = [o for o in result.outcomes if o.failed]
     lines.append("")
     lines.append(
-        f"{len(result.outcomes)} trials in {result.seconds:.1f} s — {result.ticks} ticks ({result.ticks / max(result.seconds, 1e-9):,.0f} ticks/s) — end reasons: {reasons}"
+        f"{len(result.outcomes)} trials in {result.seconds:.1f} s — "
+        f"{result.ticks} ticks ({result.ticks / max(result.seconds, 1e-9):,.0f} ticks/s) — end reasons: {reasons}"
     )
     for o in failed[:5]:
         lines.append(f"  {o.trial_id or '(no id)'}: {o.error or 'ended by an error'}")

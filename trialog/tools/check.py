@@ -206,7 +206,8 @@ def _schemas(
                 described = cls.describe(config, actor_class)
             except NotImplementedError as exc:
                 raise TrialogError(
-                    f"no schemas for actor class {actor_class!r}: {cls.__name__}.describe is not implemented; pass schemas={{...}}"
+                    f"no schemas for actor class {actor_class!r}: {cls.__name__}.describe is not implemented; "
+                    "pass schemas={...}"
                 ) from exc
         observation, action = store.register(described["observation"]), store.register(described["action"])
         space = described.get("action_space") or action_space_of(described["action"])
@@ -355,7 +356,8 @@ def _compare(first: Trace, again: Trace, seed: int) -> int:
         for actor in sorted(set(obs_a) | set(obs_b)):
             if obs_a.get(actor) != obs_b.get(actor):
                 raise TrialogError(
-                    f"tick {tick}: the observation of {actor!r} differs between two runs with seed {seed}; keep all randomness behind trial.seed"
+                    f"tick {tick}: the observation of {actor!r} differs between two runs with seed {seed}; "
+                    "keep all randomness behind trial.seed"
                 )
         if rew_a != rew_b:
             raise TrialogError(f"tick {tick}: rewards differ between two runs with seed {seed}: {rew_a} vs {rew_b}")

@@ -241,8 +241,8 @@ class Authenticator:
         own = next((k for k in key_ids if self.keyring.key(k, trial_id) is not None), None)
         if own is None:
             return (
-                f"cannot write {kind} as {sender or self.role!r} in trial {trial_id!r}: this process holds none of the keys "
-                f"{', '.join(allowed)} ({self.keyring.source})"
+                f"cannot write {kind} as {sender or self.role!r} in trial {trial_id!r}: "
+                f"this process holds none of the keys {', '.join(allowed)} ({self.keyring.source})"
             )
         out = []
         for key_id in [own, *(k for k in self.audience_keys(trial_id, kind, receiver) if k != own)]:

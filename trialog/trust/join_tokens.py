@@ -88,7 +88,8 @@ def verify_join_token(
         raise TrustError("this join link was not issued by this deployment (forged or altered)", reason="forged")
     if (time.time() if now is None else now) >= claims.expires_at:
         raise TrustError(
-            f"this join link expired at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(claims.expires_at))}; ask for a new one",
+            f"this join link expired at {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(claims.expires_at))}; "
+            "ask for a new one",
             reason="expired",
         )
     if trial_id is not None and claims.trial_id != trial_id:

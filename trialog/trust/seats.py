@@ -58,7 +58,10 @@ class SeatBook:
         if current is None:
             return f"{actor} of trial {trial_id} has not joined"
         if current != holder:
-            return f"{actor} of trial {trial_id} is held by another holder (the seat was taken over, or never given to this one)"
+            return (
+                f"{actor} of trial {trial_id} is held by another holder "
+                "(the seat was taken over, or never given to this one)"
+            )
         return None
 
     def first_offset(self, trial_id: str) -> int | None:

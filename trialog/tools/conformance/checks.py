@@ -63,7 +63,8 @@ def check_seats(bus: Bus, outcomes: list[Outcome], check: Check) -> None:
                     check.fail(f"{out.started.trial_id}: the join of {a.name} is refused: {refused}")
                 if r.header("holder") != f"conformance-{a.name}":
                     check.fail(
-                        f"{out.started.trial_id}: the join of {a.name} names holder {r.header('holder')!r}, not the one it was given"
+                        f"{out.started.trial_id}: the join of {a.name} names holder {r.header('holder')!r}, "
+                        "not the one it was given"
                     )
                 joined = bus.codec.decode(r.value, "actor.joined")
                 if (joined.trial_id, joined.actor) != (out.started.trial_id, a.name):
@@ -107,7 +108,8 @@ def check_answers(
                 assert r.header(HEADER_RECEIVER) == "", "receiver header must be empty"
                 expected = schemas[classes[actor]].action.fingerprint
                 assert action.payload[2:10] == expected, (
-                    f"payload written with fingerprint {action.payload[2:10].hex()}, the class's action schema is {expected.hex()}"
+                    f"payload written with fingerprint {action.payload[2:10].hex()}, "
+                    f"the class's action schema is {expected.hex()}"
                 )
                 bus.store.decode(action.payload, schemas[classes[actor]].action)
             except Exception as exc:

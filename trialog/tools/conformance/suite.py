@@ -99,9 +99,8 @@ class Suite:
             wait = RESTART_TIMEOUT_S if tick == out.restart_tick else timeout + 2
             actions = await log.wait_for(lambda tick=tick: self._actions_complete(log, tick, actor_class), wait)
             if not actions:
-                out.missing.append(
-                    f"tick {tick}: no action from {', '.join(a for a in sorted(actor_class) if a not in self._actions_at(log, tick))} within {wait:.0f} s"
-                )
+                silent = ", ".join(a for a in sorted(actor_class) if a not in self._actions_at(log, tick))
+                out.missing.append(f"tick {tick}: no action from {silent} within {wait:.0f} s")
                 actions = self._actions_at(log, tick)
             values = {}
             for actor in actor_class:
@@ -156,13 +155,15 @@ class Suite:
         if tick == 2:
             await self.bus.publish_all(EVENTS, [
                 Reward(t.trial_id, tick=1, receiver=first, value=0.5, confidence=1.0, sender="judge"),
-                Message(t.trial_id, tick=1, sender="judge", receivers=(first,), message_id="judge-1", payload='{"note": "live"}'),
+                Message(t.trial_id, tick=1, sender="judge", receivers=(first,), message_id="judge-1",
+                        payload='{"note": "live"}'),
             ])  # fmt: skip
         elif tick == 3:
             await self.bus.publish_all(EVENTS, [
                 Reward(t.trial_id, tick=0, receiver="*", value=-2.0, confidence=0.5, sender="critic"),  # retroactive
                 Reward(t.trial_id, tick=2, receiver=f"{cls}.*", value=1.25, sender="coach"),
-                Message(t.trial_id, tick=2, sender="coach", receivers=("*",), message_id="coach-1", payload='{"note": "to all"}'),
+                Message(t.trial_id, tick=2, sender="coach", receivers=("*",), message_id="coach-1",
+                        payload='{"note": "to all"}'),
             ])  # fmt: skip
         elif tick == 4:
             repeat = Reward(t.trial_id, tick=1, receiver=first, value=0.5, confidence=1.0, sender="judge")
@@ -283,7 +284,8 @@ async def run_conformance(
         secret = bus.trust.keyring.key(key_id)
         if secret is None:
             raise TrialogError(
-                f"the keyring ({bus.trust.keyring.source}) cannot give {key_id}: conformance needs the operator's keyring"
+                f"the keyring ({bus.trust.keyring.source}) cannot give {key_id}: "
+                "conformance needs the operator's keyring"
             )
         env["TRIALOG_KEY_" + key_id.upper().replace(".", "_").replace("-", "_")] = (
             base64.urlsafe_b64encode(secret).rstrip(b"=").decode()
