@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout, installed or n
 
 from trialog.protocol import events as ev  # noqa: E402
 from trialog.protocol.codec import SUPPORTED_DTYPES, TENSOR, Schema, SchemaStore, record_to_tensor  # noqa: E402
+from trialog.protocol.event_codec import EventCodec  # noqa: E402
 
 FORMAT = "trialog-vectors/1"
 CONVENTIONS = {
@@ -585,7 +586,7 @@ def _entry(name: str, schema: Schema, data: bytes, expected: Any) -> dict[str, A
 def build() -> tuple[list[dict[str, Any]], dict[str, bytes]]:
     """Every vector's manifest entry and bytes, checked against the Python decoder."""
     store = SchemaStore.with_builtin()
-    codec = ev.EventCodec(store)
+    codec = EventCodec(store)
     entries: list[dict[str, Any]] = []
     blobs: dict[str, bytes] = {}
 

@@ -13,7 +13,8 @@ import argparse
 import time
 from collections.abc import Callable
 
-from trialog.protocol.events import Action, ActorSpec, EventCodec, Observation, Reward, TrialStarted
+from trialog.protocol.event_codec import EventCodec
+from trialog.protocol.events import Action, ActorSpec, Observation, Reward, TrialStarted
 from trialog.trust.authenticator import Authenticator
 from trialog.trust.keys import Keyring
 

@@ -36,7 +36,8 @@ import orjson
 
 from trialog.errors import CodecError, TopicMissingError, TrialogError
 from trialog.protocol.codec import SchemaStore
-from trialog.protocol.events import BY_KIND, HEADER_KIND, Event, EventCodec, ResolvedTrial
+from trialog.protocol.event_codec import EventCodec
+from trialog.protocol.events import BY_KIND, HEADER_KIND, Event, ResolvedTrial
 from trialog.settings import Settings
 
 # The shipped jobs' result topics, `<prefix>analytics.<job>`, and what each is keyed by.

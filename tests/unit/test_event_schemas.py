@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from trialog.protocol import event_codec
 from trialog.protocol import events as ev
 from trialog.protocol.codec import SchemaStore, schemas_dir
 
@@ -45,7 +46,7 @@ def _nested() -> list[tuple[type, str]]:
     (class, full name of the record in the parent's schema)."""
     out = []
     for cls in ev.EVENT_TYPES:
-        nested = ev._LAYOUTS[cls].nested
+        nested = event_codec._LAYOUTS[cls].nested
         parent = SCHEMAS[cls.SCHEMA]
         for field in parent["fields"]:
             if field["name"] in nested:

@@ -15,6 +15,7 @@ import pytest
 
 from trialog.protocol import events as ev
 from trialog.protocol.codec import SUPPORTED_DTYPES, SchemaStore
+from trialog.protocol.event_codec import EventCodec
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "schemas" / "vectors"
@@ -83,7 +84,7 @@ def test_event_vector_decodes_to_the_event_with_its_key_and_headers(store: Schem
         assert _as_json(schema, letter.to_record()) == entry["expected"]
         assert dict((k, v.decode()) for k, v in letter.headers_list()) == kafka["headers"]
         return
-    event = ev.EventCodec(store).decode(data, kafka["headers"]["kind"])
+    event = EventCodec(store).decode(data, kafka["headers"]["kind"])
     assert _as_json(schema, gen.event_record(event)) == entry["expected"]
     assert kafka["key"] == event.trial_id
     assert {k: v.decode() for k, v in event.headers()} == kafka["headers"]

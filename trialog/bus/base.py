@@ -20,7 +20,8 @@ from aiokafka.partitioner import murmur2  # pure function: Kafka's default key h
 
 from trialog.errors import RecordsTooLarge
 from trialog.protocol.codec import SchemaStore
-from trialog.protocol.events import DeadLetter, Event, EventCodec, ResolvedTrial
+from trialog.protocol.event_codec import EventCodec
+from trialog.protocol.events import DeadLetter, Event, ResolvedTrial
 from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS, record_limits
 from trialog.settings import Settings
 from trialog.trust.authenticator import Authenticator

@@ -36,7 +36,8 @@ from trialog.datalog.samples import RewardSource, Sample, TrialFold, apply_rewar
 from trialog.datalog.table import from_table, to_table
 from trialog.errors import TrialogError
 from trialog.protocol.codec import SchemaStore
-from trialog.protocol.events import EventCodec, Reward, TrialEnded, TrialStarted
+from trialog.protocol.event_codec import EventCodec
+from trialog.protocol.events import Reward, TrialEnded, TrialStarted
 from trialog.protocol.owners import reward_problem
 
 CATALOG = "catalog.jsonl"

@@ -1,7 +1,8 @@
 """The wire protocol: what every record on the log is and who may write it.
 
 The event types (:mod:`~trialog.protocol.events`) and their Avro encodings
-(:mod:`~trialog.protocol.codec`, :mod:`~trialog.protocol.codec_flat`), the topics
+(:mod:`~trialog.protocol.codec`, :mod:`~trialog.protocol.codec_flat`,
+:mod:`~trialog.protocol.event_codec`), the topics
 (:mod:`~trialog.protocol.topics`), what a started trial is
 (:mod:`~trialog.protocol.trial`), the rules for rewards (:mod:`~trialog.protocol.rewards`,
 I-4) and for who dead-letters what (:mod:`~trialog.protocol.owners`), what one actor
