@@ -15,13 +15,20 @@ def add(serve) -> None:
         "Run the shipped stream-analytics jobs (Quix Streams) over events; results in compacted analytics.* topics.",
     )
     add_health_port(p)
-    p.add_argument("--state-dir", default=os.environ.get("TRIALOG_ANALYTICS_STATE_DIR", "trialog-analytics-state"),
-                   help="local state (RocksDB; rebuilt from the changelog topics when lost; default %(default)s)")  # fmt: skip
+    p.add_argument(
+        "--state-dir",
+        default=os.environ.get("TRIALOG_ANALYTICS_STATE_DIR", "trialog-analytics-state"),
+        help="local state (RocksDB; rebuilt from the changelog topics when lost; default %(default)s)",
+    )
     p.add_argument(
         "--window", type=int, default=20, metavar="N", help="rolling means over the last N trials (default %(default)s)"
     )
-    p.add_argument("--guarantee", choices=["exactly-once", "at-least-once"], default="exactly-once",
-                   help="exactly-once: state, outputs and offsets commit in one Kafka transaction (default)")  # fmt: skip
+    p.add_argument(
+        "--guarantee",
+        choices=["exactly-once", "at-least-once"],
+        default="exactly-once",
+        help="exactly-once: state, outputs and offsets commit in one Kafka transaction (default)",
+    )
     p.set_defaults(func=_run)
 
 

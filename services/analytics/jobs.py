@@ -19,8 +19,9 @@ sender, reaching nobody but its sender…) counts for nothing; one reward per (t
 sender, receiver), the first in the log; a reward reaches the actors
 :func:`trialog.protocol.trial.reaches` says (a wildcard leaves its sender out); the reward
 of (actor, tick) is the confidence-weighted mean of its rewards (I-4); a trial's return
-for an actor is the sum over its ticks up to the final tick. The rolling means order trials by the time their ``trial.ended`` was logged (then
-by trial ID), so they do not depend on which partition was read first.
+for an actor is the sum over its ticks up to the final tick. The rolling means order trials
+by the time their ``trial.ended`` was logged (then by trial ID), so they do not depend on
+which partition was read first.
 """
 
 from __future__ import annotations
@@ -139,11 +140,29 @@ def contributions(result: dict) -> list[dict]:
     order = [result["ended_ms"], result["trial_id"]]
     phase = f"{result['experiment']}/{result['phase']}" if result["phase"] else NO_PHASE
     out = [
-        {"job": "returns-by-pairing", "key": result["pairing"], "trial": result["trial_id"], "c": {"order": order, "returns": result["returns"]}},
-        {"job": "returns-by-phase", "key": phase, "trial": result["trial_id"], "c": {"order": order, "returns": result["returns"]}},
-        {"job": "environments", "key": result["environment"], "trial": result["trial_id"],
-         "c": {"ticks": result["ticks"], "tick_ms_mean": result["tick_ms_mean"], "tick_ms_max": result["tick_ms_max"]}},
-    ]  # fmt: skip
+        {
+            "job": "returns-by-pairing",
+            "key": result["pairing"],
+            "trial": result["trial_id"],
+            "c": {"order": order, "returns": result["returns"]},
+        },
+        {
+            "job": "returns-by-phase",
+            "key": phase,
+            "trial": result["trial_id"],
+            "c": {"order": order, "returns": result["returns"]},
+        },
+        {
+            "job": "environments",
+            "key": result["environment"],
+            "trial": result["trial_id"],
+            "c": {
+                "ticks": result["ticks"],
+                "tick_ms_mean": result["tick_ms_mean"],
+                "tick_ms_max": result["tick_ms_max"],
+            },
+        },
+    ]
     humans = [result["returns"][a["name"]] for a in result["actors"] if a["human"]]
     agents = [result["returns"][a["name"]] for a in result["actors"] if not a["human"]]
     if humans and agents:

@@ -83,10 +83,14 @@ class Gateway:
             if not clients:
                 continue
             seats = [
-                {"actor": a.name, "class": a.actor_class, "partners": {b.name: b.implementation for b in spec.trial.actors if b.name != a.name}}
+                {
+                    "actor": a.name,
+                    "class": a.actor_class,
+                    "partners": {b.name: b.implementation for b in spec.trial.actors if b.name != a.name},
+                }
                 for a in spec.trial.actors
                 if any(not spec.actors[c].classes or a.actor_class in spec.actors[c].classes for c in clients)
-            ]  # fmt: skip
+            ]
             out.append({"spec": spec.name, "environment": spec.trial.environment, "seats": seats})
         return out
 
@@ -177,8 +181,9 @@ def _socket_protocol():
     buffer (and the rest in the kernel's) until the gateway reads the next message. And the
     connection closes :data:`CLOSE_WITHIN_S` after the gateway's close frame, not 10 s, and
     nothing the page sends after it is parsed or read: a page closed for a flood goes on
-    sending (the close frame, code and reason, is written first and read by the page). The overridden methods are uvicorn's (tests/integration/test_gateway_limits.py
-    floods a socket through them)."""
+    sending (the close frame, code and reason, is written first and read by the page). The
+    overridden methods are uvicorn's (tests/integration/test_gateway_limits.py floods a socket
+    through them)."""
     from uvicorn.protocols.websockets.wsproto_impl import WSProtocol
     from wsproto import events
 
@@ -244,8 +249,8 @@ def _http_protocol(door: Door):
                 return
             body = reason.encode()
             self.refusal = (
-                b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
-                % (len(body), body)
+                b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
             )
             self.transport = transport
 
@@ -273,8 +278,17 @@ def server_config(app: Starlette, *, host: str, port: int, limits: Limits):
     close 1009."""
     import uvicorn
 
-    return uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on", http=_http_protocol(app.state.gateway.door), ws=_socket_protocol(), ws_max_size=limits.frame_bytes,
-                          timeout_graceful_shutdown=STOP_WITHIN_S)  # fmt: skip
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        http=_http_protocol(app.state.gateway.door),
+        ws=_socket_protocol(),
+        ws_max_size=limits.frame_bytes,
+        timeout_graceful_shutdown=STOP_WITHIN_S,
+    )
 
 
 async def main(

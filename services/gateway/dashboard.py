@@ -135,14 +135,30 @@ class Dashboard:
             returns.setdefault(result["pairing"], []).append([result["ended_ms"], result["total"], result["returns"]])
         return {
             "trials": {
-                "running": statuses["running"], "pending": statuses["pending"], "ended": statuses["ended"], "rejected": statuses["rejected"],
-                "recent": [{"trial": r.trial_id, "spec": r.spec, "status": r.status, "ticks": r.ticks, "reason": r.reason,
-                            "pairing": " + ".join(r.implementations.values())} for r in recent],
+                "running": statuses["running"],
+                "pending": statuses["pending"],
+                "ended": statuses["ended"],
+                "rejected": statuses["rejected"],
+                "recent": [
+                    {
+                        "trial": r.trial_id,
+                        "spec": r.spec,
+                        "status": r.status,
+                        "ticks": r.ticks,
+                        "reason": r.reason,
+                        "pairing": " + ".join(r.implementations.values()),
+                    }
+                    for r in recent
+                ],
             },
             "ticks_per_s": round(self.ticks_per_s(), 1),
             "analytics": bool(self.results["returns-by-pairing"]),
             "pairings": sorted(self.results["returns-by-pairing"].values(), key=lambda p: p["key"]),
             "returns": {pairing: points[-POINTS_PER_PAIRING:] for pairing, points in returns.items()},
             "environments": sorted(self.results["environments"].values(), key=lambda e: e["key"]),
-            "dead_letters": {"total": sum(self.letter_counts.values()), "by_reason": dict(self.letter_counts.most_common(8)), "recent": list(self.letters)[::-1]},
-        }  # fmt: skip
+            "dead_letters": {
+                "total": sum(self.letter_counts.values()),
+                "by_reason": dict(self.letter_counts.most_common(8)),
+                "recent": list(self.letters)[::-1],
+            },
+        }

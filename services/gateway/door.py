@@ -133,7 +133,8 @@ class Door:
     def watch(self, trial_id: str) -> None:
         if self._watchers[trial_id] >= self.limits.watchers_per_trial:
             raise Refused(
-                f"trial {trial_id} has as many watchers as this gateway allows ({self.limits.watchers_per_trial}); try again later",
+                f"trial {trial_id} has as many watchers as this gateway allows "
+                f"({self.limits.watchers_per_trial}); try again later",
                 LIMITED,
             )
         self._watchers[trial_id] += 1
@@ -149,12 +150,17 @@ class Door:
         holders = self._seat_sockets.setdefault((trial_id, actor), {})
         if sum(holders.values()) >= self.limits.sockets_per_seat:
             raise Refused(
-                f"seat {actor} has as many open pages as this gateway allows ({self.limits.sockets_per_seat}); close one",
+                f"seat {actor} has as many open pages as this gateway allows "
+                f"({self.limits.sockets_per_seat}); close one",
                 LIMITED,
             )
         if takeover and any(h != holder for h in holders):
-            raise Refused(f"seat {actor} is played by another page that is still connected; it can be taken over once that page is closed",
-                          REFUSED, held=True)  # fmt: skip
+            raise Refused(
+                f"seat {actor} is played by another page that is still connected; "
+                "it can be taken over once that page is closed",
+                REFUSED,
+                held=True,
+            )
         holders[holder] = holders.get(holder, 0) + 1
 
     def stand(self, trial_id: str, actor: str, holder: str) -> bool:

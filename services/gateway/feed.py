@@ -212,7 +212,8 @@ class Feed:
         except TimeoutError:
             self._queued[partition] -= 1
             raise Refused(
-                f"this gateway is busy reading other trials for other pages (waited {self.limits.catchup_wait_s:g} s); try again",
+                f"this gateway is busy reading other trials for other pages "
+                f"(waited {self.limits.catchup_wait_s:g} s); try again",
                 LIMITED,
             ) from None
         except BaseException:

@@ -111,8 +111,13 @@ class TrialView:
                 return {"type": "reward", "tick": event.tick, "receiver": event.receiver, "value": plain(event.value),
                         "confidence": plain(event.confidence), "sender": event.sender}  # fmt: skip
             case Message():
-                return {"type": "message", "tick": event.tick, "sender": event.sender, "receivers": list(event.receivers),
-                        "payload": loads(event.payload)}  # fmt: skip
+                return {
+                    "type": "message",
+                    "tick": event.tick,
+                    "sender": event.sender,
+                    "receivers": list(event.receivers),
+                    "payload": loads(event.payload),
+                }
             case ActorTimeout():
                 return {"type": "timeout", "tick": event.tick, "actor": event.actor, "policy": event.policy}
             case ActorJoined():

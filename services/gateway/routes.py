@@ -56,8 +56,10 @@ async def take_seat(request: Request) -> JSONResponse:
     if record is None or actor not in gw.client_seats(record.spec, record.implementations):
         return JSONResponse({"error": f"trial {trial_id!r} has no seat {actor!r} for a person"}, status_code=404)
     if record.status != "pending":
-        return JSONResponse({"error": f"trial {trial_id} is {record.status}: its seats are reached only with the join links its starter was given"},
-                            status_code=409)  # fmt: skip
+        error = (
+            f"trial {trial_id} is {record.status}: its seats are reached only with the join links its starter was given"
+        )
+        return JSONResponse({"error": error}, status_code=409)
     try:
         is_open = await gw.seat_is_open(trial_id, actor)
     except (Refused, TrialogError) as exc:

@@ -1,4 +1,5 @@
-"""Join links (made by :func:`trialog.controller.join_link`): ``<gateway>/play?token=<join token>``, one seat of one trial.
+"""Join links (made by :func:`trialog.controller.join_link`): ``<gateway>/play?token=<join token>``, one seat of
+one trial.
 
 The token (:mod:`trialog.trust.join_tokens`) is self-contained, expiring, MACed with a key
 derived from the deployment's ``seats`` secret, which the gateway holds. So any

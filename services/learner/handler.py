@@ -78,7 +78,8 @@ class _Folding:
 
 
 class LearnerHandler(Handler):
-    # trial.pending and actor.joined too: who holds a client seat decides which of its actions count (the fold's seat rule).
+    # trial.pending and actor.joined too: who holds a client seat decides which of its actions count
+    # (the fold's seat rule).
     kinds = frozenset(
         {
             TrialPending.KIND,
@@ -238,8 +239,15 @@ class LearnerHandler(Handler):
             mine = t.versions == self.version
             if not mine.all():
                 self.discarded += int((~mine).sum())
-                log.info("on-policy learner discards samples of other versions", model=self.model, trial=folding.fold.trial_id, actor=actor,
-                         discarded=int((~mine).sum()), versions=sorted(set(t.versions[~mine].tolist())), current=self.version)  # fmt: skip
+                log.info(
+                    "on-policy learner discards samples of other versions",
+                    model=self.model,
+                    trial=folding.fold.trial_id,
+                    actor=actor,
+                    discarded=int((~mine).sum()),
+                    versions=sorted(set(t.versions[~mine].tolist())),
+                    current=self.version,
+                )
             if mine.any():
                 # A kept transition whose successor goes ends its sequence (n-step returns stop there).
                 ends = np.maximum(t.ends, ~np.append(mine[1:], False))
@@ -285,8 +293,16 @@ class LearnerHandler(Handler):
             store=self.model_store,
         )
         await model_registry.publish(self.loop.bus, version)
-        log.info("model version published", model=self.model, version=self.version, rounds=rounds, env_steps=self.learner.env_steps,
-                 loss=round(loss, 4), bytes=version.size, inline=version.weights is not None)  # fmt: skip
+        log.info(
+            "model version published",
+            model=self.model,
+            version=self.version,
+            rounds=rounds,
+            env_steps=self.learner.env_steps,
+            loss=round(loss, 4),
+            bytes=version.size,
+            inline=version.weights is not None,
+        )
 
     def safe_offset(self, role: str, partition: int) -> int | None:
         # Also the records waiting for the restore, and the ended trials whose transitions memory still holds.

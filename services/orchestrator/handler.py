@@ -233,8 +233,17 @@ class OrchestratorHandler(Handler):
             case TrialRejected():
                 self.requested.pop(tid, None)
                 self.ended.add(tid, (-1, {}))
-                self.loop.emit(TrialRecord(tid, status="rejected", partition=record.partition, reason=event.reason,
-                                           created_ms=record.timestamp_ms, updated_ms=record.timestamp_ms), TRIALS)  # fmt: skip
+                self.loop.emit(
+                    TrialRecord(
+                        tid,
+                        status="rejected",
+                        partition=record.partition,
+                        reason=event.reason,
+                        created_ms=record.timestamp_ms,
+                        updated_ms=record.timestamp_ms,
+                    ),
+                    TRIALS,
+                )
             case TrialEnded():
                 self._on_ended(record, event)
             case Reward():
@@ -319,7 +328,8 @@ class OrchestratorHandler(Handler):
                 trial = self.live_trials.get(event.trial_id)
                 if trial is None:
                     raise BadRecord(
-                        f"terminate request for trial {event.trial_id!r}, which is not running ({self._why_not(event.trial_id)})"
+                        f"terminate request for trial {event.trial_id!r}, "
+                        f"which is not running ({self._why_not(event.trial_id)})"
                     )
                 if event.hard or trial.status == "pending":
                     self._end(event.trial_id, trial, "terminated", trial.tick, event.reason or "hard terminate")
@@ -436,10 +446,17 @@ class OrchestratorHandler(Handler):
     def _index(self, tid: str, trial: _Live, updated_ms: int, **changes) -> None:
         """Upsert the trial's record in the ``trials`` index (``changes`` override the live state)."""
         fields = {
-            "status": trial.status, "spec": trial.spec, "partition": trial.partition, "start_offset": trial.start_offset,
-            "ticks": trial.tick, "implementations": trial.implementations, "created_ms": trial.created_ms, "updated_ms": updated_ms,
-            "experiment": trial.experiment, "phase": trial.phase,
-        }  # fmt: skip
+            "status": trial.status,
+            "spec": trial.spec,
+            "partition": trial.partition,
+            "start_offset": trial.start_offset,
+            "ticks": trial.tick,
+            "implementations": trial.implementations,
+            "created_ms": trial.created_ms,
+            "updated_ms": updated_ms,
+            "experiment": trial.experiment,
+            "phase": trial.phase,
+        }
         self.loop.emit(TrialRecord(tid, **{**fields, **changes}), TRIALS)
 
     # --- timers and partitions ---------------------------------------------------------------------
@@ -461,7 +478,8 @@ class OrchestratorHandler(Handler):
                     trial,
                     "error",
                     0,
-                    f"no environment service started the trial within {self.environment_timeout_s:g} s: is one serving its environment implementation?",
+                    f"no environment service started the trial within {self.environment_timeout_s:g} s: "
+                    "is one serving its environment implementation?",
                 )
             elif trial.wall_clock_ms is not None and now_ms - trial.created_ms > trial.wall_clock_ms:
                 self._end(tid, trial, "wall_clock", trial.tick, f"ran longer than {trial.wall_clock_ms} ms")

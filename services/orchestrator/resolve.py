@@ -108,7 +108,8 @@ def _finalize(spec: Spec, d: TrialDraft) -> TrialStarted:
     for a in d.actors:
         if a.implementation not in spec.actors:
             raise TrialError(
-                f"actor {a.name}: unknown implementation {a.implementation!r}; the spec declares {', '.join(spec.actors)}"
+                f"actor {a.name}: unknown implementation {a.implementation!r}; "
+                f"the spec declares {', '.join(spec.actors)}"
             )
         if a.actor_class not in spec.actor_classes:
             raise TrialError(f"actor {a.name}: unknown actor class {a.actor_class!r}")

@@ -73,10 +73,20 @@ async def test_analytics_survive_sigkill_and_equal_duckdb_over_the_archive(kafka
         analytics = start_analytics(kafka_settings, tmp_path, "state-a", 1)
         async with bus, Controller(bus, name="analytics-test") as ctl:
             # Slow ticks (50 ms) so that the campaign is still running when the job is killed.
-            campaign = asyncio.create_task(run_campaign(
-                ctl, "trialtest", TRIALS, 3,
-                overrides=lambda i: {"environment": "slow", "max_ticks": 10 + i % 5, "seed": i, "implementations": PAIRINGS[i % 3]},
-            ))  # fmt: skip
+            campaign = asyncio.create_task(
+                run_campaign(
+                    ctl,
+                    "trialtest",
+                    TRIALS,
+                    3,
+                    overrides=lambda i: {
+                        "environment": "slow",
+                        "max_ticks": 10 + i % 5,
+                        "seed": i,
+                        "implementations": PAIRINGS[i % 3],
+                    },
+                )
+            )
 
             async def results(job: str) -> dict:
                 return await read_results(bus, job)
@@ -199,8 +209,12 @@ async def test_the_docs_example_job_counts_trial_ends(kafka_settings, tmp_path):
             reasons = Counter([(await ctl.wait_ended(tid, timeout=60)).reason for tid in tids])
         script = tmp_path / "job.py"
         script.write_text(doc_block("python", "ends-by-reason").replace("app.run()", "app.run(timeout=8)"))
-        env = dict(os.environ, TRIALOG_BOOTSTRAP_SERVERS=kafka_settings.bootstrap_servers, TRIALOG_TOPIC_PREFIX=kafka_settings.topic_prefix,
-                   TRIALOG_PARTITIONS=str(kafka_settings.partitions))  # fmt: skip
+        env = dict(
+            os.environ,
+            TRIALOG_BOOTSTRAP_SERVERS=kafka_settings.bootstrap_servers,
+            TRIALOG_TOPIC_PREFIX=kafka_settings.topic_prefix,
+            TRIALOG_PARTITIONS=str(kafka_settings.partitions),
+        )
         done = subprocess.run(
             [sys.executable, str(script)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180
         )

@@ -40,7 +40,8 @@ name: attacks-hosted
 actor_classes:
   player: {observation: auto, action: auto, default_action: 0}
 environments:
-  pz: {entry: "trialog.adapters.pettingzoo:PettingZooEnvironment", config: {env: "pettingzoo.classic.rps_v2:parallel_env", kwargs: {max_cycles: 3}}}
+  pz: {entry: "trialog.adapters.pettingzoo:PettingZooEnvironment", \
+config: {env: "pettingzoo.classic.rps_v2:parallel_env", kwargs: {max_cycles: 3}}}
   open:
     entry: "trialog.adapters.pettingzoo:PettingZooEnvironment"
     config: {env: "pettingzoo.classic.rps_v2:parallel_env", kwargs: {max_cycles: 3}}
@@ -300,9 +301,15 @@ async def test_start_requests_and_records_name_no_code(running, tmp_path, capsys
 
     # replay --verify of a record that names code to import: the record is refused, nothing imported.
     evil = TrialStarted(
-        "forged-verify-1", spec="attacks-hosted", environment="pz", environment_entry="tests.integration.never_imported:Env",
-        environment_config="{}", actors=(ActorSpec("alice", "player", "pzrandom"),), actor_classes=(), seed=1,
-    )  # fmt: skip
+        "forged-verify-1",
+        spec="attacks-hosted",
+        environment="pz",
+        environment_entry="tests.integration.never_imported:Env",
+        environment_config="{}",
+        actors=(ActorSpec("alice", "player", "pzrandom"),),
+        actor_classes=(),
+        seed=1,
+    )
     async with outsider(bus, Keyring({})) as stranger:
         [at] = await stranger.send_many([("events", evil.trial_id.encode(), bus.codec.encode(evil), evil.headers())])
     flags = [

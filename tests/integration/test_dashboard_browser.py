@@ -54,8 +54,16 @@ def watch_dashboard(base: str, campaign_done) -> dict:
         )
         until(lambda: page_state(driver).get("dead_letters", 0) >= 1, timeout=30, what="the dead letter")
         until(lambda: campaign_done() or None, timeout=120, what="the campaign's end")
-        final = until(lambda: (s := page_state(driver)).get("points") == TRIALS and s.get("pairing_trials") == TRIALS and s.get("running") == 0 and s,
-                      timeout=60, what="every trial on the plot and in the table")  # fmt: skip
+        final = until(
+            lambda: (
+                (s := page_state(driver)).get("points") == TRIALS
+                and s.get("pairing_trials") == TRIALS
+                and s.get("running") == 0
+                and s
+            ),
+            timeout=60,
+            what="every trial on the plot and in the table",
+        )
         if SHOTS:
             Path(SHOTS).mkdir(parents=True, exist_ok=True)
             driver.save_screenshot(str(Path(SHOTS) / "dashboard.png"))
@@ -70,8 +78,12 @@ async def test_the_dashboard_shows_a_live_campaign_in_chromium(kafka_settings, t
     bus = KafkaBus(kafka_settings)
     await bus.create_topics()
     procs, ports = {}, {}
-    for name, args in {"orchestrator": ["orchestrator"], "environment": ["environment"], "actors": ["actors"],
-                       "analytics": ["analytics", "--state-dir", str(tmp_path / "state"), "--window", "5"]}.items():  # fmt: skip
+    for name, args in {
+        "orchestrator": ["orchestrator"],
+        "environment": ["environment"],
+        "actors": ["actors"],
+        "analytics": ["analytics", "--state-dir", str(tmp_path / "state"), "--window", "5"],
+    }.items():
         procs[name], ports[name] = start_service(kafka_settings, str(SPEC), args, tmp_path / f"{name}.log")
     try:
         wait_ready(procs, ports, tmp_path)
@@ -82,10 +94,20 @@ async def test_the_dashboard_shows_a_live_campaign_in_chromium(kafka_settings, t
             gateway(KafkaBus(kafka_settings, bus.store), [spec]) as base,
         ):
             await bus.send_many([(EVENTS, b"ghost-trial", b"garbage", [(HEADER_KIND, b"observation")])])
-            campaign = asyncio.create_task(run_campaign(
-                ctl, "trialtest", TRIALS, 3,
-                overrides=lambda i: {"environment": "slow", "max_ticks": 20 + i % 7, "seed": i, "implementations": PAIRINGS[i % 3]},
-            ))  # fmt: skip
+            campaign = asyncio.create_task(
+                run_campaign(
+                    ctl,
+                    "trialtest",
+                    TRIALS,
+                    3,
+                    overrides=lambda i: {
+                        "environment": "slow",
+                        "max_ticks": 20 + i % 7,
+                        "seed": i,
+                        "implementations": PAIRINGS[i % 3],
+                    },
+                )
+            )
             page = await asyncio.to_thread(watch_dashboard, base, campaign.done)
             result = await campaign
         assert not any(o.error for o in result.outcomes)

@@ -70,9 +70,15 @@ async def test_each_bad_record_is_dead_lettered_once_and_honest_trials_finish(ka
         early = now + 6  # an action and an environment reward for a tick that has not come yet
         move = bus.store.get("rps.Move")
         bad_schema = TrialStarted(
-            "forged-start", spec="trialtest", environment="rps", environment_entry="x:y", environment_config="{}",
-            actors=(ActorSpec("alice", "player", "random"),), actor_classes=(ActorClassSpec("player", "{not json", "{}"),), seed=1,
-        )  # fmt: skip
+            "forged-start",
+            spec="trialtest",
+            environment="rps",
+            environment_entry="x:y",
+            environment_config="{}",
+            actors=(ActorSpec("alice", "player", "random"),),
+            actor_classes=(ActorClassSpec("player", "{not json", "{}"),),
+            seed=1,
+        )
         cases = {
             "garbage under a reward kind": record(
                 EVENTS, Reward(tid, tick=1), headers=[("kind", b"reward")], value=b"\x00garbage"

@@ -134,10 +134,17 @@ async def test_trial_start_prints_the_join_links_before_it_waits(running, kafka_
     """`trialog trial start … --wait` with a client seat: the ID and the link come first (the
     trial waits for the person, who needs the link), then the end."""
     bus, ctl, base = running
-    env = {**os.environ, "TRIALOG_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers, "TRIALOG_TOPIC_PREFIX": kafka_settings.topic_prefix,
-           "TRIALOG_PARTITIONS": str(kafka_settings.partitions), "TRIALOG_GATEWAY_URL": base, "TRIALOG_SPEC": str(EXAMPLES / "rps" / "spec.yaml")}  # fmt: skip
+    env = {
+        **os.environ,
+        "TRIALOG_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
+        "TRIALOG_TOPIC_PREFIX": kafka_settings.topic_prefix,
+        "TRIALOG_PARTITIONS": str(kafka_settings.partitions),
+        "TRIALOG_GATEWAY_URL": base,
+        "TRIALOG_SPEC": str(EXAMPLES / "rps" / "spec.yaml"),
+    }
     cli = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "trialog.cli", "trial", "start", "rps", "--implementation", "bob=human", "--max-ticks", "5", "--wait",
+        sys.executable, "-m", "trialog.cli", "trial", "start", "rps", "--implementation", "bob=human",
+        "--max-ticks", "5", "--wait",
         stdout=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
     trial_id = (await asyncio.wait_for(cli.stdout.readline(), 60)).decode().strip()

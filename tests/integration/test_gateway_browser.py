@@ -76,7 +76,8 @@ def judge_past_tick(base: str, trial_id: str, tick: int) -> dict:
             what="the trial's history",
         )
         driver.execute_script(
-            "const t = document.querySelector('#timeline'); t.value = arguments[0]; t.dispatchEvent(new Event('input'));",
+            "const t = document.querySelector('#timeline'); t.value = arguments[0]; "
+            "t.dispatchEvent(new Event('input'));",
             tick,
         )
         driver.find_element(By.ID, "judge-name").send_keys("ada")
@@ -218,8 +219,13 @@ async def test_a_person_plays_rock_paper_scissors_and_exports_the_demonstration(
         "TRIALOG_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         "TRIALOG_TOPIC_PREFIX": kafka_settings.topic_prefix,
     }
-    done = subprocess.run([sys.executable, "-m", "trialog.cli", "export", "--implementation", "human", "--out", str(out)],
-                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "trialog.cli", "export", "--implementation", "human", "--out", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     import pyarrow.parquet as pq
 

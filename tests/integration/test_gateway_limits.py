@@ -96,8 +96,10 @@ async def test_a_second_tab_closing_keeps_the_seat_and_replay_equals_what_was_ap
 async def crowd(urls: list[str]) -> dict[str, int]:
     """Open every socket at once from another process (tests/gateway/crowd.py): how each was answered."""
     # Niced: an attacker is another machine; here it shares the two cores with the deployment.
-    proc = await asyncio.create_subprocess_exec("nice", "-n", "19", sys.executable, "-m", "tests.gateway.crowd", stdin=asyncio.subprocess.PIPE,
-                                                stdout=asyncio.subprocess.PIPE, cwd=ROOT)  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        "nice", "-n", "19", sys.executable, "-m", "tests.gateway.crowd",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, cwd=ROOT,
+    )  # fmt: skip
     out, _ = await asyncio.wait_for(
         proc.communicate(json.dumps([u.replace("http://", "ws://", 1) for u in urls]).encode()), 180
     )

@@ -156,7 +156,8 @@ def test_trialog_train_runs_a_preset_and_its_exit_code_is_the_validation_rule(ka
 from trialog.learn.train import Preset, Schedule, Validation
 preset = Preset(name="tiny", spec={str(ROOT / "examples" / "cartpole" / "spec.yaml")!r}, implementation="dqn",
                 agent={{"learning_starts": 100, "train_frequency": 100, "gradient_steps": 5, "hidden": [8]}},
-                schedule=Schedule(heatup_steps=100, steps_between_evaluations=300, evaluation_trials=2, total_steps=300, concurrency=4),
+                schedule=Schedule(heatup_steps=100, steps_between_evaluations=300, evaluation_trials=2, \
+total_steps=300, concurrency=4),
                 validation=Validation(min_reward_threshold=5))
 """)
     env = {**_settings_env(kafka_settings), "TRIALOG_LOG_FORMAT": "json"}

@@ -45,7 +45,8 @@ def secure_broker(tmp_path_factory):
     base = [sys.executable, "-m", "trialog.cli", "broker"]
     where = ["--data-dir", str(data_dir)]
     started = subprocess.run(
-        [*base, "start", "--secure", "--port", str(port), "--controller-port", str(controller_port), "--topic-prefix", prefix, "--timeout", "180", *where],
+        [*base, "start", "--secure", "--port", str(port), "--controller-port", str(controller_port),
+         "--topic-prefix", prefix, "--timeout", "180", *where],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert started.returncode == 0, started.stderr[-3000:]
@@ -125,7 +126,8 @@ async def test_a_trial_on_the_secured_broker_each_role_with_its_own_principal(se
                 await actors.send_many([(topic, b"t", b"forged", [])])
     assert "control" not in ROLE_ACLS["actors"][1] and "trials" not in ROLE_ACLS["actors"][1]
 
-    # Another deployment's prefix on the same cluster: its record is there (the admin reads it), the actors' principal reads nothing.
+    # Another deployment's prefix on the same cluster: its record is there (the admin reads it), the actors'
+    # principal reads nothing.
     other = f"other-{uuid.uuid4().hex[:6]}."
     admin = KafkaBus(role_settings(folder, "admin", topic_prefix=other))
     await admin.create_topics()

@@ -80,9 +80,15 @@ async def test_end_reasons(running):
     await ctl.terminate(cases["terminated-hard"], hard=True)
     reasons = {name: (await ended(ctl, tid)).reason for name, tid in cases.items()}
     assert reasons == {
-        "environment": "environment", "max_ticks": "max_ticks", "terminated-soft": "terminated", "terminated-hard": "terminated",
-        "inactivity": "inactivity", "wall_clock": "wall_clock", "join_timeout": "join_timeout", "error": "error",
-    }  # fmt: skip
+        "environment": "environment",
+        "max_ticks": "max_ticks",
+        "terminated-soft": "terminated",
+        "terminated-hard": "terminated",
+        "inactivity": "inactivity",
+        "wall_clock": "wall_clock",
+        "join_timeout": "join_timeout",
+        "error": "error",
+    }
     # The log says the same: one trial.ended per trial, with that reason.
     for name, tid in cases.items():
         events = await read_trial(bus, tid)

@@ -101,8 +101,16 @@ def test_summaries_count_each_trial_once_in_any_order_and_keep_its_latest_result
     assert pairing["trials"] == 3 and pairing["mean_by_actor"]["alice"] == pytest.approx(6.0)
     assert pairing["rolling_mean_by_actor"] == {"alice": 4.0, "bob": 1.5}
     assert shuffled["reward-sources|env"]["count"] == 6 and shuffled["reward-sources|env"]["trials"] == 3
-    assert shuffled["human-vs-agent|rps"] == {"job": "human-vs-agent", "key": "rps", "trials": 1, "human_mean": 5.0, "agent_mean": 2.0,
-                                              "human_wins": 1, "agent_wins": 0, "ties": 0}  # fmt: skip
+    assert shuffled["human-vs-agent|rps"] == {
+        "job": "human-vs-agent",
+        "key": "rps",
+        "trials": 1,
+        "human_mean": 5.0,
+        "agent_mean": 2.0,
+        "human_wins": 1,
+        "agent_wins": 0,
+        "ties": 0,
+    }
 
 
 def test_the_benchmark_datalog_folds_into_the_expected_results():

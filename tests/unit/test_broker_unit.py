@@ -179,7 +179,10 @@ def test_maven_fetches_once_into_the_cache(monkeypatch, tmp_path):
 
 def test_failed_maven_fetch_leaves_no_cache(monkeypatch, tmp_path):
     # As Maven 3.8 says it: a colour reset, the problem, then advice after a bare "[ERROR]".
-    said = r"\033[0m[ERROR] Could not resolve org.apache.kafka:kafka-tools-api:jar:4.4.0\n[ERROR] \n[ERROR] Re-run Maven with -X\n"
+    said = (
+        r"\033[0m[ERROR] Could not resolve org.apache.kafka:kafka-tools-api:jar:4.4.0\n"
+        r"[ERROR] \n[ERROR] Re-run Maven with -X\n"
+    )
     _script(tmp_path / "bin", "mvn", f"printf '{said}'\nexit 1\n")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     config = _config(tmp_path, kafka_version="4.4.0")

@@ -19,18 +19,38 @@ PETTINGZOO = "trialog.adapters.pettingzoo:PettingZooEnvironment"
 GYMNASIUM = "trialog.adapters.gymnasium:GymnasiumEnvironment"
 
 
-@pytest.mark.parametrize("entry, config", [
-    (PETTINGZOO, {"env": "pettingzoo.classic.rps_v2:parallel_env"}),
-    (GYMNASIUM, {"env": "CartPole-v1"}),
-    (GYMNASIUM, {"env": "Pendulum-v1"}),  # a Box action: sampled from its bounds
-    (PETTINGZOO, {"env": "cogrid.envs.registry:make", "kwargs": {"environment_id": "Overcooked-CrampedRoom-V0"}, "name": "overcooked"}),
-], ids=["rps", "cartpole", "pendulum", "overcooked"])  # fmt: skip
+@pytest.mark.parametrize(
+    "entry, config",
+    [
+        (PETTINGZOO, {"env": "pettingzoo.classic.rps_v2:parallel_env"}),
+        (GYMNASIUM, {"env": "CartPole-v1"}),
+        (GYMNASIUM, {"env": "Pendulum-v1"}),  # a Box action: sampled from its bounds
+        (
+            PETTINGZOO,
+            {
+                "env": "cogrid.envs.registry:make",
+                "kwargs": {"environment_id": "Overcooked-CrampedRoom-V0"},
+                "name": "overcooked",
+            },
+        ),
+    ],
+    ids=["rps", "cartpole", "pendulum", "overcooked"],
+)
 def test_real_environments_pass(entry, config):
     report = check_environment(entry, config, steps=20)
     assert report.ok, str(report)
     assert [r.name for r in report.results] == [
-        "load", "actors", "describe", "construct", "start", "observations", "update", "step types", "end", "determinism",
-    ]  # fmt: skip
+        "load",
+        "actors",
+        "describe",
+        "construct",
+        "start",
+        "observations",
+        "update",
+        "step types",
+        "end",
+        "determinism",
+    ]
     report.raise_for_failures()
 
 

@@ -30,8 +30,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def sample(tick: int, obs, action, reward: float, *, terminated=False, final=False, version=None) -> Sample:
-    return Sample("t", tick, "agent", "agent", "dqn", b"", b"" if action is not None else None, reward, (),
-                  terminated=terminated, final=final, observation=np.array(obs, np.float32), action=action, policy_version=version)  # fmt: skip
+    return Sample(
+        "t",
+        tick,
+        "agent",
+        "agent",
+        "dqn",
+        b"",
+        b"" if action is not None else None,
+        reward,
+        (),
+        terminated=terminated,
+        final=final,
+        observation=np.array(obs, np.float32),
+        action=action,
+        policy_version=version,
+    )
 
 
 def test_transitions_pair_each_tick_with_the_next_observation_and_its_end():
@@ -191,8 +205,17 @@ def test_dqn_learner_round_trips_through_a_version(tmp_path):
 
 def test_dqn_target_network_is_refreshed_every_interval_of_gradient_steps_inside_and_across_rounds():
     def learner(gradient_steps: int) -> DQNLearner:
-        cfg = DQNConfig(observation_size=2, actions=2, hidden=(8,), batch_size=4, learning_starts=0, train_frequency=4,
-                        gradient_steps=gradient_steps, target_update_interval=4, learning_rate_decay_steps=0)  # fmt: skip
+        cfg = DQNConfig(
+            observation_size=2,
+            actions=2,
+            hidden=(8,),
+            batch_size=4,
+            learning_starts=0,
+            train_frequency=4,
+            gradient_steps=gradient_steps,
+            target_update_interval=4,
+            learning_rate_decay_steps=0,
+        )
         made = DQNLearner(cfg)
         made.add(transitions([sample(i, [i, -i], i % 2, 1.0, terminated=i == 8) for i in range(9)]))
         return made

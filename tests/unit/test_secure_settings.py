@@ -29,7 +29,8 @@ def test_kafka_property_names_and_a_password_file(tmp_path):
     assert {name: shown for name, shown, _ in s.describe()}["sasl_password"] == "****"  # `trialog settings` masks it
     # The Java client's .properties form, and Kafka names next to Trialog's own.
     (tmp_path / "client.properties").write_text(
-        "# a comment\nbootstrap.servers=b:1\nsecurity.protocol=SASL_PLAINTEXT\nsasl.username=u\nsasl.password=p\ntopic_prefix=x.\n"
+        "# a comment\nbootstrap.servers=b:1\nsecurity.protocol=SASL_PLAINTEXT\n"
+        "sasl.username=u\nsasl.password=p\ntopic_prefix=x.\n"
     )
     s = Settings.load({"settings": str(tmp_path / "client.properties")}, environ={})
     assert (s.bootstrap_servers, s.sasl_password, s.topic_prefix) == ("b:1", "p", "x.")
