@@ -37,6 +37,22 @@ SPEC = "bench/trivial.yaml"
 RESULT = "cpu-per-tick: "  # marks the child's result line among anything else it prints
 
 
+# The folders at the top of a checkout that install inside the trialog package
+# (pyproject.toml's package-dir): in the checkout they are found through the editable
+# install, which maps them to *this* checkout's folders, not another tree's.
+MAPPED = {"services": "services", "examples": "examples", "presets": "presets", "_schemas": "schemas"}
+
+
+def _map_like_installed(tree: Path) -> None:
+    """Make an earlier version's tree import its own services (and examples, presets,
+    schemas) as trialog.<name>: a link inside its trialog/ folder, found on PYTHONPATH
+    before the editable install's mapping to this checkout."""
+    for inside, top in MAPPED.items():
+        link = tree / "trialog" / inside
+        if (tree / top).is_dir() and not link.exists():
+            link.symlink_to(Path("..") / top, target_is_directory=True)
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -174,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             except subprocess.CalledProcessError as exc:
                 p.error(f"cannot check out {args.against!r}: {exc.stderr.strip()}")
+            _map_like_installed(worktree)
             trees[args.against] = worktree
         together = f", {' and '.join(trees)} at the same time" if worktree else ""
         print(f"{args.trials} trials x {args.ticks} ticks, {args.runs} runs{together}", flush=True)
