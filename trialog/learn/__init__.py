@@ -9,6 +9,10 @@ classes, to compare against.
 
 Training needs the extra: ``pip install 'trialog[learn]'`` (JAX on CPU, optax,
 safetensors). Why JAX: see docs/learning.md.
+
+May import everything a service or a campaign does (the bus, controllers, the model
+registry, the tools that run campaigns and plot them); it stands above them, below only
+the command line.
 """
 
 from __future__ import annotations
