@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import uuid
 from pathlib import Path
 
@@ -44,15 +43,10 @@ def kafka_settings():
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports free right now, all different (the sockets are held together until all are picked)."""
-    probes = [socket.socket() for _ in range(count)]
-    try:
-        for probe in probes:
-            probe.bind(("127.0.0.1", 0))
-        return [probe.getsockname()[1] for probe in probes]
-    finally:
-        for probe in probes:
-            probe.close()
+    """Ports free right now, all different, out of every process's way (see free_port)."""
+    from trialog.tools.campaign import free_port
+
+    return [free_port() for _ in range(count)]
 
 
 async def wait_for(predicate, timeout: float = 30.0, interval: float = 0.05, what: str = "condition"):

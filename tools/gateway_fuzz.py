@@ -82,6 +82,12 @@ from typing import Any
 from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parents[1]
+# The honest seat is undisturbed when it loses no message and at most this share of its
+# 150 ms deadlines: on two cores shared by the attacker, the gateway, the services and the
+# broker a deadline is missed now and then with or without a gateway at fault (1 in ~600
+# ticks, measured alike on earlier versions); an attack that starves the
+# seat costs far more (167 of ~600 before the gateway's limits).
+HONEST_LATE_SHARE = 0.01
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -97,7 +103,7 @@ from trialog.datalog.replay import read_trial, trial_records  # noqa: E402
 from trialog.protocol.topics import EVENTS  # noqa: E402
 from trialog.protocol.trial import matches  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
-from trialog.tools.campaign import start_service, stop_services, wait_ready  # noqa: E402
+from trialog.tools.campaign import free_port, start_service, stop_services, wait_ready  # noqa: E402
 from trialog.trust.join_tokens import mint_join_token  # noqa: E402
 from trialog.trust.keys import Keyring  # noqa: E402
 
@@ -213,7 +219,9 @@ class Report:
     @property
     def honest_ok(self) -> bool:
         h = self.honest
-        return bool(h.get("ticks")) and h.get("timeouts") == 0 and not h.get("drops") and not h.get("errors")
+        ticks = h.get("ticks") or 0
+        late = h.get("timeouts", ticks)
+        return ticks > 0 and late <= HONEST_LATE_SHARE * ticks and not h.get("drops") and not h.get("errors")
 
     @property
     def ok(self) -> bool:
@@ -303,7 +311,7 @@ class Report:
             "unanswered 0": self.total(UNANSWERED) == 0,
             "crashed 0": self.total(CRASHED) == 0,
             "applied 0": self.total(APPLIED) == 0,
-            "honest seat undisturbed (0 timeouts)": self.honest_ok,
+            f"honest seat undisturbed (no drop or error, timeouts ≤ {HONEST_LATE_SHARE:.0%} of ticks)": self.honest_ok,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -1781,12 +1789,6 @@ async def flood_records(bus: KafkaBus, trial_id: str) -> int:
 
 
 # --- main -------------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 async def run(args: argparse.Namespace, settings: Settings, folder: Path) -> Report:

@@ -38,6 +38,7 @@ log = get_logger(__name__)
 
 CAUGHT_UP = None  # marker a subscription yields once the trial's history has been read
 CATCHUP_WITHIN_S = 30.0  # a catch-up read (a trial's history to one page) that takes longer is dropped
+CATCHUP_TURN_EVERY = 64  # history records read between two turns the catch-up gives the event loop
 
 
 @dataclass(eq=False)
@@ -230,12 +231,16 @@ class Feed:
                     raise Refused(
                         f"this page took over {CATCHUP_WITHIN_S:g} s to read the trial's history; reload it", SLOW
                     )
-                for record in await reader.poll(timeout_ms=500):
+                for i, record in enumerate(await reader.poll(timeout_ms=500), 1):
                     position = record.next_offset
                     if record.offset >= end:
                         break
                     if record.trial_id == sub.trial_id:
                         yield record
+                    if i % CATCHUP_TURN_EVERY == 0:
+                        # A page's send seldom waits, so a poll's worth of history would go out
+                        # in one stretch of the event loop: give the live seats a turn.
+                        await asyncio.sleep(0)
         except (Refused, GeneratorExit, asyncio.CancelledError):
             raise
         except Exception:

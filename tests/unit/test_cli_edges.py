@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -164,16 +165,18 @@ def test_a_command_whose_extra_is_missing_says_how_to_install_it():
         assert command in help_text
 
 
-def test_health_ports_handed_to_two_services_differ_even_when_the_os_offers_one_twice(monkeypatch):
+def test_health_ports_handed_to_two_services_differ_and_are_free_and_below_the_ephemeral_range(monkeypatch):
     import socket as socket_module
 
     from trialog.tools import campaign
 
-    offered = iter([58311, 58311, 40001])
+    busy = {20002}  # a port someone holds: its probe's bind fails
+    drawn = iter([20001, 20001, 20002, 20003])  # the same port comes up twice, then a busy one
+    bound = []
 
     class Probe:
         def __init__(self, *args):
-            self.port = next(offered)
+            pass
 
         def __enter__(self):
             return self
@@ -182,14 +185,25 @@ def test_health_ports_handed_to_two_services_differ_even_when_the_os_offers_one_
             return False
 
         def bind(self, address):
-            pass
-
-        def getsockname(self):
-            return ("127.0.0.1", self.port)
+            bound.append(address)
+            if address[1] in busy:
+                raise OSError(98, "Address already in use")
 
     monkeypatch.setattr(campaign, "_HANDED_OUT", set())
+    monkeypatch.setattr(campaign, "_ephemeral_low", lambda: 32768)
+    monkeypatch.setattr(campaign.random, "randrange", lambda low, high: next(drawn))
     monkeypatch.setattr(socket_module, "socket", Probe)
-    assert [campaign._free_port(), campaign._free_port()] == [58311, 40001]
+    assert [campaign.free_port(), campaign.free_port()] == [20001, 20003]
+    assert all(host == "0.0.0.0" for host, _ in bound)  # probed where the child's health server binds
+
+
+def test_a_real_health_port_is_free_and_below_the_ephemeral_range():
+    from trialog.tools import campaign
+
+    port = campaign.free_port()
+    assert 1024 <= port < campaign._ephemeral_low()
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", port))
 
 
 def test_chaos_refuses_a_negative_broker_downtime_before_starting_anything():

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -27,19 +28,39 @@ if TYPE_CHECKING:
 
 
 # Health ports handed to children of this process. A probe's port is free again once the
-# probe closes, so the OS may offer it twice before the first child binds it: two
+# probe closes, so the same port may come up twice before the first child binds it: two
 # services would then share a port and the second fail to start.
 _HANDED_OUT: set[int] = set()
+_BELOW_EPHEMERAL = 12_000  # how many ports under the OS's ephemeral range health ports come from
 
 
-def _free_port() -> int:
-    while True:
+def _ephemeral_low() -> int:
+    """The first port of the OS's ephemeral range (outgoing connections and bind(0) draw from it)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default, and below most systems' ranges
+
+
+def free_port() -> int:
+    """A port for a child's health server: free now, not handed out before, and below the
+    OS's ephemeral range. Any outgoing connection or bind(0) on the machine may take an
+    ephemeral port in the second between this probe and the child's bind (a busy machine —
+    the fuzz suites' thousands of sockets — did, and the child failed to start); below the
+    range, only someone naming that very port could."""
+    low = _ephemeral_low()
+    for _ in range(1000):
+        port = random.randrange(max(1024, low - _BELOW_EPHEMERAL), low)
+        if port in _HANDED_OUT:
+            continue
         with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+            try:
+                s.bind(("0.0.0.0", port))  # where the child's health server binds
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise TrialogError(f"no free port for a service's health server below port {low}")
 
 
 def _settings_env(settings: Settings) -> dict[str, str]:
@@ -52,7 +73,7 @@ def _settings_env(settings: Settings) -> dict[str, str]:
 
 def start_service(settings: Settings, spec_file: str, args: list[str], log_file: Path) -> tuple[subprocess.Popen, int]:
     """One ``trialog serve ...`` child process with its health port (for readiness)."""
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "trialog.cli", "serve", *args, "--spec", spec_file, "--health-port", str(port)]
     with open(log_file, "ab") as out:
         proc = subprocess.Popen(cmd, env=_settings_env(settings), stdout=out, stderr=subprocess.STDOUT)
