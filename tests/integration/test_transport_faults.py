@@ -172,8 +172,16 @@ async def test_an_oversized_record_ends_its_trial_with_a_clear_error_and_poisons
         with pytest.raises(RecordsTooLarge, match="trial.start of .* bytes .* exceeds"):
             await ctl.start_trial("trialtest", parameters={"huge": "y" * 2_000_000})
     letters = await dead_letters(bus)
-    assert len(letters) == 1, [x.reason for x in letters]
-    assert letters[0].key == bloated.encode() and letters[0].offset == -1 and "exceeds" in letters[0].reason
+    # The oversized record is lettered once. The actors' answers to the observations logged
+    # just before the failure may reach the log after the end: lettered as late actions
+    # (docs/protocol.md), whether they do depends on the machine's timing.
+    oversized = [x for x in letters if x.offset == -1]
+    late = [x for x in letters if x.offset != -1]
+    assert len(oversized) == 1, [x.reason for x in letters]
+    assert oversized[0].key == bloated.encode() and "exceeds" in oversized[0].reason
+    assert all(
+        x.key == bloated.encode() and x.headers.get("kind") == b"action" and "it has ended" in x.reason for x in late
+    ), [x.reason for x in letters]
     assert sum(isinstance(e, TrialEnded) for e in await read_trial(bus, honest)) == 1
 
 
