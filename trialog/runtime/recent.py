@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Generic, TypeVar
 
 V = TypeVar("V")
@@ -25,13 +26,15 @@ class RecentlyEnded(Generic[V]):
 
     def __init__(self, bound: int = RECENTLY_ENDED) -> None:
         self.bound = bound
-        self._ended: dict[str, V | None] = {}  # in the order they ended (a dict keeps insertion order)
+        # In the order they ended. An OrderedDict forgets its oldest in O(1); a plain dict's
+        # oldest key is found by walking past every slot deleted before it.
+        self._ended: OrderedDict[str, V | None] = OrderedDict()
 
     def add(self, trial_id: str, kept: V | None = None) -> None:
         """The trial has ended (again: its place in the order does not change, what is kept does)."""
         self._ended[trial_id] = kept
         while len(self._ended) > self.bound:
-            del self._ended[next(iter(self._ended))]
+            self._ended.popitem(last=False)
 
     def forget(self, trial_id: str) -> None:
         self._ended.pop(trial_id, None)
