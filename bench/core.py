@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from trialog.bus.base import Bus, Record
 from trialog.controller import Controller
 from trialog.datalog.replay import read_trials
-from trialog.protocol.events import HEADER_KIND, Action, Observation, StartRequest
+from trialog.protocol.events import HEADER_KIND, Action, Observation, StartRequest, TrialEnded, TrialStarted
 from trialog.protocol.topics import CONTROL, EVENTS
 
 
@@ -96,6 +96,24 @@ def check_complete(run: TrialsRun, records: list[Record], actors: int = 2) -> No
     run.records = records
     run.events = len(records)
     run.event_bytes = sum(len(r.value or b"") for r in records)
+
+
+def peak_live(records: list[Record]) -> int:
+    """The most of these records' trials live at one time: started (``trial.started``)
+    and not yet ended (``trial.ended``), by the records' log timestamps (ms; an end and
+    a start in the same millisecond count the end first)."""
+    steps = []
+    for r in records:
+        kind = r.header(HEADER_KIND)
+        if kind == TrialStarted.KIND:
+            steps.append((r.timestamp_ms, 1))
+        elif kind == TrialEnded.KIND:
+            steps.append((r.timestamp_ms, -1))
+    live = peak = 0
+    for _ms, step in sorted(steps):
+        live += step
+        peak = max(peak, live)
+    return peak
 
 
 def tick_latencies_ms(bus: Bus, records: list[Record], actor: str = "a") -> list[float]:
