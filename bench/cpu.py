@@ -53,6 +53,12 @@ def _map_like_installed(tree: Path) -> None:
             link.symlink_to(Path("..") / top, target_is_directory=True)
 
 
+def _path_with(tree: Path) -> str:
+    """PYTHONPATH with ``tree`` first (its trialog, not the installed one), keeping what the
+    caller set (e.g. a profiler's hooks)."""
+    return os.pathsep.join([str(tree), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process, from /proc (Linux)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -208,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             name: subprocess.Popen(
                 [sys.executable, str(Path(__file__).resolve()), *cmd, "--tree", str(tree)],
                 # The tree first on the path: its trialog, not the installed one.
-                cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, stdout=subprocess.PIPE, text=True,
+                cwd=tree, env={**os.environ, "PYTHONPATH": _path_with(tree)}, stdout=subprocess.PIPE, text=True,
             )
             for name, tree in trees.items()
         }  # fmt: skip

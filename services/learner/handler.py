@@ -54,8 +54,8 @@ from trialog.protocol.events import (
     TrialPending,
     TrialStarted,
 )
+from trialog.runtime.handler import Handler, safe_point
 from trialog.runtime.recent import RecentlyEnded
-from trialog.runtime.service import Handler, safe_point
 from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)

@@ -29,7 +29,7 @@ from trialog.datalog.samples import TrialFold
 from trialog.errors import TrialogError
 from trialog.protocol.events import HEADER_SENDER, Event, Reward, TrialEnded, TrialPending, TrialStarted
 from trialog.protocol.topics import EVENTS
-from trialog.runtime.service import Handler, safe_point
+from trialog.runtime.handler import Handler, safe_point
 from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)

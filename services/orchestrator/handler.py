@@ -50,8 +50,8 @@ from trialog.protocol.owners import message_problem, owner_of, reward_problem
 from trialog.protocol.roles import ORCHESTRATOR
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
 from trialog.protocol.trial import class_schemas
+from trialog.runtime.handler import Handler, safe_point
 from trialog.runtime.recent import RecentlyEnded
-from trialog.runtime.service import Handler, safe_point
 from trialog.services.orchestrator.resolve import resolve
 from trialog.spec import Spec
 from trialog.telemetry import metrics

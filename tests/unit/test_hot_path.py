@@ -13,8 +13,9 @@ from tests.unit.test_trust import STARTED
 from trialog.bus.memory import MemoryBus
 from trialog.protocol.events import Message, Observation
 from trialog.protocol.topics import EVENTS
+from trialog.runtime.handler import Handler
 from trialog.runtime.pace import Pace
-from trialog.runtime.service import Handler, ServiceLoop
+from trialog.runtime.service import ServiceLoop
 from trialog.trust.keys import Keyring
 from trialog.trust.tags import MacKey
 
@@ -110,6 +111,100 @@ async def test_a_record_read_back_as_written_is_not_decoded_again_and_a_copy_is(
     await task
     assert [e for _, e in handler.handled] == [sent, other]  # the untagged copy was refused
     assert decoded == []  # and refused before decoding
+
+
+class Answerer(Recorder):
+    """Answers every message with one of its own; ``meddle`` writes a stranger's record
+    to the log just before the answer (another service's, landing between)."""
+
+    def __init__(self, meddle=None):
+        super().__init__()
+        self.meddle = meddle
+
+    def handle(self, record, event):
+        super().handle(record, event)
+        if isinstance(event, Message) and event.sender == "alice":
+            if self.meddle:
+                self.meddle()
+            self.loop.emit(
+                Message(event.trial_id, tick=0, sender="bob", receivers=("alice",), payload="{}", message_id="a")
+            )
+
+
+async def _answered(bus, handler, expect: int, *, slow_reader=False):
+    """Run ``handler`` in a loop, publish alice's message, wait for ``expect`` records
+    handled: ((the loop's position, the consumer's), the (first, after) of each skip).
+    ``slow_reader``: the loop reads nothing more until the answer is in the log (a fetch
+    still on its way while the answer is written)."""
+    loop = ServiceLoop(bus, handler, group="answerer")
+    skipped = []
+    task = asyncio.create_task(loop.run())
+    await loop.ready.wait()
+    skip, poll = loop.consumer.skip_written, loop.consumer.poll
+    log = bus.logs[EVENTS][bus.partition_of(STARTED.trial_id)]
+
+    def recorded(role, partition, first, after):
+        done = skip(role, partition, first, after)
+        if done:
+            skipped.append((first, after))
+        return done
+
+    async def slow_poll(timeout_ms=100, max_records=None):
+        if handler.handled and not any(r.header("sender") == "bob" for r in log):
+            await asyncio.sleep(0.01)
+            return []
+        return await poll(timeout_ms, max_records)
+
+    loop.consumer.skip_written = recorded
+    if slow_reader:
+        loop.consumer.poll = slow_poll
+    await bus.publish(
+        EVENTS, Message(STARTED.trial_id, tick=0, sender="alice", receivers=("bob",), payload="{}", message_id="q")
+    )
+    while len(handler.handled) < expect:
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.05)  # nothing more comes
+    p = bus.partition_of(STARTED.trial_id)
+    position = (loop.position(EVENTS, p), loop.consumer.position_hint(EVENTS, p))
+    loop.stop()
+    await task
+    return position, skipped
+
+
+async def test_a_loop_handles_what_it_writes_as_read_back_without_fetching_it(memory_settings):
+    bus = MemoryBus(memory_settings)
+    bus.trust.keyring = Keyring.generate()
+    bus.trust.learn(STARTED)
+    handler = Answerer()
+    position, skipped = await _answered(bus, handler, 2)
+    # The answer is the next record of the log: handled as read back, once, in log order,
+    # and the consumer went on after it rather than read it again.
+    assert [(o, e.sender) for o, e in handler.handled] == [(0, "alice"), (1, "bob")]
+    assert skipped == [(1, 2)]
+    assert position == (2, 2) and len(bus.records(EVENTS)) == 2
+
+
+async def test_a_loop_reads_what_it_wrote_when_another_record_came_first(memory_settings):
+    bus = MemoryBus(memory_settings)
+    bus.trust.keyring = Keyring.generate()
+    bus.trust.learn(STARTED)
+    stranger = Message(STARTED.trial_id, tick=0, sender="carol", receivers=("bob",), payload="{}", message_id="s")
+    record = bus.to_record(EVENTS, stranger)
+    log = bus.logs[EVENTS][bus.partition_of(STARTED.trial_id)]
+    handler = Answerer(meddle=lambda: log.append(_logged(log, record)))
+    position, skipped = await _answered(bus, handler, 3, slow_reader=True)
+    # The stranger's record lies between the last one read and the answer: nothing is
+    # skipped, and all three are handled once, in log order.
+    assert [(o, e.sender) for o, e in handler.handled] == [(0, "alice"), (1, "carol"), (2, "bob")]
+    assert skipped == [] and position == (3, 3)
+
+
+def _logged(log, item):
+    """A record as the in-memory bus would log it next, there."""
+    from trialog.bus.base import Record
+
+    role, key, value, headers = item
+    return Record(role, log[0].partition, len(log), key, value, tuple(headers), 0)
 
 
 class OrchestratorLoop:

@@ -73,6 +73,7 @@ class Delivered:
     role: str
     partition: int
     offset: int
+    timestamp_ms: int = -1  # the record's timestamp in the log, when the broker said (-1: unknown)
 
 
 # What a record costs on top of its key, value and headers: a batch header (61 bytes)
@@ -144,6 +145,24 @@ class Consumer(abc.ABC):
     def highwater(self, role: str, partition: int) -> int | None:
         """The partition's end offset as of the last fetch, if known (for the lag metric)."""
         return None
+
+    # A service that writes to a partition it reads would otherwise fetch its own records
+    # back: a fetch response of their own (docs/performance.md). It holds the partition
+    # while they are on their way, then moves past them if they are the next to read.
+    def hold(self, role: str, partition: int) -> None:
+        """Fetch nothing more of this partition until :meth:`release` (records fetched
+        already are still handed out). By default nothing is held: the records are read back."""
+        return None
+
+    def release(self, role: str, partition: int) -> None:
+        """Fetch this partition again (see :meth:`hold`)."""
+        return None
+
+    def skip_written(self, role: str, partition: int, first: int, after: int) -> bool:
+        """If the next record this consumer hands out of the partition is at offset
+        ``first``, go on from ``after`` instead and return True: the caller handles the
+        records in between itself (it wrote them). False: nothing changes."""
+        return False
 
     async def __aenter__(self) -> Consumer:
         await self.start()

@@ -161,7 +161,7 @@ class KafkaBus(Bus):
             elif isinstance(result, BaseException):
                 failed[i] = result
             else:
-                delivered[i] = Delivered(items[i][0], result.partition, result.offset)
+                delivered[i] = Delivered(items[i][0], result.partition, result.offset, result.timestamp)
         if any(isinstance(r, _POISONING) for r in results):
             await self._replace_producer(producer, why="a record was refused: its sequence numbers are spent")
             if failed and retry:  # sent behind the refused record: once more, in order, on the fresh producer

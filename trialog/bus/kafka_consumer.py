@@ -305,6 +305,25 @@ class KafkaConsumer(Consumer):
         self._next[tp] = offset
         self._unreadable.pop(tp, None)
 
+    def hold(self, role: str, partition: int) -> None:
+        tp = self._tp(role, partition)
+        if self._consumer is not None and tp in self._consumer.assignment():
+            self._consumer.pause(tp)
+
+    def release(self, role: str, partition: int) -> None:
+        tp = self._tp(role, partition)
+        if self._consumer is not None and tp in self._consumer.assignment():
+            self._consumer.resume(tp)
+
+    def skip_written(self, role: str, partition: int, first: int, after: int) -> bool:
+        tp = self._tp(role, partition)
+        if self._consumer is None or self._unreadable or self._next.get(tp) != first:
+            return False
+        if tp not in self._consumer.assignment():
+            return False
+        self.seek(role, partition, after)  # drops what was fetched from ``first`` on; fetches from ``after``
+        return True
+
     def highwater(self, role: str, partition: int) -> int | None:
         return self._consumer.highwater(self._tp(role, partition)) if self._consumer is not None else None
 

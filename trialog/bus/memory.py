@@ -57,7 +57,7 @@ class MemoryBus(Bus):
             p = partition_for(key, len(parts)) if key else 0
             offset = len(parts[p])
             parts[p].append(Record(role, p, offset, key, value, tuple(headers), int(time.time() * 1000)))
-            delivered[i] = Delivered(role, p, offset)
+            delivered[i] = Delivered(role, p, offset, parts[p][-1].timestamp_ms)
         self._wake()
         return self.refuse(refused, delivered, items)
 
@@ -177,6 +177,12 @@ class MemoryConsumer(Consumer):
 
     def seek(self, role: str, partition: int, offset: int) -> None:
         self.positions[(role, partition)] = offset
+
+    def skip_written(self, role: str, partition: int, first: int, after: int) -> bool:
+        if self.positions.get((role, partition)) != first:
+            return False
+        self.positions[(role, partition)] = after
+        return True
 
     def position_hint(self, role: str, partition: int) -> int | None:
         return self.positions.get((role, partition))

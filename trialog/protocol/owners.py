@@ -42,7 +42,7 @@ are not sent again while a partition catches up (see
 :meth:`trialog.runtime.service.ServiceLoop.dead_letter`).
 
 Authentication failures are bad records too: checks plug into the owner's path
-(:meth:`trialog.runtime.service.Handler.must_judge` decides who reports; the check
+(:meth:`trialog.runtime.handler.Handler.must_judge` decides who reports; the check
 raises or calls ``loop.dead_letter`` with its reason).
 """
 

@@ -2,7 +2,7 @@
 
 A role is at once the key id a process tags its records with (:mod:`trialog.trust`),
 the owner of a kind of bad record in the dead-letter rule (:mod:`trialog.protocol.owners`)
-and the part a service plays (:attr:`trialog.runtime.service.Handler.owner_role`). The names
+and the part a service plays (:attr:`trialog.runtime.handler.Handler.owner_role`). The names
 are on the wire: a tag header is ``mac.<role>``, and services in other languages use the
 same words (docs/protocol.md, docs/security.md).
 

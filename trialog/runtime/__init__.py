@@ -1,5 +1,6 @@
 """The runtimes that carry user code through trials: the service loop every service runs
-(:mod:`~trialog.runtime.service`: consume, handle, emit, rebuild from the log), the actor
+(:mod:`~trialog.runtime.service`: consume, handle, emit, rebuild from the log; what each
+service implements for it, :mod:`~trialog.runtime.handler`), the actor
 runtime (:mod:`~trialog.runtime.actor_runtime`) and the environment runtime with its tick
 barrier (:mod:`~trialog.runtime.environment_runtime`), where user code runs
 (:mod:`~trialog.runtime.pace`) and a long-lived process around service loops

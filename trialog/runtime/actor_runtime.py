@@ -66,9 +66,9 @@ from trialog.protocol.trial import (
     reaches,
     trial_info,
 )
+from trialog.runtime.handler import Handler, safe_point
 from trialog.runtime.pace import Pace
 from trialog.runtime.recent import RecentlyEnded
-from trialog.runtime.service import Handler, safe_point
 from trialog.spec import load_entry
 from trialog.telemetry import metrics
 from trialog.telemetry.logs import get_logger

@@ -61,9 +61,9 @@ from trialog.protocol.rewards import reward_bounds_problem
 from trialog.protocol.roles import ENVIRONMENT
 from trialog.protocol.topics import EVENTS
 from trialog.protocol.trial import ClassSchemas, class_schemas, dumps, loads, operator_code, trial_info
+from trialog.runtime.handler import Handler, safe_point
 from trialog.runtime.pace import Pace
 from trialog.runtime.recent import RecentlyEnded
-from trialog.runtime.service import Handler, safe_point
 from trialog.spec import load_entry
 from trialog.telemetry import metrics
 from trialog.telemetry.logs import get_logger

@@ -19,7 +19,7 @@ class RecentlyEnded(Generic[V]):
     an action sent as the trial ended — and a service must tell "ended here" from "never
     seen". Bounded, so that a service running for months does not grow with every trial it
     ever held; what it has forgotten, or what ended before it took the partition, it learns
-    again from the log where it must (:meth:`trialog.runtime.service.Handler.recall`).
+    again from the log where it must (:meth:`trialog.runtime.handler.Handler.recall`).
     """
 
     __slots__ = ("bound", "_ended")

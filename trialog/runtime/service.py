@@ -1,6 +1,6 @@
 """The loop every Trialog service runs: consume, handle, emit — and rebuild from the log.
 
-A service is a consumer group over some topics plus a :class:`Handler` holding the
+A service is a consumer group over some topics plus a :class:`~trialog.runtime.handler.Handler` holding the
 state of the trials on the partitions it owns. This module does the parts that are
 the same for the orchestrator, environment hosts and actor hosts:
 
@@ -41,15 +41,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from trialog.bus.base import Bus, Consumer, Record
 from trialog.errors import CodecError, RecordsTooLarge, TransportError, TrialogError
 from trialog.protocol.events import BY_KIND, HEADER_KIND, Event, ResolvedTrial, identity_from_headers
-from trialog.protocol.owners import check_headers, owner_of
+from trialog.protocol.owners import check_headers
 from trialog.protocol.topics import EVENTS
+from trialog.runtime.handler import Handler
 from trialog.telemetry import metrics
 from trialog.telemetry.logs import get_logger
 
@@ -66,6 +66,8 @@ def _judged(mark: str) -> int:
 NOT_READ_BACK_KEPT = 100_000
 TURN_EVERY_S = 0.05  # the longest the loop handles records without giving the event loop a turn
 RECORDS_PER_FLUSH = 32  # records handled between two flushes, the most one poll returns (measured: docs/performance.md)
+QUIET_RECORDS = 4  # a poll of at most this many records: the loop reads little (see ServiceLoop._read_own)
+HOLD_BACKOFF_MAX = 1024  # the most emits that go without holding their partition after a skip failed (_read_own)
 RETRY_BACKOFF_MAX_S = 2.0  # the longest wait between two attempts to publish while Kafka refuses
 
 
@@ -74,111 +76,6 @@ def retry_backoff(attempt: int) -> float:
     from 0.1 s up to RETRY_BACKOFF_MAX_S, for any number of attempts (a float cannot hold
     2**1024, which a broker away for half an hour would reach)."""
     return min(RETRY_BACKOFF_MAX_S, 0.1 * 2 ** min(attempt, 16))
-
-
-class Opened(Protocol):
-    """A trial a handler holds, as far as its safe point goes: its partition and the offset
-    of its first record there (the first a rebuild must read again)."""
-
-    partition: int
-    start_offset: int
-
-
-def safe_point(partition: int, trials: Iterable[Opened], *also: Iterable[int]) -> int | None:
-    """The safe point of a partition (I-7): the lowest start offset of the trials still open
-    on it, and of any other offsets (``also``) the handler still needs there; None when there
-    is none (the loop then commits its position). What :meth:`Handler.safe_offset` returns
-    for the events of every service that holds trials; each says what else it needs."""
-    starts = [t.start_offset for t in trials if t.partition == partition]
-    for offsets in also:
-        starts.extend(offsets)
-    return min(starts, default=None)
-
-
-class Handler:
-    """What a service implements. All methods are plain (not async): they change
-    local state and call :meth:`ServiceLoop.emit`; only the loop does I/O.
-
-    For each record the loop reads, in log order: :meth:`must_judge` says whether this
-    service is the record's owner; a record it owns is always decoded and checked. Of the
-    others, a kind not in ``kinds`` goes to :meth:`saw_undecoded` (headers only), and the
-    rest are decoded only if :meth:`should_decode` says so. What decodes and passes the
-    checks goes to :meth:`handle`. Per partition: :meth:`assigned`, then :meth:`caught_up`
-    once the catch-up from the log is over, :meth:`revoked` when it goes elsewhere."""
-
-    topics: tuple[str, ...] = (EVENTS,)  # the topics this handler consumes, by role name (trialog.protocol.topics)
-    kinds: frozenset[str] | None = None  # kinds worth decoding (besides the ones it owns); None = all
-    # The owner role of trialog.protocol.owners this service plays ("" = owns nothing):
-    # with runs_here, what the default must_judge decides by.
-    owner_role: str = ""
-    batched: bool = False  # off the tick path: fetch in batches (see Bus.consumer)
-    service_name: str = "service"
-
-    loop: ServiceLoop
-
-    def handle(self, record: Record, event: Event) -> None: ...
-
-    def should_decode(self, record: Record, kind: str | None) -> bool:
-        """Should the loop decode this record, which this service does not own and whose kind
-        is one of ``kinds``? Decided from key and headers alone (most records concern other
-        trials or other actors); default yes. A record it says no to is skipped unread."""
-        return True
-
-    def undecodable(self, record: Record, reason: str) -> None:
-        """A record this handler wanted did not decode (the loop reports it; see dead_letters)."""
-
-    def saw_undecoded(self, record: Record, kind: str) -> None:
-        """The loop read a record of a kind this handler does not decode (not in ``kinds``, and
-        not its to judge): what its key and headers say is all the handler gets (cheap)."""
-
-    def recall(self, record: Record, kind: str | None) -> Awaitable[None] | None:
-        """Before a record is judged: if this handler must first learn something of the
-        record's trial from the log — e.g. a late reward for a trial that ended before this
-        process took the partition (I-7) — an awaitable that learns it; the loop awaits it,
-        in log order, then handles the record. None (the default, and the common case):
-        nothing to learn. Only called for handlers that define it, and not for records a
-        previous owner judged already. Runs for every record: keep the None path cheap."""
-        return None
-
-    def assigned(self, role: str, partition: int) -> None:
-        """A partition is ours; its catch-up begins."""
-
-    def revoked(self, role: str, partition: int) -> None:
-        """A partition is no longer ours: forget its trials."""
-
-    def runs_here(self, record: Record) -> bool:
-        """Is this record's trial (and receiver, for observations) running here?"""
-        return False
-
-    def must_judge(self, record: Record, kind: str | None) -> bool:
-        """Must this service judge this record — decode and check it whatever ``kinds`` and
-        :meth:`should_decode` say, and dead-letter it if it is bad? True in the one service
-        that owns it (trialog.protocol.owners): by default, when its kind's owner is
-        ``owner_role`` and its trial :meth:`runs_here`."""
-        return bool(self.owner_role) and owner_of(kind) == self.owner_role and self.runs_here(record)
-
-    def caught_up(self, role: str, partition: int) -> None:
-        """The catch-up of a partition is over (the loop read the log up to the end offset it
-        found at assignment; what it emits is sent from now on): arm timers for its trials."""
-
-    def safe_offset(self, role: str, partition: int) -> int | None:
-        """The offset to resume from for this partition (None: the current position);
-        a handler holding trials answers with :func:`safe_point`."""
-        return None
-
-    def periodic(self, now: float) -> None:
-        """Called about every ``tick_interval`` seconds, for timers and sweeps."""
-
-    def live_trial_count(self) -> int:
-        """Trials this handler holds state for (a metric); handlers keep them in ``trials``."""
-        return len(getattr(self, "trials", ()))
-
-    async def close(self) -> None:
-        """The loop is stopping (after its last commit): release what the handler started."""
-
-    def unsent(self, event: Event, reason: str) -> None:
-        """An event this handler emitted was too large for its topic and was not sent
-        (the loop dead-letters a note of it): end or reject its trial, if this handler can."""
 
 
 @dataclass
@@ -213,6 +110,14 @@ class ServiceLoop:
         self._not_read_back: dict[tuple[bytes, bytes], tuple[tuple, Event]] = {}
         self._stopping = asyncio.Event()
         self._recalls = type(handler).recall is not Handler.recall  # see Handler.recall
+        # On the tick path, a record this loop writes to a partition it reads is handled as read
+        # back without fetching it back: the partition is held from fetching while the record is
+        # on its way, and skipped past once acknowledged, if it is the next to read (_read_own).
+        self._reads_own = not handler.batched
+        self._hold_backoff = 0  # after a skip failed: how many emits go without holding (doubling, see _read_own)
+        self._unheld = 0  # emits left to go without holding
+        self._quiet = False  # the last poll returned at most QUIET_RECORDS: the loop reads little
+        self._held: set[int] = set()  # events partitions held until this loop's records for them are acknowledged
         self.consumer: Consumer | None = None
         self.ready = asyncio.Event()  # set once the first assignment's catch-up is done
         self.turned_at = time.monotonic()  # end of the last turn of the loop: liveness (trialog.runtime.process)
@@ -222,13 +127,21 @@ class ServiceLoop:
     def emit(self, event: Event, role: str = EVENTS) -> None:
         """Send an event (set aside instead while its partition is catching up)."""
         if role == EVENTS:
-            part = self.parts.get((EVENTS, self.bus.partition_of(event.trial_id)))
-            if part is not None and not part.live:
-                key = (event.trial_id, event.identity)
-                if key not in part.expected:
-                    part.expected[key] = self.bus.codec.encode(event)
-                    part.expected_order.append((key, event))
-                return
+            p = self.bus.partition_of(event.trial_id)
+            part = self.parts.get((EVENTS, p))
+            if part is not None:
+                if not part.live:
+                    key = (event.trial_id, event.identity)
+                    if key not in part.expected:
+                        part.expected[key] = self.bus.codec.encode(event)
+                        part.expected_order.append((key, event))
+                    return
+                if self._reads_own and self._quiet and p not in self._held:
+                    if self._unheld:
+                        self._unheld -= 1
+                    else:
+                        self._held.add(p)
+                        self.consumer.hold(EVENTS, p)
         self._out.append((role, event))
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
@@ -265,6 +178,7 @@ class ServiceLoop:
                 # of a busy host would otherwise move in lockstep, one side idle while the other works).
                 timeout_ms = int(self.tick_interval * 1000)
                 records = await self.consumer.poll(timeout_ms=timeout_ms, max_records=RECORDS_PER_FLUSH)
+                self._quiet = len(records) <= QUIET_RECORDS
                 for record in records:
                     if self._recalls:
                         await self._recall(record)
@@ -517,6 +431,44 @@ class ServiceLoop:
             log.info("commit skipped", reason=str(exc))
 
     async def _flush(self) -> None:
+        try:
+            await self._send_out()
+        finally:
+            for p in self._held:
+                self.consumer.release(EVENTS, p)
+            self._held.clear()
+
+    def _read_own(self, records: list[tuple], delivered: list) -> None:
+        """Handle the records just written to a held partition as read back, when they are the
+        next records to read there (nothing else was logged between the last record read and
+        them), and have the consumer go on after them: in log order, as if fetched. Otherwise
+        they are fetched and read back as usual."""
+        by_partition: dict[int, list[tuple[tuple, object]]] = {}
+        for record, d in zip(records, delivered):
+            if record[0] == EVENTS and d.partition in self._held:
+                by_partition.setdefault(d.partition, []).append((record, d))
+        for p, written in by_partition.items():
+            part = self.parts.get((EVENTS, p))
+            first = written[0][1].offset
+            after = written[-1][1].offset + 1
+            if (
+                part is None
+                or not part.live
+                or part.position != first
+                or after - first != len(written)  # someone else's record among them
+                or not self.consumer.skip_written(EVENTS, p, first, after)
+            ):
+                # Others write here between this loop's reads (a busy partition): holding it only
+                # delays their records, so hold less often for a while (doubling while it lasts).
+                self._hold_backoff = min(HOLD_BACKOFF_MAX, 2 * self._hold_backoff or 1)
+                self._unheld = self._hold_backoff
+                continue
+            self._hold_backoff = 0
+            for (_role, key, value, headers), d in written:
+                stamp = d.timestamp_ms if d.timestamp_ms >= 0 else int(time.time() * 1000)
+                self._process(Record(EVENTS, p, d.offset, key, value, tuple(headers), stamp))
+
+    async def _send_out(self) -> None:
         while self._out:
             batch, self._out = self._out, []
             records, events = [], []  # aligned: an event that cannot be written has no record
@@ -541,7 +493,9 @@ class ServiceLoop:
                     self._not_read_back[(record[1], record[2])] = (tuple(record[3]), event)
             for attempt in itertools.count():
                 try:
-                    await self.bus.send_many(records)
+                    delivered = await self.bus.send_many(records)
+                    if self._held:
+                        self._read_own(records, delivered)
                     break
                 except RecordsTooLarge as exc:  # the others were delivered
                     for i, reason in exc.refused.items():
