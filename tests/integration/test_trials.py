@@ -61,6 +61,34 @@ async def ended(ctl: Controller, tid: str, timeout: float = 60) -> TrialEnded:
     return await ctl.wait_ended(tid, timeout=timeout)
 
 
+async def test_a_slow_environment_ticks_at_its_own_pace_not_a_polls_timeout(running):
+    """An update that waits (50 ms asleep) runs off the event loop, so its observations are
+    written while the environment's next fetch may be on its way; the loop holds its partition
+    from fetching back what it writes (docs/performance.md). No tick may then wait out a
+    poll's timeout (200 ms) for records already fetched."""
+    bus, ctl = running
+    tid = await ctl.start_trial("trialtest", seed=3, max_ticks=60, environment="slow")
+    assert (await ended(ctl, tid)).reason == "max_ticks"
+    p = bus.partition_of(tid)
+    consumer = bus.consumer(["events"], partitions=[p])
+    await consumer.start()
+    try:
+        end = (await consumer.end_offsets([("events", p)]))[("events", p)]
+        stamps, position = {}, 0
+        while position < end:
+            for r in await consumer.poll(timeout_ms=1000):
+                position = r.offset + 1
+                if r.trial_id == tid and r.header("kind") == "observation" and r.header("receiver") == "alice":
+                    stamps[int(r.header("tick"))] = r.timestamp_ms
+    finally:
+        await consumer.stop()
+    ticks = sorted(stamps)
+    assert ticks == list(range(61))
+    durations = sorted(stamps[t] - stamps[t - 1] for t in ticks[1:])
+    assert durations[0] >= 45  # the update's own 50 ms (millisecond timestamps)
+    assert durations[len(durations) // 2] < 150, durations
+
+
 async def test_end_reasons(running):
     bus, ctl = running
     cases = {

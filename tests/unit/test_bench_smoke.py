@@ -63,3 +63,20 @@ def test_cpu_refuses_what_it_cannot_measure(argv, capsys):
         cpu.main(argv)
     assert exc.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+async def test_budget_times_every_service_by_record_kind():
+    from bench import budget
+
+    meter, cpu, ticks, records = await budget.trialog_alone(4, 10)
+    assert ticks == 40 and cpu > 0
+    # Two actors: per tick two observations and two actions, each written once and read by every service.
+    # ticks 0..10 of the 4 trials and of the 2 of the warm-up
+    assert sum(1 for r in records if r.header("kind") == "observation") == (4 + 2) * 11 * 2
+    read = {(s, k) for (s, k, what), n in meter.counts.items() if what == "read" and n}
+    written = {(s, k) for (s, k, what), n in meter.counts.items() if what == "written" and n}
+    assert {("environment", "action"), ("actors", "observation"), ("orchestrator", "observation")} <= read
+    assert {("environment", "observation"), ("actors", "action")} <= written
+    text, figures = budget.table(meter, cpu, ticks, produce_us=20.0, consume_us=4.0)
+    assert "| environment   | observation | written |" in text
+    assert figures["kafka_us_per_tick"] > 0 and figures["trialog_us_per_tick"] > 0

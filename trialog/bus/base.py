@@ -147,15 +147,16 @@ class Consumer(abc.ABC):
         return None
 
     # A service that writes to a partition it reads would otherwise fetch its own records
-    # back: a fetch response of their own (docs/performance.md). It holds the partition
-    # while they are on their way, then moves past them if they are the next to read.
-    def hold(self, role: str, partition: int) -> None:
-        """Fetch nothing more of this partition until :meth:`release` (records fetched
-        already are still handed out). By default nothing is held: the records are read back."""
+    # back: a fetch response of their own (docs/performance.md). It holds its fetches while
+    # they are on their way, then moves past them if they are the next to read.
+    def hold(self) -> None:
+        """Fetch nothing more until :meth:`release` (records fetched already are kept). Every
+        partition, not only the one written to: a fetch made meanwhile for the others would
+        keep the written one from being fetched until the broker answers it (up to its wait)."""
         return None
 
-    def release(self, role: str, partition: int) -> None:
-        """Fetch this partition again (see :meth:`hold`)."""
+    def release(self) -> None:
+        """Fetch again (see :meth:`hold`)."""
         return None
 
     def skip_written(self, role: str, partition: int, first: int, after: int) -> bool:

@@ -305,15 +305,20 @@ class KafkaConsumer(Consumer):
         self._next[tp] = offset
         self._unreadable.pop(tp, None)
 
-    def hold(self, role: str, partition: int) -> None:
-        tp = self._tp(role, partition)
-        if self._consumer is not None and tp in self._consumer.assignment():
-            self._consumer.pause(tp)
+    def hold(self) -> None:
+        if self._consumer is not None:
+            self._consumer.pause(*self._consumer.assignment())
 
-    def release(self, role: str, partition: int) -> None:
-        tp = self._tp(role, partition)
-        if self._consumer is not None and tp in self._consumer.assignment():
-            self._consumer.resume(tp)
+    def release(self) -> None:
+        if self._consumer is None:
+            return
+        self._consumer.resume(*self._consumer.assignment())
+        # A fetch that returned while held left its records waiting; a poll under way would
+        # not see them before its timeout (no new fetch wakes it, as none is made while
+        # records wait): wake it now.
+        fetcher = self._consumer._fetcher  # noqa: SLF001
+        for waiter in list(fetcher._fetch_waiters):  # noqa: SLF001
+            fetcher._notify(waiter)  # noqa: SLF001
 
     def skip_written(self, role: str, partition: int, first: int, after: int) -> bool:
         tp = self._tp(role, partition)

@@ -111,13 +111,13 @@ class ServiceLoop:
         self._stopping = asyncio.Event()
         self._recalls = type(handler).recall is not Handler.recall  # see Handler.recall
         # On the tick path, a record this loop writes to a partition it reads is handled as read
-        # back without fetching it back: the partition is held from fetching while the record is
-        # on its way, and skipped past once acknowledged, if it is the next to read (_read_own).
+        # back without fetching it back: the consumer holds its fetches while the record is on
+        # its way, and skips past it once acknowledged, if it is the next to read (_read_own).
         self._reads_own = not handler.batched
         self._hold_backoff = 0  # after a skip failed: how many emits go without holding (doubling, see _read_own)
         self._unheld = 0  # emits left to go without holding
         self._quiet = False  # the last poll returned at most QUIET_RECORDS: the loop reads little
-        self._held: set[int] = set()  # events partitions held until this loop's records for them are acknowledged
+        self._held: set[int] = set()  # events partitions written to while fetches are held (until acknowledged)
         self.consumer: Consumer | None = None
         self.ready = asyncio.Event()  # set once the first assignment's catch-up is done
         self.turned_at = time.monotonic()  # end of the last turn of the loop: liveness (trialog.runtime.process)
@@ -140,8 +140,9 @@ class ServiceLoop:
                     if self._unheld:
                         self._unheld -= 1
                     else:
+                        if not self._held:
+                            self.consumer.hold()
                         self._held.add(p)
-                        self.consumer.hold(EVENTS, p)
         self._out.append((role, event))
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.get_running_loop().create_task(self._flush())
@@ -434,9 +435,9 @@ class ServiceLoop:
         try:
             await self._send_out()
         finally:
-            for p in self._held:
-                self.consumer.release(EVENTS, p)
-            self._held.clear()
+            if self._held:
+                self._held.clear()
+                self.consumer.release()
 
     def _read_own(self, records: list[tuple], delivered: list) -> None:
         """Handle the records just written to a held partition as read back, when they are the
