@@ -67,6 +67,8 @@ from trialog.protocol.rewards import aggregate
 from trialog.protocol.trial import ClassSchemas, class_schemas, reaches
 from trialog.trust.seats import SeatBook, seat_headers
 
+_UNDECODED = object()  # an action payload the fold has not decoded
+
 
 @dataclass(frozen=True, slots=True)
 class RewardSource:
@@ -206,6 +208,7 @@ class TrialFold:
         self._seats = SeatBook()  # who holds each seat, from the actor.joined records (as the environment keeps it)
         self._observations: dict[tuple[int, str], Observation] = {}
         self._actions: dict[tuple[int, str], Action | ActorTimeout] = {}
+        self._action_values: dict[tuple[int, str], Any] = {}  # an applied action's payload, decoded once
         self._expected_at: dict[int, list[str]] = {}  # tick -> actors observed then (not finally): the barrier
         # By tick, so that one sample's rewards and messages are found without a scan of the trial's.
         self._rewards: dict[int, dict[tuple[str, str], Reward]] = {}  # tick -> (sender, receiver) -> reward
@@ -275,7 +278,7 @@ class TrialFold:
         if schemas is None:
             return False
         try:
-            self.store.decode(event.payload, schemas.action)
+            self._action_values[key] = self.store.decode(event.payload, schemas.action)
         except CodecError:
             return False
         return True
@@ -289,6 +292,7 @@ class TrialFold:
         for key in [k for k in self._observations if k[0] > last]:
             del self._observations[key]
             self._actions.pop(key, None)
+            self._action_values.pop(key, None)
         for by_tick in (self._expected_at, self._rewards, self._messages):
             for tick in [t for t in by_tick if t > last]:
                 del by_tick[tick]
@@ -404,11 +408,12 @@ class TrialFold:
     def _action(self, tick: int, actor: str, schemas: ClassSchemas | None) -> tuple[bytes | None, Any, bool]:
         chosen = self._actions.get((tick, actor))
         if isinstance(chosen, Action):
-            return (
-                chosen.payload,
-                self._decode(chosen.payload, schemas.action if schemas else None, f"action of {actor} at tick {tick}"),
-                False,
-            )
+            value = self._action_values.get((tick, actor), _UNDECODED)
+            if value is _UNDECODED:
+                value = self._decode(
+                    chosen.payload, schemas.action if schemas else None, f"action of {actor} at tick {tick}"
+                )
+            return chosen.payload, value, False
         if isinstance(chosen, ActorTimeout):
             if chosen.policy == "default_action" and schemas is not None and schemas.has_default_action:
                 return schemas.action.encode(schemas.default_action), schemas.default_action, True

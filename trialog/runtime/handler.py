@@ -80,6 +80,11 @@ class Handler:
         previous owner judged already. Runs for every record: keep the None path cheap."""
         return None
 
+    def polled(self) -> None:
+        """The loop handled the records of one poll and is about to give the event loop a turn:
+        work batched over them (the actors' decisions) is best done now, so that what it writes
+        leaves before the loop waits again."""
+
     def assigned(self, role: str, partition: int) -> None:
         """A partition is ours; its catch-up begins."""
 

@@ -184,6 +184,8 @@ class ServiceLoop:
                     if self._recalls:
                         await self._recall(record)
                     self._process(record)
+                if records:
+                    self.handler.polled()
                 now = time.monotonic()
                 # A poll served from records already fetched returns without giving the event
                 # loop a turn: through a long catch-up (inline updates, in log order) the
