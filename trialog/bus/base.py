@@ -149,11 +149,12 @@ class Consumer(abc.ABC):
     # A service that writes to a partition it reads would otherwise fetch its own records
     # back: a fetch response of their own (docs/performance.md). It holds its fetches while
     # they are on their way, then moves past them if they are the next to read.
-    def hold(self) -> None:
-        """Fetch nothing more until :meth:`release` (records fetched already are kept). Every
-        partition, not only the one written to: a fetch made meanwhile for the others would
-        keep the written one from being fetched until the broker answers it (up to its wait)."""
-        return None
+    def hold(self) -> bool:
+        """Fetch nothing more until :meth:`release` (records fetched already are kept), and say
+        whether it holds: not when a fetch is on its way already (it brings the records back
+        anyway). Every partition, not only the one written to: a fetch made meanwhile for the
+        others would keep the written one from being fetched until the broker answers it."""
+        return False
 
     def release(self) -> None:
         """Fetch again (see :meth:`hold`)."""

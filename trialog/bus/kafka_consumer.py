@@ -305,9 +305,15 @@ class KafkaConsumer(Consumer):
         self._next[tp] = offset
         self._unreadable.pop(tp, None)
 
-    def hold(self) -> None:
-        if self._consumer is not None:
-            self._consumer.pause(*self._consumer.assignment())
+    def _fetching(self) -> bool:
+        """A fetch is on its way (aiokafka's fetcher has a request in flight)."""
+        return bool(self._consumer._fetcher._in_flight)  # noqa: SLF001
+
+    def hold(self) -> bool:
+        if self._consumer is None or self._fetching():
+            return False
+        self._consumer.pause(*self._consumer.assignment())
+        return True
 
     def release(self) -> None:
         if self._consumer is None:
@@ -322,7 +328,9 @@ class KafkaConsumer(Consumer):
 
     def skip_written(self, role: str, partition: int, first: int, after: int) -> bool:
         tp = self._tp(role, partition)
-        if self._consumer is None or self._unreadable or self._next.get(tp) != first:
+        # Not while a fetch is on its way: its answer brings the records back anyway, and moving
+        # the position under it can leave aiokafka's fetcher idle for its timeout.
+        if self._consumer is None or self._unreadable or self._next.get(tp) != first or self._fetching():
             return False
         if tp not in self._consumer.assignment():
             return False

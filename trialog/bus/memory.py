@@ -178,6 +178,9 @@ class MemoryConsumer(Consumer):
     def seek(self, role: str, partition: int, offset: int) -> None:
         self.positions[(role, partition)] = offset
 
+    def hold(self) -> bool:
+        return True  # nothing is fetched ahead: what the loop writes is read only by its polls
+
     def skip_written(self, role: str, partition: int, first: int, after: int) -> bool:
         if self.positions.get((role, partition)) != first:
             return False

@@ -8,7 +8,8 @@ several.
 
 The observations of one poll (up to :data:`trialog.runtime.service.RECORDS_PER_FLUSH`
 records; all trials) are decided in one call, as soon as the loop has handled them
-(:meth:`ActorHandler.polled`), so that their actions leave in the same turn of the event loop. While such calls of an implementation are slow and mostly wait
+(:meth:`ActorHandler.polled`), so that their actions leave in the same turn of the event
+loop. While such calls of an implementation are slow and mostly wait
 (:mod:`trialog.runtime.pace`), they run off the event loop, in one worker thread per
 implementation, while the loop goes on reading: a slow implementation slows only its own
 trials, and a fast one does not pay a thread hop (about 0.1 ms) on every tick. A policy's

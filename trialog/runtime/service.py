@@ -139,9 +139,7 @@ class ServiceLoop:
                 if self._reads_own and self._quiet and p not in self._held:
                     if self._unheld:
                         self._unheld -= 1
-                    else:
-                        if not self._held:
-                            self.consumer.hold()
+                    elif self._held or self.consumer.hold():
                         self._held.add(p)
         self._out.append((role, event))
         if self._flushing is None or self._flushing.done():
