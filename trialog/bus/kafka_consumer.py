@@ -330,9 +330,13 @@ class KafkaConsumer(Consumer):
         tp = self._tp(role, partition)
         # Not while a fetch is on its way: its answer brings the records back anyway, and moving
         # the position under it can leave aiokafka's fetcher idle for its timeout.
-        if self._consumer is None or self._unreadable or self._next.get(tp) != first or self._fetching():
-            return False
-        if tp not in self._consumer.assignment():
+        if (
+            self._consumer is None
+            or self._unreadable
+            or self._next.get(tp) != first
+            or self._fetching()
+            or tp not in self._consumer.assignment()
+        ):
             return False
         self.seek(role, partition, after)  # drops what was fetched from ``first`` on; fetches from ``after``
         return True

@@ -67,8 +67,6 @@ from trialog.protocol.rewards import aggregate
 from trialog.protocol.trial import ClassSchemas, class_schemas, reaches
 from trialog.trust.seats import SeatBook, seat_headers
 
-_UNDECODED = object()  # an action payload the fold has not decoded
-
 
 @dataclass(frozen=True, slots=True)
 class RewardSource:
@@ -408,12 +406,7 @@ class TrialFold:
     def _action(self, tick: int, actor: str, schemas: ClassSchemas | None) -> tuple[bytes | None, Any, bool]:
         chosen = self._actions.get((tick, actor))
         if isinstance(chosen, Action):
-            value = self._action_values.get((tick, actor), _UNDECODED)
-            if value is _UNDECODED:
-                value = self._decode(
-                    chosen.payload, schemas.action if schemas else None, f"action of {actor} at tick {tick}"
-                )
-            return chosen.payload, value, False
+            return chosen.payload, self._action_values[(tick, actor)], False  # decoded when applied (_answers)
         if isinstance(chosen, ActorTimeout):
             if chosen.policy == "default_action" and schemas is not None and schemas.has_default_action:
                 return schemas.action.encode(schemas.default_action), schemas.default_action, True

@@ -379,26 +379,33 @@ class ActorHandler(Handler):
         """Decide a poll's observations before the loop gives the event loop a turn — when they
         are decided inline: their actions leave in the flush of this turn, one hop sooner
         than from a task of their own (which then finds nothing left)."""
-        if self._pending and not self._in_worker and not (self.pace.off_loop or self.policy is not None):
-            batch, self._pending = self._pending, []
-            self._emit_decisions(batch, *self.pace.timed(self._decide, batch))
+        if self._pending and not self._in_worker and not self._decides_in_worker:
+            self._decide_here()
+
+    @property
+    def _decides_in_worker(self) -> bool:
+        """The next batch goes to the worker thread: while slow and waiting, and always for a
+        policy (its model loads and trial ends run there too: its calls stay in order with them)."""
+        return self.pace.off_loop or self.policy is not None
+
+    def _decide_here(self) -> None:
+        batch, self._pending = self._pending, []
+        self._emit_decisions(batch, *self.pace.timed(self._decide, batch))
 
     async def _decide_pending(self) -> None:
         """Decide what is pending in one call (in the worker thread once slow); what
         arrives meanwhile is the next batch."""
         loop = asyncio.get_running_loop()
         while self._pending:
+            if not self._decides_in_worker:
+                self._decide_here()
+                continue
             batch, self._pending = self._pending, []
-            if self.pace.off_loop or self.policy is not None:
-                # A policy's model loads and trial ends run in the worker too: its calls stay
-                # there, in order with them.
-                self._in_worker = True
-                try:
-                    payloads, versions = await loop.run_in_executor(self._worker, self.pace.timed, self._decide, batch)
-                finally:
-                    self._in_worker = False
-            else:
-                payloads, versions = self.pace.timed(self._decide, batch)
+            self._in_worker = True
+            try:
+                payloads, versions = await loop.run_in_executor(self._worker, self.pace.timed, self._decide, batch)
+            finally:
+                self._in_worker = False
             self._emit_decisions(batch, payloads, versions)
 
     def _decide(self, batch: list[_Pending]) -> tuple[list[bytes | None], list[int | None]]:

@@ -116,7 +116,7 @@ class ServiceLoop:
         self._reads_own = not handler.batched
         self._hold_backoff = 0  # after a skip failed: how many emits go without holding (doubling, see _read_own)
         self._unheld = 0  # emits left to go without holding
-        self._quiet = False  # the last poll returned at most QUIET_RECORDS: the loop reads little
+        self._quiet = False  # reads own, and its last poll returned at most QUIET_RECORDS: it reads little
         self._held: set[int] = set()  # events partitions written to while fetches are held (until acknowledged)
         self.consumer: Consumer | None = None
         self.ready = asyncio.Event()  # set once the first assignment's catch-up is done
@@ -136,7 +136,7 @@ class ServiceLoop:
                         part.expected[key] = self.bus.codec.encode(event)
                         part.expected_order.append((key, event))
                     return
-                if self._reads_own and self._quiet and p not in self._held:
+                if self._quiet and p not in self._held:
                     if self._unheld:
                         self._unheld -= 1
                     elif self._held or self.consumer.hold():
@@ -177,7 +177,7 @@ class ServiceLoop:
                 # of a busy host would otherwise move in lockstep, one side idle while the other works).
                 timeout_ms = int(self.tick_interval * 1000)
                 records = await self.consumer.poll(timeout_ms=timeout_ms, max_records=RECORDS_PER_FLUSH)
-                self._quiet = len(records) <= QUIET_RECORDS
+                self._quiet = self._reads_own and len(records) <= QUIET_RECORDS
                 for record in records:
                     if self._recalls:
                         await self._recall(record)
