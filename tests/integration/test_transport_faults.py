@@ -17,7 +17,8 @@ from aiokafka.errors import NodeNotReadyError
 from tests.harness import deployment
 from tests.integration.test_trials import read_trial
 from trialog.bus.kafka import KafkaBus
-from trialog.errors import RecordsTooLarge, TransportError
+from trialog.bus.kafka_consumer import partitions_of
+from trialog.errors import RecordsTooLarge, TopicMissingError, TransportError
 from trialog.protocol.events import DeadLetter, Observation, Reward, StartRequest, TrialEnded
 from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS
 from trialog.spec import load_spec
@@ -345,3 +346,37 @@ async def wait_ticks(ctl, tid: str, tick: int, timeout: float = 60) -> None:
     while ctl.last_tick(tid) < tick:
         assert asyncio.get_running_loop().time() < deadline, f"{tid} did not reach tick {tick}"
         await asyncio.sleep(0.05)
+
+
+async def test_a_reader_asks_the_cluster_about_its_own_topics_only(bus, monkeypatch):
+    """Starting a reader costs the same on a cluster of thousands of topics as on an empty one:
+    its metadata request names its topics (the whole cluster's metadata, decoded on the event
+    loop, stalled a gateway's real-time pages); a missing topic is a clear error, not created."""
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    await bus.create_topics()
+    await bus.start()
+    asked: list = []
+    original = MetadataRequest.__init__
+
+    def recording(self, topics=None, *args, **kwargs):
+        asked.append(topics)
+        original(self, topics, *args, **kwargs)
+
+    monkeypatch.setattr(MetadataRequest, "__init__", recording)
+    try:
+        reader = bus.consumer([EVENTS])
+        await reader.start()
+        try:
+            assert {p for _, p in reader.assignment()} == set(range(bus.partitions))
+        finally:
+            await reader.stop()
+        assert asked and None not in asked, f"a request for every topic of the cluster: {asked}"
+        missing = bus.consumer(["no-such-role"])
+        with pytest.raises(TopicMissingError, match="does not exist"):
+            await missing.start()
+        assert not (await partitions_of(bus._producer.client, [bus.settings.topic("no-such-role")]))[
+            bus.settings.topic("no-such-role")
+        ]
+    finally:
+        await bus.stop()

@@ -33,7 +33,7 @@ from aiokafka.errors import (
 )
 
 from trialog.bus.base import RECORD_OVERHEAD, Bus, Delivered
-from trialog.bus.kafka_consumer import KafkaConsumer
+from trialog.bus.kafka_consumer import KafkaConsumer, partitions_of
 from trialog.bus.kafka_tasks import _ended_with, _stopped, _watch_metadata
 from trialog.errors import RecordsTooLarge, TransportError
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS, plan
@@ -109,8 +109,8 @@ class KafkaBus(Bus):
     async def _learn_partitions(self) -> None:
         """Trust the cluster over the settings for the partition count of events (I-2)."""
         assert self._producer is not None
-        cluster = await self._producer.client.fetch_all_metadata()
-        found = cluster.partitions_for_topic(self.settings.topic(EVENTS))
+        topic = self.settings.topic(EVENTS)
+        found = (await partitions_of(self._producer.client, [topic]))[topic]
         if found:
             self.partitions = len(found)
             self._partition_cache.clear()

@@ -27,9 +27,11 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import errors as Errors
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import CorruptRecordException, KafkaError, UnsupportedCodecError
+from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import OffsetAndMetadata
 
 from trialog.bus.base import BATCH_WAIT_MS, AssignmentCallback, Consumer, Record
@@ -67,6 +69,28 @@ class _Listener(ConsumerRebalanceListener):
     async def on_partitions_assigned(self, assigned):
         if self.consumer.on_assigned and assigned and self._current():
             await self.consumer.on_assigned({self.consumer.role_of(tp) for tp in assigned})
+
+
+async def partitions_of(client, topics: Sequence[str]) -> dict[str, list[int]]:
+    """Each topic's partitions (none if it does not exist), asked of the cluster for these
+    topics only. Not aiokafka's ``fetch_all_metadata``: that decodes every topic of the
+    cluster, milliseconds per hundred topics, on the event loop of a process that may be
+    serving real-time trials (a gateway starting readers stalled its pages for hundreds of
+    milliseconds on a cluster of thousands of topics). Never creates a topic, whatever the
+    broker's ``auto.create.topics.enable``."""
+    node = client.get_random_node()
+    if node is None:
+        raise KafkaError("no broker known to ask for metadata")
+    answer = await client.send(node, MetadataRequest(list(topics), allow_auto_topic_creation=False))
+    found: dict[str, list[int]] = dict.fromkeys(topics, [])
+    for topic_data in answer.topics:
+        error = Errors.for_code(topic_data[0])
+        if error is Errors.TopicAuthorizationFailedError:
+            raise error(f"not allowed to read the metadata of {topic_data[1]}")
+        if error is Errors.NoError:  # else missing, or not yet ready: none
+            partitions = topic_data[2] if answer.API_VERSION == 0 else topic_data[3]
+            found[topic_data[1]] = sorted(p[1] for p in partitions)
+    return found
 
 
 class KafkaConsumer(Consumer):
@@ -130,11 +154,11 @@ class KafkaConsumer(Consumer):
                 self._consumer.subscribe(list(self._topic_roles), listener=_Listener(self, self._consumer))
             else:
                 tps = []
-                cluster = await self._fresh_metadata()
+                found = await self._partitions_of_topics()
                 for role in self.roles:
                     parts = self.partitions
                     if parts is None:
-                        parts = sorted(cluster.partitions_for_topic(settings.topic(role)) or ())
+                        parts = found[settings.topic(role)]
                         if not parts:
                             raise TopicMissingError(
                                 f"topic {settings.topic(role)} does not exist: run `trialog topics create`"
@@ -162,15 +186,15 @@ class KafkaConsumer(Consumer):
                 raise TransportError(f"cannot consume from Kafka at {settings.bootstrap_servers}: {exc}") from exc
             raise
 
-    async def _fresh_metadata(self):
-        """A fresh metadata snapshot (an assign()-only consumer has none for topics it does not
-        subscribe to). A topic created a moment ago may not be in every broker's metadata yet:
-        asked again, briefly, before it counts as missing."""
+    async def _partitions_of_topics(self) -> dict[str, list[int]]:
+        """The partitions of the topics this reader reads, asked of the cluster (an assign()-only
+        consumer knows none yet). A topic created a moment ago may not be in every broker's
+        metadata yet: asked again, briefly, before it counts as missing."""
         topics = [self.bus.settings.topic(role) for role in self.roles]
         for wait in (0.1, 0.2, 0.4, 0.8, None):
-            cluster = await self._consumer._client.fetch_all_metadata()  # noqa: SLF001
-            if self.partitions is not None or all(cluster.partitions_for_topic(t) for t in topics) or wait is None:
-                return cluster
+            found = await partitions_of(self._consumer._client, topics)  # noqa: SLF001
+            if self.partitions is not None or all(found.values()) or wait is None:
+                return found
             await asyncio.sleep(wait)
 
     def _detach(self) -> AIOKafkaConsumer:
