@@ -43,7 +43,8 @@ async def create_topic(settings: Settings, name: str, partitions: int) -> None:
     admin = AIOKafkaAdminClient(**settings.kafka_client_options())
     await admin.start()
     try:
-        await admin.create_topics([NewTopic(name, partitions, settings.replication_factor)])
+        brokers = len((await admin.describe_cluster())["brokers"])
+        await admin.create_topics([NewTopic(name, partitions, settings.replicas(brokers))])
     finally:
         await admin.close()
 

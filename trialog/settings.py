@@ -46,7 +46,11 @@ class Settings:
         "Partitions of control and events (always equal: I-2); "
         "bounds how many instances of one service share the work.",
     )
-    replication_factor: int = _setting(1, "Replication factor of the topics Trialog creates.")
+    replication_factor: int = _setting(
+        0,
+        "Replication factor of the topics Trialog creates; 0: as many copies as the cluster has brokers, "
+        "up to 3 (one on a single broker, three on a cluster, as the Helm chart's default).",
+    )
     events_retention_ms: int = _setting(-1, "Retention of the events topic (the datalog); -1 keeps everything.")
     client_id: str = _setting("trialog", "Kafka client id prefix, shown in broker logs and metrics.")
     security_protocol: str = _setting("PLAINTEXT", "How to talk to Kafka.", choices=SECURITY_PROTOCOLS)
@@ -79,6 +83,10 @@ class Settings:
     )
 
     # --- derived names -----------------------------------------------------------
+    def replicas(self, brokers: int) -> int:
+        """The replication factor of the topics Trialog creates on a cluster of ``brokers``."""
+        return self.replication_factor or min(3, max(1, brokers))
+
     def topic(self, role: str) -> str:
         """Full topic name of a role: control, events, trials, models, dead-letters."""
         return f"{self.topic_prefix}{role}"
@@ -158,8 +166,8 @@ class Settings:
             host, _, port = server.strip().rpartition(":")
             if not host or not port.isdigit():
                 raise SettingsError(f"bootstrap server {server!r} is not host:port")
-        if self.partitions < 1 or self.replication_factor < 1:
-            raise SettingsError("partitions and replication_factor must be at least 1")
+        if self.partitions < 1 or self.replication_factor < 0:
+            raise SettingsError("partitions must be at least 1, replication_factor at least 0 (0: by cluster size)")
         if self.security_protocol.startswith("SASL") and not self.sasl_username:
             raise SettingsError(
                 f"security_protocol {self.security_protocol} needs sasl_username (TRIALOG_SASL_USERNAME)"

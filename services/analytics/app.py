@@ -38,8 +38,10 @@ def build(
     window: int = 20,
     guarantee: str = "exactly-once",
     commit_interval: float = 1.0,
+    replication_factor: int = 0,
 ):
-    """The Quix Application running every shipped job (call ``.run()`` on it)."""
+    """The Quix Application running every shipped job (call ``.run()`` on it). Its own topics
+    get ``replication_factor`` copies (0: the setting's, else one)."""
     from quixstreams import Application
     from quixstreams.models.topics import TopicConfig
 
@@ -61,7 +63,7 @@ def build(
     )
     compacted = TopicConfig(
         num_partitions=settings.partitions,
-        replication_factor=settings.replication_factor,
+        replication_factor=replication_factor or settings.replication_factor or 1,
         extra_config={"cleanup.policy": "compact"},
     )
     trust = Authenticator(Keyring.load(settings))  # only records written by a key allowed to count
@@ -90,8 +92,10 @@ def build(
 
 def main(settings: Settings, *, state_dir: str, window: int, guarantee: str, health_port: int) -> None:
     """Run the jobs until SIGTERM/SIGINT (Quix handles both), serving health and metrics."""
-    app = build(settings, state_dir=state_dir, window=window, guarantee=guarantee)
-    asyncio.run(_wait_for_events_topic(settings))
+    events = asyncio.run(_wait_for_events_topic(settings))
+    # The jobs' topics as replicated as the events topic they are computed from.
+    replicas = settings.replication_factor or (events or {}).get("replication_factor", 1)
+    app = build(settings, state_dir=state_dir, window=window, guarantee=guarantee, replication_factor=replicas)
     if health_port:
         threading.Thread(target=_serve_health, args=(health_port,), daemon=True, name="health").start()
     log.info(
@@ -101,18 +105,20 @@ def main(settings: Settings, *, state_dir: str, window: int, guarantee: str, hea
     log.info("analytics stopped")
 
 
-async def _wait_for_events_topic(settings: Settings, within_s: float = 60.0) -> None:
+async def _wait_for_events_topic(settings: Settings, within_s: float = 60.0) -> dict | None:
     """Wait until the broker knows the events topic: Quix stops for good on a subscribed topic
     it does not find, and topics created a moment before (a deployment starting, a test) may
-    not be in the broker's answers yet. After ``within_s`` Quix's own error says what is missing."""
+    not be in the broker's answers yet. After ``within_s`` Quix's own error says what is missing.
+    Returns the topic as ``describe_topics`` has it (None if it never showed)."""
     from trialog.bus.kafka import KafkaBus
 
     bus = KafkaBus(settings)
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
         try:
-            if settings.topic(EVENTS) in await bus.describe_topics():
-                return
+            described = await bus.describe_topics()
+            if settings.topic(EVENTS) in described:
+                return described[settings.topic(EVENTS)]
         except Exception as exc:  # the broker not reachable yet: the same wait
             log.info("waiting for the events topic", reason=str(exc))
         await asyncio.sleep(0.5)

@@ -37,6 +37,11 @@ class BrokerConfig:
     heap: str = DEFAULT_HEAP
     secure: bool = False  # SASL_SSL + ACLs (trialog.broker.secure)
     topic_prefix: str = "trialog."  # whose topics the roles' ACLs cover (secure only)
+    # A node of a cluster (trialog.broker.cluster): its id, the controller quorum of all
+    # nodes ("id@host:port,..."; "" for a single node, its own voter), and how many nodes there are.
+    node_id: int = 1
+    voters: str = ""
+    nodes: int = 1
 
     def __post_init__(self) -> None:
         if self.controller_port is None:

@@ -30,8 +30,9 @@ logger.server.level=INFO
 
 
 def render_server_properties(config: BrokerConfig, passwords: dict[str, str] | None = None) -> str:
-    """One combined broker+controller KRaft node on 127.0.0.1, with single-node replication
-    settings; with ``passwords`` (``--secure``), SASL_SSL listeners and ACLs instead of plaintext."""
+    """One combined broker+controller KRaft node on 127.0.0.1 (alone, or a node of a cluster:
+    trialog.broker.cluster), internal topics replicated as the cluster allows; with ``passwords``
+    (``--secure``), SASL_SSL listeners and ACLs instead of plaintext."""
     if passwords is not None:
         from trialog.broker import secure
 
@@ -43,15 +44,18 @@ advertised.listeners=PLAINTEXT://{HOST}:{config.port}
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 """
+    voters = config.voters or f"{config.node_id}@{HOST}:{config.controller_port}"
+    # Kafka's internal topics (group offsets, transactions) as replicated as the cluster allows.
+    replicas, in_sync = min(3, config.nodes), min(2, config.nodes)
     return f"""\
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@{HOST}:{config.controller_port}
+node.id={config.node_id}
+controller.quorum.voters={voters}
 controller.listener.names=CONTROLLER
 {listeners}log.dirs={config.log_dirs}
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+offsets.topic.replication.factor={replicas}
+transaction.state.log.replication.factor={replicas}
+transaction.state.log.min.isr={in_sync}
 group.initial.rebalance.delay.ms=0
 num.partitions=1
 auto.create.topics.enable=false
@@ -115,7 +119,7 @@ def _wipe(config: BrokerConfig) -> None:
     """Delete the data dir, but only one that is ours: --fresh must never delete a folder passed by mistake."""
     if not config.data_dir.exists():
         return
-    ours = config.server_properties.is_file() or (config.data_dir / "cluster.id").is_file()
+    ours = any((config.data_dir / name).is_file() for name in ("server.properties", "cluster.id", "cluster.json"))
     if not ours and any(config.data_dir.iterdir()):
         raise BrokerError(
             f"refusing to wipe {config.data_dir}: it is not empty and holds no Trialog broker (no server.properties)"

@@ -201,8 +201,16 @@ class KafkaBus(Bus):
         admin = await self._admin()
         try:
             existing = set(await admin.list_topics())
-            wanted = plan(self.settings)
+            brokers = len((await admin.describe_cluster())["brokers"])
+            wanted = plan(self.settings, brokers)
             missing = [t for t in wanted if t.name not in existing]
+            if missing and wanted[0].replication_factor < min(3, brokers):
+                log.warning(
+                    "creating topics with fewer copies than the cluster could keep: losing a broker loses records",
+                    replication_factor=wanted[0].replication_factor,
+                    brokers=brokers,
+                    setting="TRIALOG_REPLICATION_FACTOR (0: by cluster size)",
+                )
             created = []
             for t in missing:
                 try:
@@ -227,7 +235,14 @@ class KafkaBus(Bus):
             for topic in described:
                 if topic.get("error_code", 0):
                     continue
-                out[topic["topic"]] = {"partitions": len(topic["partitions"]), "configs": {}}
+                partitions = topic["partitions"]
+                out[topic["topic"]] = {
+                    "partitions": len(partitions),
+                    # The fewest of any partition: what the topic can lose is what its worst partition can.
+                    "replication_factor": min((len(p["replicas"]) for p in partitions), default=0),
+                    "in_sync_replicas": min((len(p["isr"]) for p in partitions), default=0),
+                    "configs": {},
+                }
             resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in out]
             for response in await admin.describe_configs(resources):
                 for resource in response.resources:

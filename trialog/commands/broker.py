@@ -7,8 +7,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from trialog.broker import cluster
 from trialog.broker.config import DEFAULT_HEAP, DEFAULT_KAFKA_VERSION, DEFAULT_PORT, HOST, BrokerConfig
-from trialog.broker.process import start, status, stop
+from trialog.broker.process import start
 
 _STATUS_STOPPED = 3
 
@@ -50,6 +51,13 @@ def add(sub) -> None:
     start_parser.add_argument(
         "--topic-prefix", help="the deployment's topic prefix the roles' ACLs cover (--secure; default trialog.)"
     )
+    start_parser.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        help="a cluster of N KRaft nodes on this machine (node K on port + 2(K-1), its data in DATA_DIR/node-K); "
+        "prints their addresses comma-separated. Started again, it starts the nodes that are not running (default 1)",
+    )
     start_parser.set_defaults(func=_cli_start)
 
     stop_parser = commands.add_parser("stop", help="stop the broker (its data stays)")
@@ -82,23 +90,29 @@ def _config_from_args(args: argparse.Namespace) -> BrokerConfig:
 
 
 def _cli_start(args: argparse.Namespace) -> int:
-    print(start(_config_from_args(args), fresh=args.fresh, timeout=args.timeout), flush=True)
+    config = _config_from_args(args)
+    if args.nodes > 1 or cluster.recorded_nodes(config) > 1:
+        print(cluster.start(config, args.nodes, fresh=args.fresh, timeout=args.timeout), flush=True)
+    else:
+        print(start(config, fresh=args.fresh, timeout=args.timeout), flush=True)
     return 0
 
 
 def _cli_stop(args: argparse.Namespace) -> int:
     config = _config_from_args(args)
-    stopped = stop(config, timeout=args.timeout)
+    stopped = cluster.stop(config, timeout=args.timeout)
     print("broker stopped" if stopped else f"broker is not running (data dir {config.data_dir})", file=sys.stderr)
     return 0
 
 
 def _cli_status(args: argparse.Namespace) -> int:
-    found = status(_config_from_args(args))
+    found = cluster.status(_config_from_args(args))
     if args.json:
         from trialog.commands.parts import fields_of, json_line
 
-        print(json_line(fields_of(found)))
+        for node in found:
+            print(json_line(fields_of(node)))
     else:
-        print(found.describe())
-    return 0 if found.running else _STATUS_STOPPED
+        for node in found:
+            print(node.describe())
+    return 0 if all(node.running for node in found) else _STATUS_STOPPED

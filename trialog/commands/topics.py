@@ -16,7 +16,11 @@ def add(sub) -> None:
         "create",
         "Create the topics (idempotent): control and events with equal partitions, trials compacted, events kept.",
     )
-    describe = command(tsub, "describe", "Show partitions and the main configs of each topic.")
+    describe = command(
+        tsub,
+        "describe",
+        "Show partitions, replicas (the fewest in sync of any partition) and main configs of each topic.",
+    )
 
     def do_create(args) -> int:
         from trialog.bus import connect
@@ -30,7 +34,10 @@ def add(sub) -> None:
         for name, info in sorted(described.items()):
             state = "created" if name in created else "exists"
             policy = info["configs"].get("cleanup.policy")
-            print(f"{name:36} {state:8} partitions={info['partitions']} cleanup.policy={policy}")
+            print(
+                f"{name:36} {state:8} partitions={info['partitions']} replication={info['replication_factor']} "
+                f"cleanup.policy={policy}"
+            )
         return 0
 
     def do_describe(args) -> int:
@@ -43,7 +50,8 @@ def add(sub) -> None:
         for name, info in sorted(described.items()):
             keys = ("cleanup.policy", "retention.ms", "min.insync.replicas", "max.message.bytes")
             configs = " ".join(f"{k}={info['configs'].get(k)}" for k in keys)
-            print(f"{name:36} partitions={info['partitions']} " + configs)
+            replicas = f"replication={info['replication_factor']} in_sync={info['in_sync_replicas']}"
+            print(f"{name:36} partitions={info['partitions']} {replicas} " + configs)
         return 0
 
     create.set_defaults(func=do_create)

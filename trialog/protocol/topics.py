@@ -40,9 +40,10 @@ class TopicPlan:
     configs: dict[str, str]
 
 
-def plan(settings: Settings) -> list[TopicPlan]:
-    """What ``trialog topics create`` makes, with the configs each topic needs."""
-    p, rf = settings.partitions, settings.replication_factor
+def plan(settings: Settings, brokers: int = 1) -> list[TopicPlan]:
+    """What ``trialog topics create`` makes on a cluster of ``brokers``, with the configs each
+    topic needs: a write is acknowledged once two copies have it, where there are two."""
+    p, rf = settings.partitions, settings.replicas(brokers)
     common = {"min.insync.replicas": str(min(2, rf)), "max.message.bytes": str(RECORD_LIMIT)}
     return [
         TopicPlan(

@@ -1,0 +1,136 @@
+"""On a 3-node KRaft cluster started by the project's own script (``trialog broker start
+--nodes 3``): topics get three copies by default, and a trial survives the broker that
+leads its partition being killed mid-trial, then one of its services — the trajectory
+identical to a reference run's, nothing lost, nothing doubled."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.integration.test_scale_and_recovery import PATIENT_SPEC, trajectory
+from tests.integration.test_trials import read_trial
+from trialog.broker import cluster, process
+from trialog.broker.config import BrokerConfig
+from trialog.bus.kafka import KafkaBus
+from trialog.controller import Controller
+from trialog.protocol.events import TrialEnded
+from trialog.protocol.topics import EVENTS
+from trialog.settings import Settings
+from trialog.tools.campaign import start_service, stop_services, wait_ready
+
+pytestmark = pytest.mark.integration
+NODES = 3
+
+
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive free ports (node K and its controller take two each)."""
+    for base in range(21000, 40000, 2 * count + 2):
+        taken = False
+        for port in range(base, base + count):
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    taken = True
+                    break
+        if not taken:
+            return base
+    raise RuntimeError("no run of free ports")
+
+
+def broker_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "trialog.cli", "broker", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.fixture(scope="module")
+def three_nodes(tmp_path_factory):
+    """The cluster as docs/broker.md starts it: ``trialog broker start --nodes 3``."""
+    data_dir = tmp_path_factory.mktemp("cluster")
+    config = BrokerConfig.from_env(data_dir=data_dir, port=free_port_run(2 * NODES), heap="384m")
+    where = ("--data-dir", str(data_dir))
+    started = broker_cli("start", "--nodes", str(NODES), *where, "--port", str(config.port), "--heap", "384m")
+    assert started.returncode == 0, started.stderr[-3000:]
+    bootstrap = started.stdout.strip().splitlines()[-1]
+    try:
+        assert bootstrap == ",".join(f"127.0.0.1:{config.port + 2 * k}" for k in range(NODES))
+        status = broker_cli("status", *where)
+        assert status.returncode == 0 and status.stdout.count("running: pid") == NODES, status.stdout
+        yield config, bootstrap
+    finally:
+        stopped = broker_cli("stop", *where)
+        assert stopped.returncode == 0 and broker_cli("status", *where).returncode == 3, stopped.stderr[-3000:]
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def leader_of(bus: KafkaBus, partition: int) -> int:
+    admin = await bus._admin()
+    try:
+        (described,) = await admin.describe_topics([bus.settings.topic(EVENTS)])
+        return next(p["leader"] for p in described["partitions"] if p["partition"] == partition)
+    finally:
+        await admin.close()
+
+
+async def test_a_trial_survives_its_partition_leader_and_a_service_being_killed(three_nodes, tmp_path):
+    config, bootstrap = three_nodes
+    settings = Settings.load(
+        {"bootstrap_servers": bootstrap, "topic_prefix": "cluster-test.", "partitions": 2}, environ={}
+    )
+    bus = KafkaBus(settings)
+    await bus.create_topics()
+    described = await bus.describe_topics()
+    assert {(t["replication_factor"], t["configs"]["min.insync.replicas"]) for t in described.values()} == {(3, "2")}
+
+    procs, ports = {}, {}
+    for name in ("orchestrator", "actors", "environment"):
+        procs[name], ports[name] = start_service(settings, PATIENT_SPEC, [name], tmp_path / f"{name}.log")
+    try:
+        wait_ready(procs, ports, tmp_path, timeout=180)
+        async with Controller(bus) as ctl:
+            trial = dict(seed=5, environment="slow", max_ticks=80, environment_config={"delay_s": 0.1})
+            reference = await ctl.start_trial("trialtest-patient", **trial)
+            assert (await ctl.wait_ended(reference, timeout=180)).reason == "max_ticks"
+
+            tid = await ctl.start_trial("trialtest-patient", **trial)
+            await wait_for(lambda: ctl.last_tick(tid) >= 10, timeout=120, what="tick 10")
+            leader = await leader_of(bus, bus.partition_of(tid))
+            victim = cluster.node_configs(config, NODES)[leader - 1]
+            os.kill(process.status(victim).pid, signal.SIGKILL)
+            killed_broker_at, stalled_from = ctl.last_tick(tid), time.monotonic()
+            await wait_for(lambda: ctl.last_tick(tid) > killed_broker_at + 5, timeout=120, what="ticks after the kill")
+            stall_s = time.monotonic() - stalled_from
+
+            # Then a service: a standby joins the group, the first environment dies without a word.
+            procs["standby"], ports["standby"] = start_service(
+                settings, PATIENT_SPEC, ["environment"], tmp_path / "standby.log"
+            )
+            wait_ready({"standby": procs["standby"]}, {"standby": ports["standby"]}, tmp_path, timeout=120)
+            procs["environment"].send_signal(signal.SIGKILL)
+            killed_service_at = ctl.last_tick(tid)
+            end = await ctl.wait_ended(tid, timeout=240)
+        assert killed_broker_at < killed_service_at < 80, (killed_broker_at, killed_service_at)
+        assert end.reason == "max_ticks" and end.tick == 80
+        async with bus:
+            expected = trajectory(await read_trial(bus, reference))
+            events = await read_trial(bus, tid)
+        assert trajectory(events) == expected
+        assert sum(isinstance(e, TrialEnded) for e in events) == 1
+        print(f"partition leader {leader} killed at tick {killed_broker_at}: 5 more ticks after {stall_s:.1f} s")
+    finally:
+        stop_services(procs.values())
+        # The killed node back, with the data it had: the cluster whole again for what follows.
+        await asyncio.to_thread(cluster.start, config, NODES, timeout=180)
+        await bus.delete_topics()
