@@ -331,6 +331,7 @@ def test_strimzi_mode_declares_topics_and_a_user_per_service(render: Callable) -
         "cleanup.policy": "delete",
         "retention.ms": -1,
         "max.message.bytes": 1048576,
+        "min.insync.replicas": 2,  # as `trialog topics create` sets it: min(2, replicas)
     }
     assert topics["trialog.dead-letters"]["spec"]["config"]["retention.ms"] == 2592000000
 
