@@ -7,12 +7,26 @@ per tick with the actions of every active actor, and :meth:`Environment.end`
 when the trial is over. The runtime does everything else: the tick barrier,
 response timeouts, writing observations and rewards to the log, recovery.
 
+**Batched stepping** (optional; the environment-side twin of
+:meth:`trialog.actor.Policy.decide_batch`). An implementation whose class overrides the
+classmethod :meth:`Environment.update_batch` is stepped many trials at a time: when the
+records of one poll complete the actions of several of its trials, the runtime makes one
+``update_batch(envs, actions)`` call for them (one vmapped step of a JAX simulator, say,
+not one step per trial). Everything else stays per trial: timeouts, parameter changes
+(applied before the call), views, rewards and observations written in each trial's order.
+During recovery a trial is replayed alone through ``update``, so ``update_batch`` MUST give
+each trial exactly what ``update`` gives it alone (each trial's randomness from its own
+seed, never from its neighbours in a batch). If it raises, it MUST have changed no
+trial: the runtime then steps each trial alone with ``update``, so that only the trial
+whose step fails ends (with reason ``error``).
+
 The contract (checked by ``trialog.tools.check.check_environment``):
 
 - ``start`` MUST return an observation for every actor of the trial.
 - ``update`` MUST return an observation for every actor still in the trial.
 - For the same seed, config and actions, ``start`` and ``update`` MUST return the
   same observations and rewards: recovery and ``replay --verify`` rely on it.
+- ``update_batch``, if overridden, MUST return per trial what ``update`` would have.
 - Payloads MUST match the actor class's Avro schema; NumPy arrays are welcome
   wherever the schema says ``trialog.Tensor``.
 """
@@ -124,6 +138,18 @@ class Environment:
         """Apply one action per active actor; return the next observations and rewards."""
         raise NotImplementedError
 
+    @classmethod
+    def update_batch(cls, envs: Sequence[Environment], actions: Sequence[Mapping[str, Any]]) -> Sequence[Step]:
+        """Optional: step several trials of this implementation at once.
+
+        ``envs[i]`` is one trial's instance and ``actions[i]`` its actions, as ``update``
+        takes them; return one :class:`Step` per trial, in order, each exactly what
+        ``envs[i].update(actions[i])`` would have returned. Raise only without having
+        changed any trial (the runtime then steps each alone). Only overriding it makes
+        the runtime batch (:func:`steps_in_batches`); this default steps one by one.
+        """
+        return [env.update(a) for env, a in zip(envs, actions, strict=True)]
+
     def end(self) -> None:
         """Release resources; called once when the trial is over, whatever the reason."""
 
@@ -155,3 +181,36 @@ class Environment:
         Gymnasium) implement it from the env's spaces.
         """
         raise NotImplementedError(f"{cls.__name__} cannot describe actor class {actor_class!r}")
+
+
+def steps_in_batches(cls: type) -> bool:
+    """Whether instances of ``cls`` are stepped in batches: it overrides
+    :meth:`Environment.update_batch` (or, not being an Environment, has one of its own)."""
+    batch = getattr(cls, "update_batch", None)
+    return batch is not None and getattr(batch, "__func__", batch) is not Environment.update_batch.__func__
+
+
+def update_alone(env: Any, actions: Mapping[str, Any]) -> tuple[Step | None, str]:
+    """How a runtime calls ``env.update``: its Step, or None and what went wrong."""
+    try:
+        step = env.update(actions)
+        if not isinstance(step, Step):
+            raise TypeError(f"update must return trialog.environment.Step, got {type(step).__name__}")
+        return step, ""
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+def update_together(
+    kind: type, envs: Sequence[Any], actions: Sequence[Mapping[str, Any]]
+) -> tuple[list[tuple[Step | None, str]], str]:
+    """How a runtime calls ``kind.update_batch``: one :func:`update_alone`-like result per trial,
+    and what went wrong with the call ("" if nothing). A call that raises or returns something
+    else than one Step per trial is redone trial by trial, so that only a failing trial fails."""
+    try:
+        steps = list(kind.update_batch(envs, actions))
+        if len(steps) != len(envs) or not all(isinstance(step, Step) for step in steps):
+            raise TypeError(f"update_batch must return {len(envs)} trialog.environment.Step, got {steps!r:.200}")
+        return [(step, "") for step in steps], ""
+    except Exception as exc:
+        return [update_alone(env, a) for env, a in zip(envs, actions, strict=True)], f"{type(exc).__name__}: {exc}"

@@ -16,6 +16,10 @@ worker thread, one at a time, its records arriving meanwhile handled after each 
 log order: such an environment slows only its own trials. Other updates stay inline:
 a thread hop costs ~0.1 ms, and Python computing in threads only takes turns.
 
+**Batched stepping.** The trials of an implementation overriding ``update_batch`` that a poll
+completes wait (their later records behind them) until the poll is handled, then one call steps
+them all, each trial's outputs written as after its own ``update``; during catch-up, alone.
+
 Every decision that changes a trial is taken *from the log*: a timeout is
 written as ``actor.timeout`` and applied when read back, a parameter change is
 applied when its ``parameters.changed`` is read. So replaying a trial's events
@@ -36,7 +40,7 @@ from typing import Any
 import orjson
 
 from trialog.bus.base import Record
-from trialog.environment import RewardOut, Step
+from trialog.environment import RewardOut, Step, steps_in_batches, update_alone, update_together
 from trialog.errors import BadRecord, CodecError
 from trialog.protocol.events import (
     HEADER_KIND,
@@ -75,17 +79,6 @@ EnvFactory = Callable[[Any], Any]  # TrialInfo -> environment instance
 UPDATE_THREADS = 8  # updates of different trials that may run at once (each trial runs one at a time)
 
 
-def _update(env: Any, actions: dict[str, Any]) -> tuple[Step | None, str]:
-    """The user's update (in a worker thread when live): its Step, or None and what went wrong."""
-    try:
-        step = env.update(actions)
-        if not isinstance(step, Step):
-            raise TypeError(f"update must return trialog.environment.Step, got {type(step).__name__}")
-        return step, ""
-    except Exception as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-
-
 @dataclass
 class _Trial:
     started: TrialStarted
@@ -108,7 +101,7 @@ class _Trial:
     terminating: bool = False
     done: bool = False
     pending_parameters: list[tuple[int, dict]] = field(default_factory=list)  # (effective tick, parameters)
-    stepping: bool = False  # update() is running in a worker thread
+    stepping: bool = False  # update() is running in a worker thread, or the trial waits for a batch
     pace: Pace = field(default_factory=Pace)  # inline, or in a worker thread while slow and waiting
     backlog: list[tuple[Record, Event]] = field(default_factory=list)  # records that arrived meanwhile, in log order
 
@@ -150,6 +143,10 @@ class EnvironmentHandler(Handler):
         self.ended: RecentlyEnded[None] = RecentlyEnded()  # a repeated trial.started changes nothing
         self._workers = ThreadPoolExecutor(max_workers=UPDATE_THREADS, thread_name_prefix="env-update")
         self._metric_children: dict[str, tuple] = {}  # environment name -> its tick metrics
+        self._queued: list[tuple[_Trial, int, dict]] = []  # (trial, tick, actions) waiting for their batch
+        self._batch_pace: dict[type, Pace] = {}  # per batched implementation: inline, or in a worker
+        self._batching: set[type] = set()  # implementations with a batch in a worker thread
+        self.batches = 0  # update_batch calls made (for tests and metrics)
 
     # --- log events ------------------------------------------------------------------------
     def should_decode(self, record: Record, kind: str | None) -> bool:
@@ -304,18 +301,64 @@ class EnvironmentHandler(Handler):
             trial.env.set_parameters(params)
         actions, trial.actions = trial.actions, {}
         if not self.loop.is_live(EVENTS, trial.partition):  # catch-up: in log order, compared with the log
-            self._stepped(trial, tick, *_update(trial.env, actions))
+            self._stepped(trial, tick, *update_alone(trial.env, actions))
+            return
+        if steps_in_batches(type(trial.env)):
+            # With the other trials this poll completes: the trial's later records wait (backlog).
+            trial.stepping = True
+            self._queued.append((trial, tick, actions))
+            if len(self._queued) == 1:  # made ready outside a poll (a deadline, a timeout read back): next turn
+                asyncio.get_running_loop().call_soon(self.polled)
             return
         if not trial.pace.off_loop:
-            self._stepped(trial, tick, *trial.pace.timed(_update, trial.env, actions))
+            self._stepped(trial, tick, *trial.pace.timed(update_alone, trial.env, actions))
             return
         # A slow update runs in a worker thread, so that it slows only its own trial. Records
         # of this trial that arrive meanwhile wait their turn (trial.backlog).
         trial.stepping = True
         future = asyncio.get_running_loop().run_in_executor(
-            self._workers, trial.pace.timed, _update, trial.env, actions
+            self._workers, trial.pace.timed, update_alone, trial.env, actions
         )
         future.add_done_callback(lambda f: None if f.cancelled() else self._stepped(trial, tick, *f.result()))
+
+    # --- batched stepping ------------------------------------------------------------------------
+    def polled(self) -> None:
+        """Step what waits, one call per implementation (in a worker while slow and waiting), until nothing does."""
+        while self._queued:
+            queued, self._queued = self._queued, []
+            groups: dict[type, list[tuple[_Trial, int, dict]]] = {}
+            for q in queued:
+                trial = q[0]
+                if trial.done or self.trials.get(trial.started.trial_id) is not trial:
+                    trial.stepping = False
+                    self._end_env(trial)  # ended, failed or moved while it waited
+                elif type(trial.env) in self._batching:
+                    self._queued.append(q)  # after the batch under way in the worker
+                else:
+                    groups.setdefault(type(trial.env), []).append(q)
+            if not groups:  # all wait for a worker
+                return
+            for kind, batch in groups.items():
+                pace = self._batch_pace.setdefault(kind, Pace())
+                call = (update_together, kind, [q[0].env for q in batch], [q[2] for q in batch])
+                if not pace.off_loop:
+                    self._write_batch(batch, pace.timed(*call))
+                    continue
+                self._batching.add(kind)
+                done = asyncio.get_running_loop().run_in_executor(self._workers, pace.timed, *call)
+                done.add_done_callback(lambda f, k=kind, b=batch: f.cancelled() or self._write_batch(b, f.result(), k))
+
+    def _write_batch(self, batch: list[tuple[_Trial, int, dict]], stepped: tuple[list, str], kind=None) -> None:
+        """Write what a batch's trials produced (``kind``: back from a worker; what waits goes next)."""
+        results, failed = stepped
+        self.batches += 1
+        self._batching.discard(kind)
+        if failed:
+            log.warning("update_batch failed; its trials were stepped one by one", trials=len(batch), error=failed)
+        for (trial, tick, _), (step, error) in zip(batch, results):
+            self._stepped(trial, tick, step, error)
+        if kind is not None:
+            self.polled()
 
     def _stepped(self, trial: _Trial, tick: int, step: Step | None, error: str) -> None:
         """The update of ``tick`` returned (or failed): write what it produced, then handle
