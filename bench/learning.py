@@ -3,16 +3,18 @@ cloning on Overcooked from the planner's demonstrations.
 
     python bench/learning.py [--out DIR] [--json PATH] [--short] [--only dqn|bc]
 
-**DQN.** The same algorithm, hyperparameters and network seeds (presets/dqn_cartpole.py)
-run twice: in-process over Gymnasium (:func:`trialog.learn.dqn.train_in_process`, one
-run per seed), and through Trialog — ``trialog train``'s phases with the orchestrator,
-environment, actor and learner services as separate processes and several trials at
-once. Trialog runs first; each in-process seed then evaluates at the very env steps
-Trialog's evaluations were taken at. Printed and plotted: the mean evaluation return
-per env step of Trialog and the seeds' min, median and max (each seed's curve in the
-JSON); checked: that Trialog's final evaluation reaches 475 and that every one of its
-evaluations lies within the in-process seeds' min–max at that step (10 seeds by
-default: with 5, a run like them falls outside at an evaluation with probability 1/3).
+**DQN.** The same preset (presets/dqn_cartpole.py: algorithm, hyperparameters, schedule)
+run two ways: through Trialog — ``trialog train``'s phases with the orchestrator,
+environment, actor and learner services as separate processes — and in-process
+(``trialog train --in-process``, :func:`trialog.learn.in_process.train_in_process`), once
+per network seed, each with its own trial seeds. Trialog runs first. Every run follows
+the same schedule, so the k-th evaluation of each comes after the same stretch of
+training (at env steps within a trial's length of each other: evaluations fall where
+trials end). Printed and plotted: the mean evaluation return per env step of Trialog
+and the seeds' min, median and max (each seed's curve in the JSON); checked: that
+Trialog's final evaluation reaches 475 and that each of its evaluations lies within the
+in-process seeds' min–max at the same evaluation (10 seeds by default: with 5, a run
+like them falls outside at an evaluation with probability 1/3).
 
 **BC.** Planner+planner trials make the demonstrations; ``trialog export`` writes them;
 :mod:`trialog.learn.bc` clones the planner and publishes the model; then trials of
@@ -43,7 +45,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # runnable as `python bench/learning.py` from anywhere
 
-from trialog.learn.dqn import DQNConfig, train_in_process  # noqa: E402
+from trialog.learn.in_process import train_in_process  # noqa: E402
 from trialog.learn.train import load_preset, plot, table, train  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
 from trialog.spec import load_spec  # noqa: E402
@@ -52,25 +54,26 @@ from trialog.tools.campaign import campaign, create_topics, local_services  # no
 THRESHOLD = 475.0
 
 
-def spread_at(curves: list[list[tuple[int, float]]], step: int) -> tuple[float, float]:
-    """Min and max over seeds of each seed's evaluation at ``step`` (in-process runs evaluate
-    at the very env steps Trialog's evaluations were taken at)."""
-    values = [dict(curve)[step] for curve in curves]
-    return min(values), max(values)
+def spread_at(curves: list[list[tuple[int, float]]], index: int) -> tuple[float, float] | None:
+    """Min and max over seeds of each seed's evaluation number ``index`` (the same point of the
+    schedule in every run); None when no seed has that many."""
+    values = [curve[index][1] for curve in curves if index < len(curve)]
+    return (min(values), max(values)) if values else None
 
 
 def spread_series(curves: dict[int, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
-    """The in-process seeds as three lines (min, median, max at each step): ten seeds' own lines
-    would hide Trialog's; each seed's curve is in the figures' JSON."""
+    """The in-process seeds as three lines (min, median, max at each evaluation, drawn at the
+    seeds' median env steps): ten seeds' own lines would hide Trialog's; each seed's curve is in
+    the figures' JSON."""
     first, last = min(curves), max(curves)
-    steps = [s for s, _ in next(iter(curves.values()))]
-    at = [sorted(dict(c)[s] for c in curves.values()) for s in steps]
-    name = f"in-process, seeds {first}–{last}"
-    return {
-        f"{name}: max": [(s, v[-1]) for s, v in zip(steps, at)],
-        f"{name}: median": [(s, float(np.median(v))) for s, v in zip(steps, at)],
-        f"{name}: min": [(s, v[0]) for s, v in zip(steps, at)],
-    }
+    lines: dict[str, list[tuple[int, float]]] = {"max": [], "median": [], "min": []}
+    for i in range(max(len(c) for c in curves.values())):
+        at = [c[i] for c in curves.values() if i < len(c)]
+        step, values = int(np.median([s for s, _ in at])), sorted(r for _, r in at)
+        lines["max"].append((step, values[-1]))
+        lines["median"].append((step, float(np.median(values))))
+        lines["min"].append((step, values[0]))
+    return {f"in-process, seeds {first}–{last}: {k}": v for k, v in lines.items()}
 
 
 def dqn(
@@ -84,27 +87,20 @@ def dqn(
         concurrency=preset.schedule.concurrency if concurrency is None else concurrency,
     )
     preset = dataclasses.replace(preset, schedule=schedule)
-    agent = {k: tuple(v) if k == "hidden" else v for k, v in preset.agent.items() if k != "seed"}
     result = train(settings, preset, out / "dqn-trialog", quiet=short)
     print(table(preset, result))
     trialog_curve = [(e.env_steps, e.mean_return) for e in result.evaluations]
-    # Trialog's evaluations fall wherever its trials end (e.g. at 5,213 steps, not 5,000):
-    # the in-process runs evaluate at those same steps, so the spread compares like with like.
-    curves = {}
+    # Each in-process run: the same preset with another network seed and its own trial seeds.
+    curves, seconds = {}, {}
     for seed in seeds:
-        t0 = time.monotonic()
-        cfg = DQNConfig(**agent, seed=seed)
-        curves[seed] = train_in_process(
-            cfg,
-            eval_at=[s for s, _ in trialog_curve],
-            eval_episodes=schedule.evaluation_trials,
-            episode_seed=seed * 100_000,
-        )
-        print(
-            f"dqn in-process seed {seed}: final eval {curves[seed][-1][1]:.1f} ({time.monotonic() - t0:.0f} s)",
-            file=sys.stderr,
-        )
-    within = [lo <= r <= hi for s, r in trialog_curve for lo, hi in [spread_at(list(curves.values()), s)]]
+        seeded = dataclasses.replace(preset, agent={**preset.agent, "seed": seed}, seed=seed * 100_000)
+        run = train_in_process(seeded, out / f"dqn-in-process-{seed}", quiet=True)
+        curves[seed] = [(e.env_steps, e.mean_return) for e in run.evaluations]
+        seconds[seed] = run.seconds
+        final = curves[seed][-1][1]
+        print(f"dqn in-process seed {seed}: final eval {final:.1f} ({run.seconds:.0f} s)", file=sys.stderr)
+    spreads = [spread_at(list(curves.values()), i) for i in range(len(trialog_curve))]
+    within = [sp is not None and sp[0] <= r <= sp[1] for (_, r), sp in zip(trialog_curve, spreads)]
     files = plot(preset, result, out / "dqn_cartpole.png", extra=spread_series(curves))
     final_in_process = [c[-1][1] for c in curves.values()]
     return {
@@ -121,6 +117,7 @@ def dqn(
         "final_reached_threshold": bool(trialog_curve) and trialog_curve[-1][1] >= THRESHOLD,
         "all_within_spread": bool(within) and all(within),
         "trialog_seconds": result.seconds,
+        "in_process_seconds": {str(s): t for s, t in seconds.items()},
         "plot": str(files.png),
     }
 

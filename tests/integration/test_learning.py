@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import signal
 import time
@@ -167,6 +168,13 @@ total_steps=300, concurrency=4),
     assert (
         "eval return" in done.stdout and "validation: mean eval return ≥ 5" in done.stdout and "PASSED" in done.stdout
     )
-    assert "heatup" in done.stderr and "evaluate" in done.stderr  # the progress lines name the phase
+    assert "heatup" in done.stderr and "evaluation" in done.stderr  # the progress lines name the phase
+    assert "mean return" in done.stderr  # a line per evaluation
     for suffix in ("png", "csv", "json"):
         assert (tmp_path / "run" / f"eval_return.{suffix}").stat().st_size > 0
+    # summary.json, with the fields `--in-process` writes too (tests/unit/test_learn_in_process.py).
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["mode"] == "log" and summary["valid"] is True and summary["on_policy"] is False
+    assert summary["env_steps"] >= 300 and summary["wall_s"] > 0 and summary["discarded"] == 0
+    assert summary["evaluations"] and summary["final_evaluation"] == summary["evaluations"][-1][1]
+    assert summary["model_version"] >= 1 and "tiny (through Trialog)" in done.stdout

@@ -17,7 +17,7 @@ from trialog.bus.memory import MemoryBus
 from trialog.datalog.samples import Sample, TrialFold
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialogError
-from trialog.learn.dqn import DQNConfig, DQNLearner, DQNPolicy, train_in_process
+from trialog.learn.dqn import DQNConfig, DQNLearner, DQNPolicy
 from trialog.learn.memory import ReplayMemory, flat_observation, transitions
 from trialog.learn.train import Schedule, derived_spec, load_preset
 from trialog.model_registry import ModelVersion, from_safetensors, make_version
@@ -237,15 +237,6 @@ def test_dqn_target_network_is_refreshed_every_interval_of_gradient_steps_inside
     assert all(np.array_equal(np.asarray(run.target[k]), v) for k, v in params_after(8).items())
 
 
-def test_dqn_in_process_runs_and_evaluates():
-    cfg = DQNConfig(learning_starts=200, train_frequency=100, gradient_steps=10, hidden=(16, 16))
-    curve = train_in_process(cfg, total_steps=600, eval_every=300, eval_episodes=2)
-    assert [s for s, _ in curve] == [300, 600]
-    assert all(8 <= r <= 500 for _, r in curve)
-    # At given steps (those of another run's evaluations), training until the last one.
-    assert [s for s, _ in train_in_process(cfg, eval_at=[517, 251], eval_episodes=1)] == [251, 517]
-
-
 def test_dqn_learning_rate_falls_linearly_to_zero_over_its_decay_steps():
     cfg = DQNConfig(
         observation_size=2,
@@ -340,12 +331,10 @@ def test_on_policy_learner_keeps_the_current_version_and_counts_what_it_discards
     assert handler.discarded == 2  # version 3 and the unversioned one (the last sample has no next)
 
 
-def test_ppo_in_process_runs_and_its_learner_round_trips():
+def test_ppo_learner_trains_a_full_rollout_and_round_trips():
+    # Its in-process runs: tests/unit/test_learn_in_process.py.
     from trialog.learn.ppo import PPOConfig, PPOLearner
-    from trialog.learn.ppo import train_in_process as ppo_in_process
 
-    curve = ppo_in_process(PPOConfig(rollout_steps=128, hidden=(16,)), total_steps=600, eval_every=300, eval_episodes=2)
-    assert [s >= 300 for s, _ in curve] == [True, True] and all(8 <= r <= 500 for _, r in curve)
     cfg = PPOConfig(observation_size=2, actions=2, hidden=(8,), rollout_steps=8, minibatches=2, update_epochs=2)
     learner = PPOLearner(cfg)
     learner.add(transitions([sample(i, [i, -i], i % 2, 1.0) for i in range(6)]))

@@ -12,7 +12,8 @@ def add(sub) -> None:
     p = command(
         sub,
         "train",
-        "Run a training preset: heatup, train and evaluate phases over trials, a learner, a table and a plot.",
+        "Run a training preset: heatup, train and evaluate phases over trials, a learner, a table, a plot and "
+        "summary.json; through the log, or --in-process.",
     )
     p.add_argument(
         "preset", metavar="PRESET",
@@ -24,20 +25,33 @@ def add(sub) -> None:
         help="folder for the plot, its data, the derived spec and the services' logs (default: train-<experiment>)",
     )  # fmt: skip
     p.add_argument("--total-steps", type=int, help="override the schedule's budget (e.g. a short run)")
+    p.add_argument(
+        "--in-process", action="store_true",
+        help="run the same preset in this one process over the environment directly: no broker, no services "
+        "(to debug a preset, and the baseline its runs through the log are measured against)",
+    )  # fmt: skip
 
     def do_train(args) -> int:
-        from trialog.learn.train import load_preset, plot, table, train
-        from trialog.settings import from_args
+        from trialog.learn.train import load_preset, plot, table
 
         preset = load_preset(args.preset)
-        if args.total_steps:
-            schedule = dataclasses.replace(preset.schedule, total_steps=args.total_steps)
+        if args.total_steps is not None:
+            schedule = dataclasses.replace(preset.schedule, total_steps=args.total_steps)  # checked by Schedule
             preset = dataclasses.replace(preset, schedule=schedule)
         out = Path(args.out or f"train-{preset.name}")
-        result = train(from_args(args), preset, out)
+        if args.in_process:
+            from trialog.learn.in_process import train_in_process
+
+            result = train_in_process(preset, out)
+        else:
+            from trialog.learn.train import train
+            from trialog.settings import from_args
+
+            result = train(from_args(args), preset, out)
         print(table(preset, result))
         files = plot(preset, result, out / "eval_return.png")
         print(f"plot: {files.png} (data: {files.csv}, {files.json})")
+        print(f"summary: {out / 'summary.json'}")
         return 0 if result.valid in (None, True) else 1
 
     p.set_defaults(func=do_train)

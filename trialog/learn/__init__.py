@@ -3,9 +3,11 @@
 Each algorithm is one readable file, top to bottom, in CleanRL's manner
 (:mod:`trialog.learn.dqn`, :mod:`trialog.learn.ppo`, :mod:`trialog.learn.bc`): its
 config dataclass, its network, the :class:`~trialog.actor.Policy` the actor service
-runs (NumPy only: actor services need no tensor library), the learner the learner
-service runs (JAX), and an in-process loop over a Gymnasium env with the very same
-classes, to compare against.
+runs (NumPy only: actor services need no tensor library) and the learner the learner
+service runs (JAX). :mod:`trialog.learn.train` runs a preset's phases through the log;
+:mod:`trialog.learn.in_process` runs the same preset, with the very same classes, in one
+process over the environment directly (``trialog train PRESET --in-process``), to debug it
+and to compare against.
 
 Training needs the extra: ``pip install 'trialog[learn]'`` (JAX on CPU, optax,
 safetensors). Why JAX: see docs/learning.md.

@@ -1,10 +1,10 @@
 """DQN (Mnih et al. 2015) through Trialog's log, in one file, CleanRL style.
 
 Read top to bottom: the config (also the spec's actor config and the preset's
-``agent`` overrides), the policy the actor service runs (NumPy), the learner the
-learner service runs (JAX), and the same two classes driven in-process over a
-Gymnasium env (``python -m trialog.learn.dqn --help``), the baseline that
-``bench/learning.py`` compares Trialog against.
+``agent`` overrides), the policy the actor service runs (NumPy) and the learner the
+learner service runs (JAX). ``trialog train presets/dqn_cartpole.py --in-process``
+drives the same two classes in one process (:mod:`trialog.learn.in_process`), the
+baseline that ``bench/learning.py`` compares Trialog against.
 
 How the phases act: ``heatup`` uniform random (fills the memory, no training);
 ``train`` ε-greedy, ε decaying linearly with the env steps the learner has seen;
@@ -13,19 +13,16 @@ How the phases act: ``heatup`` uniform random (fills the memory, no training);
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import threading
-import time
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from trialog.actor import DecideRequest, Policy
-from trialog.environment import ActorInfo, TrialInfo
 from trialog.learn import config_of
 from trialog.learn.memory import ReplayMemory, Transitions, flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
@@ -248,116 +245,3 @@ class DQNLearner:
         self.rounds, self.updates = int(meta.get("rounds", 0)), int(meta.get("updates", 0))
         self.env_steps = int(meta.get("env_steps", 0))
         self.rng = np.random.default_rng([self.cfg.seed, self.rounds])  # a resumed run samples anew
-
-
-# --- in-process: the same policy and learner over a Gymnasium env, no Kafka --------------------------------
-
-
-def train_in_process(
-    cfg: DQNConfig,
-    *,
-    env_id: str = "CartPole-v1",
-    total_steps: int = 50_000,
-    eval_every: int = 5_000,
-    eval_episodes: int = 10,
-    episode_seed: int = 0,
-    on_eval: Callable[[int, float], None] | None = None,
-    eval_at: Sequence[int] = (),
-) -> list[tuple[int, float]]:
-    """Train for ``total_steps`` env steps; every ``eval_every`` steps (or at each step of
-    ``eval_at``, training until the last), the mean return of ``eval_episodes`` greedy
-    episodes. Returns [(env steps, mean eval return)]."""
-    import gymnasium
-
-    env = gymnasium.make(env_id)
-    policy, learner = DQNPolicy(dataclasses.asdict(cfg)), DQNLearner(cfg)
-    me = ActorInfo("agent", "agent", "dqn")
-    curve: list[tuple[int, float]] = []
-    evals = sorted(eval_at) or list(range(eval_every, total_steps + 1, eval_every))
-    total_steps = evals[-1] if eval_at else total_steps
-    episode, steps = 0, 0
-
-    def act(observation: Any, seed: int, tick: int, phase: str) -> int:
-        trial = TrialInfo(trial_id="", seed=seed, config={}, actors=(me,), phase=phase)
-        return policy.decide_batch([DecideRequest(trial, me, tick, observation)])[0]
-
-    while steps < total_steps:
-        seed = episode_seed + episode
-        phase = "heatup" if steps < cfg.learning_starts else "train"
-        obs, _ = env.reset(seed=seed)
-        tick, done = 0, False
-        while not done:
-            action = act(obs, seed, tick, phase)
-            next_obs, reward, terminated, truncated, _ = env.step(action)
-            done = terminated or truncated
-            # Learning per step, as CleanRL does (and as Trialog's learner service, step by step as
-            # the log brings them).
-            learner.add(
-                Transitions(
-                    np.array([obs], np.float32),
-                    np.array([action], np.int32),
-                    np.array([reward], np.float32),
-                    np.array([next_obs], np.float32),
-                    np.array([terminated], np.float32),
-                    versions=np.array([-1]),
-                    ends=np.array([done], np.float32),
-                )
-            )
-            obs, tick = next_obs, tick + 1
-            steps += 1
-            if learner.rounds_due():
-                learner.train_round()
-                policy.set_weights(learner.policy_weights(), learner.env_steps)
-            while evals and steps >= evals[0]:
-                evals.pop(0)
-                mean = evaluate(env_id, act, eval_episodes, seed_base=10_000_000 + steps)
-                curve.append((steps, mean))
-                if on_eval:
-                    on_eval(steps, mean)
-        episode += 1
-    return curve
-
-
-def evaluate(env_id: str, act: Callable[[Any, int, int, str], int], episodes: int, seed_base: int) -> float:
-    import gymnasium
-
-    env = gymnasium.make(env_id)
-    returns = []
-    for i in range(episodes):
-        obs, _ = env.reset(seed=seed_base + i)
-        total, tick, done = 0.0, 0, False
-        while not done:
-            obs, reward, terminated, truncated, _ = env.step(act(obs, seed_base + i, tick, "evaluate"))
-            total, tick, done = total + float(reward), tick + 1, terminated or truncated
-        returns.append(total)
-    return float(np.mean(returns))
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="DQN in-process over a Gymnasium env (the baseline of bench/learning.py)."
-    )
-    for f in dataclasses.fields(DQNConfig):
-        if f.name != "hidden":
-            kind = (lambda v: v.lower() in ("1", "true", "yes")) if isinstance(f.default, bool) else type(f.default)
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=kind, default=f.default)
-    parser.add_argument("--total-steps", type=int, default=50_000)
-    parser.add_argument("--eval-every", type=int, default=5_000)
-    parser.add_argument("--env-id", default="CartPole-v1")
-    args = parser.parse_args(argv)
-    cfg = DQNConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(DQNConfig) if f.name != "hidden"})
-    t0 = time.monotonic()
-    train_in_process(
-        cfg,
-        env_id=args.env_id,
-        total_steps=args.total_steps,
-        eval_every=args.eval_every,
-        on_eval=lambda s, r: print(
-            f"{s:>8} env steps  eval return {r:7.1f}  ({time.monotonic() - t0:.0f} s)", flush=True
-        ),
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

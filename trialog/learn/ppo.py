@@ -7,16 +7,15 @@ acted by an older version — then runs ``update_epochs`` of clipped-objective u
 and publishes the next version. Actors sample from the policy with draws seeded by
 (trial seed, actor, tick); ``evaluate`` trials act greedily.
 
-Read top to bottom: config, policy (NumPy), learner (JAX), in-process loop
-(``python -m trialog.learn.ppo --help``).
+Read top to bottom: config, policy (NumPy), learner (JAX). ``trialog train
+presets/ppo_cartpole.py --in-process`` drives the same two classes in one process
+(:mod:`trialog.learn.in_process`).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import threading
-import time
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from trialog.actor import DecideRequest, Policy
-from trialog.environment import ActorInfo, TrialInfo
 from trialog.learn import config_of
 from trialog.learn.bc import softmax
 from trialog.learn.memory import Transitions, flat_observation
@@ -232,72 +230,3 @@ class PPOLearner:
             treedef, [jnp.asarray(tensors[f"opt/{i}"]) for i in range(len(leaves))]
         )
         self.env_steps, self.rounds, self.updates = (int(meta.get(k, 0)) for k in ("env_steps", "rounds", "updates"))
-
-
-# --- in-process ---------------------------------------------------------------------------------------------
-
-
-def train_in_process(
-    cfg: PPOConfig,
-    *,
-    env_id: str = "CartPole-v1",
-    total_steps: int = 100_000,
-    eval_every: int = 10_000,
-    eval_episodes: int = 10,
-    episode_seed: int = 0,
-) -> list[tuple[int, float]]:
-    """The same policy and learner, whole episodes per rollout, over Gymnasium."""
-    import gymnasium
-
-    from trialog.learn.dqn import evaluate
-
-    env = gymnasium.make(env_id)
-    policy, learner = PPOPolicy(dataclasses.asdict(cfg)), PPOLearner(cfg)
-    policy.pi = learner.policy_weights()
-    me = ActorInfo("agent", "agent", "ppo")
-    curve, steps, episode, next_eval = [], 0, 0, eval_every
-
-    def act(observation: Any, seed: int, tick: int, phase: str) -> int:
-        return policy.decide_batch([DecideRequest(TrialInfo("", seed, {}, (me,), phase=phase), me, tick, observation)])[
-            0
-        ]
-
-    while steps < total_steps:
-        seed = episode_seed + episode
-        obs, _ = env.reset(seed=seed)
-        rows, done = [], False
-        while not done:
-            action = act(obs, seed, len(rows), "train")
-            next_obs, reward, terminated, truncated, _ = env.step(action)
-            rows.append((obs, action, reward, next_obs, terminated))
-            obs, done = next_obs, terminated or truncated
-        learner.add(Transitions(np.array([r[0] for r in rows], np.float32), np.array([r[1] for r in rows], np.int32),
-                                np.array([r[2] for r in rows], np.float32), np.array([r[3] for r in rows], np.float32),
-                                np.array([r[4] for r in rows], np.float32), np.zeros(len(rows), np.int64),
-                                ends=(np.arange(len(rows)) == len(rows) - 1).astype(np.float32)))  # fmt: skip
-        steps, episode = steps + len(rows), episode + 1
-        if learner.rounds_due():
-            learner.train_round()
-            policy.pi = learner.policy_weights()
-        if steps >= next_eval:
-            next_eval += eval_every
-            curve.append((steps, evaluate(env_id, act, eval_episodes, seed_base=10_000_000 + steps)))
-    return curve
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="PPO in-process over a Gymnasium env.")
-    parser.add_argument("--total-steps", type=int, default=100_000)
-    parser.add_argument("--eval-every", type=int, default=10_000)
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args(argv)
-    t0 = time.monotonic()
-    for steps, ret in train_in_process(
-        PPOConfig(seed=args.seed), total_steps=args.total_steps, eval_every=args.eval_every
-    ):
-        print(f"{steps:>8} env steps  eval return {ret:7.1f}  ({time.monotonic() - t0:.0f} s)", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -28,8 +28,12 @@ experiment and its phase in the log:
   version that has seen them).
 
 It ends with a table and a plot (PNG, with its CSV and JSON beside it) of the
-evaluation return per env step; the exit code says whether the validation rule
-held (0) or not (1).
+evaluation return per env step, and ``summary.json`` (:func:`write_summary`); the exit
+code says whether the validation rule held (0) or not (1).
+
+``trialog train PRESET --in-process`` runs the same preset in one process over the
+environment directly, no broker (:mod:`trialog.learn.in_process`); what both modes share
+lives here: the preset, the schedule, the checks, the result, its table, plot and summary.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.util
+import inspect
+import json
 import sys
 import time
 from collections.abc import Mapping
@@ -166,14 +172,114 @@ class TrainResult:
     episodes: int = 0
     seconds: float = 0.0
     valid: bool | None = None  # None: no rule
+    mode: str = "log"  # "log": through the log (services and a learner); "in-process"
+    algorithm: str = ""
+    on_policy: bool | None = None
+    discarded: int | None = None  # transitions an on-policy learner threw away (acted by another version)
+    model_version: int = 0  # the last version published
 
     def first_reaching(self, threshold: float) -> Evaluation | None:
         return next((e for e in self.evaluations if e.mean_return >= threshold), None)
 
 
+LEARN_PHASES = frozenset({"heatup", "train"})  # the phases whose trials a learner learns from
+MODES = {"log": "through Trialog", "in-process": "in-process"}  # how a table and a plot name each mode
+
+
+def played_actors(preset: Preset, spec) -> dict[str, str]:
+    """Actor → the preset's implementation, for the trial's actors it plays (all of them by
+    default); naming an actor the trial does not have is an error."""
+    names = [a.name for a in spec.trial.actors]
+    unknown = [a for a in preset.actors if a not in names]
+    if unknown:
+        raise SpecError(
+            f"preset {preset.name} names actors the trial does not have: {', '.join(map(repr, unknown))} "
+            f"(its actors: {', '.join(names)})",
+            file=spec.file,
+        )
+    return {a: preset.implementation for a in names if not preset.actors or a in preset.actors}
+
+
+def learner_for(preset: Preset, spec) -> Any:
+    """The learner of the preset's implementation, built from its config in ``spec`` (the derived
+    spec) — as the learner service builds it; a clear error when there is none to build."""
+    from trialog.actor import Policy
+    from trialog.spec import load_entry
+
+    impl = spec.actors.get(preset.implementation)
+    if impl is None:
+        raise SpecError(
+            f"preset {preset.name}: no actor implementation {preset.implementation!r}; "
+            f"the spec declares {', '.join(spec.actors)}",
+            file=spec.file,
+        )
+    target = load_entry(impl.entry, what=f"actor implementation {preset.implementation}")
+    if not (inspect.isclass(target) and issubclass(target, Policy)):
+        raise SpecError(
+            f"preset {preset.name}: actor implementation {preset.implementation!r} ({impl.entry}) is not a "
+            "trialog.actor.Policy: nothing to learn",
+            file=spec.file,
+        )
+    if getattr(target.learner, "__func__", None) is Policy.learner.__func__:
+        raise SpecError(
+            f"preset {preset.name}: {impl.entry} has no learner (a Policy that learns defines the classmethod "
+            "`learner(config)`, see trialog.learn.dqn)",
+            file=spec.file,
+        )
+    learner = target.learner(dict(impl.config))
+    missing = [m for m in ("add", "rounds_due", "train_round", "tensors", "metadata") if not hasattr(learner, m)]
+    if missing:
+        raise TrialogError(
+            f"preset {preset.name}: the learner of {impl.entry} ({type(learner).__name__}) lacks {', '.join(missing)}"
+        )
+    classes = {a.name: a.actor_class for a in spec.trial.actors}
+    wrong = [a for a in played_actors(preset, spec) if impl.classes and classes[a] not in impl.classes]
+    if wrong:
+        raise SpecError(
+            f"preset {preset.name}: {preset.implementation!r} plays classes {', '.join(impl.classes)}, not the "
+            f"class of {', '.join(f'{a} ({classes[a]})' for a in wrong)}; name the actors it plays (`actors=`)",
+            file=spec.file,
+        )
+    return learner
+
+
+def write_summary(out_dir: Path, preset: Preset, result: TrainResult) -> Path:
+    """``summary.json``: what a run did, the same fields in both modes."""
+    final = result.evaluations[-1] if result.evaluations else None
+    summary = {
+        "preset": preset.name,
+        "preset_file": preset.file,
+        "mode": result.mode,
+        "implementation": preset.implementation,
+        "algorithm": result.algorithm,
+        "on_policy": result.on_policy,
+        "wall_s": round(result.seconds, 3),
+        "env_steps": result.env_steps,
+        "episodes": result.episodes,
+        "final_evaluation": final.mean_return if final else None,
+        "best_evaluation": max((e.mean_return for e in result.evaluations), default=None),
+        "evaluations": [[e.env_steps, e.mean_return] for e in result.evaluations],
+        "evaluation_details": [
+            {"env_steps": e.env_steps, "episodes": e.episodes, "model_version": e.model_version, "returns": e.returns}
+            for e in result.evaluations
+        ],
+        "valid": result.valid,
+        "validation": dataclasses.asdict(preset.validation) if preset.validation else None,
+        "discarded": result.discarded,
+        "model_version": result.model_version,
+        "schedule": dataclasses.asdict(preset.schedule),
+        "seed": preset.seed,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    return path
+
+
 class _Progress:
     def __init__(self, quiet: bool):
         self.quiet, self.last_line, self.started = quiet, 0.0, time.monotonic()
+        self.partial = False  # a terminal's progress line is open (no newline yet)
 
     def show(
         self,
@@ -198,9 +304,31 @@ class _Progress:
         )
         if sys.stderr.isatty():
             print(f"\r{text} ", end="", file=sys.stderr, flush=True)
+            self.partial = True
         elif force or time.monotonic() - self.last_line >= 5:
             self.last_line = time.monotonic()
             print(text, file=sys.stderr, flush=True)
+
+    def evaluated(self, e: Evaluation, total: int) -> None:
+        """A line per evaluation, kept on a terminal too: env steps, mean return, elapsed."""
+        if self.quiet:
+            return
+        if self.partial:
+            print("\r\033[K", end="", file=sys.stderr)
+            self.partial = False
+        print(
+            f"evaluation {e.env_steps:>8,}/{total:,} env steps  mean return {e.mean_return:7.1f} "
+            f"(min {min(e.returns):.1f}, max {max(e.returns):.1f}, {len(e.returns)} trials)  model v{e.model_version}  "
+            f"{time.monotonic() - self.started:5.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.last_line = time.monotonic()
+
+    def done(self) -> None:
+        if self.partial:  # end the progress line
+            print(file=sys.stderr)
+            self.partial = False
 
 
 async def run_phases(
@@ -213,7 +341,7 @@ async def run_phases(
     from trialog.controller import Controller
 
     s, result, progress = preset.schedule, TrainResult(), _Progress(quiet)
-    played = {a.name: preset.implementation for a in spec.trial.actors if not preset.actors or a.name in preset.actors}
+    played = played_actors(preset, spec)
     recent: list[float] = []
     next_seed = preset.seed
     started = time.monotonic()
@@ -227,6 +355,8 @@ async def run_phases(
             if v is None:
                 return 0, False
             meta = v.meta
+            result.discarded = meta.get("discarded", result.discarded)
+            result.algorithm = v.algorithm
             return v.version, meta.get("env_steps", 0) >= result.env_steps or meta.get(
                 "next_round_at", 0
             ) > result.env_steps
@@ -284,11 +414,11 @@ async def run_phases(
             rets = [r for _, r in await asyncio.gather(*(one("evaluate") for _ in range(s.evaluation_trials)))]
             e = Evaluation(result.env_steps, result.episodes, sum(rets) / len(rets), rets, version)
             result.evaluations.append(e)
-            progress.show("evaluate", result.env_steps, s.total_steps, recent, e, version, force=True)
+            progress.evaluated(e, s.total_steps)
             if preset.stop_when_valid and _valid(preset, result):
                 break
-    if not quiet and sys.stderr.isatty():
-        print(file=sys.stderr)
+        result.model_version, _ = await latest_version()  # and the learner's discarded count
+    progress.done()
     result.seconds = time.monotonic() - started
     result.valid = _valid(preset, result) if preset.validation else None
     return result
@@ -312,9 +442,10 @@ def table(preset: Preset, result: TrainResult) -> str:
             f"{min(e.returns):>7.1f} {max(e.returns):>7.1f}"
         )
     lines.append("")
+    discarded = f", {result.discarded:,} transitions discarded" if result.on_policy and result.discarded else ""
     lines.append(
-        f"{preset.name}: {result.env_steps:,} env steps in {result.episodes} heatup/train trials, "
-        f"{result.seconds:.0f} s"
+        f"{preset.name} ({MODES[result.mode]}): {result.env_steps:,} env steps in {result.episodes} heatup/train "
+        f"trials, {result.seconds:.0f} s{discarded}"
     )
     if preset.validation is not None:
         v = preset.validation
@@ -334,7 +465,7 @@ def plot(preset: Preset, result: TrainResult, out: Path, extra: Mapping[str, lis
     from trialog.tools.plot import plot_series
 
     series = {
-        f"{preset.name} (through Trialog)": [(e.env_steps, e.mean_return) for e in result.evaluations],
+        f"{preset.name} ({MODES[result.mode]})": [(e.env_steps, e.mean_return) for e in result.evaluations],
         **(extra or {}),
     }
     return plot_series(
@@ -347,7 +478,8 @@ def plot(preset: Preset, result: TrainResult, out: Path, extra: Mapping[str, lis
 
 
 def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = False) -> TrainResult:
-    """Create the topics, run the services and a learner locally, and the phases."""
+    """Create the topics, run the services and a learner locally, and the phases; write
+    ``summary.json`` into ``out_dir``."""
     from trialog.bus import connect
     from trialog.spec import load_spec
     from trialog.tools.campaign import local_services
@@ -355,6 +487,9 @@ def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = Fa
     out_dir.mkdir(parents=True, exist_ok=True)
     spec_file = derived_spec(preset, out_dir)
     spec = load_spec(spec_file)
+    # What the learner service will build, built here first: a preset it cannot train fails now,
+    # with the reason, rather than in a service's log while the trials wait.
+    on_policy = bool(getattr(learner_for(preset, spec), "on_policy", False))
     settings = dataclasses.replace(settings, model_store=settings.model_store or str((out_dir / "models").resolve()))
     asyncio.run(connect(settings).create_topics())
     if not quiet:
@@ -371,4 +506,7 @@ def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = Fa
         log_dir=str(out_dir / "logs"),
         learners=[["--implementation", preset.implementation, "--experiment", preset.name]],
     ):
-        return asyncio.run(run_phases(settings, preset, spec, quiet=quiet))
+        result = asyncio.run(run_phases(settings, preset, spec, quiet=quiet))
+    result.on_policy = on_policy
+    write_summary(out_dir, preset, result)
+    return result

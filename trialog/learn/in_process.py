@@ -1,0 +1,462 @@
+"""``trialog train PRESET --in-process``: the same preset in one process, no broker.
+
+Coach's local mode, RLlib's local mode: the preset's algorithm, hyperparameters, seeds,
+schedule and validation, run over the spec's environment implementation directly —
+its :class:`~trialog.environment.Environment` ``start``/``update``/``end``, so any
+environment a spec can host, not only Gymnasium ids — with the very classes the
+services run: the implementation's :class:`~trialog.actor.Policy` decides
+(``decide_batch``, one call per tick for every trial in flight), its learner learns
+(``add``, ``rounds_due``, ``train_round``) and publishes versions the policy loads
+(``tensors``/``metadata`` made into a :class:`~trialog.model_registry.ModelVersion`
+and handed to ``Policy.load``, as an actor service does). The way to debug a preset
+before paying for the log, and the baseline every learning figure is measured against.
+
+What is the same as through the log (:func:`trialog.learn.train.run_phases` with the
+services and the learner service):
+
+- the trials: the spec's default trial, the preset's implementation playing its actors,
+  trial *i* seeded ``preset.seed + i`` in the order trials start, labelled with the
+  experiment and the phase; ``concurrency`` trials in flight during heatup and train
+  (a new one starts as soon as one ends, none once the phase's steps are reached), all
+  ``evaluation_trials`` at once in an evaluation;
+- what crosses the log: every observation and action goes through its actor class's
+  Avro schema (encoded and decoded: the policy sees what an actor service would, and a
+  payload that does not match is an error here too); rewards are aggregated per
+  (actor, tick) as the datalog's fold does (I-4); a trial ends when the environment
+  says so, when every actor has ended, or at ``max_ticks``;
+- what the learner gets: heatup and train trials only; an off-policy learner each step
+  as it completes, linked to the same actor's previous step; an on-policy learner a
+  trial's transitions when it ends, only those acted by the version it trains (the
+  others counted as ``discarded``); a version after each training round (off-policy)
+  or each update (on-policy), an on-policy learner's initial weights as version 1;
+- the counters: env steps (the ticks of heatup and train trials, counted as each
+  ends), episodes, evaluations, validation; ``summary.json``, the table and the plot.
+
+What differs, by design: training is synchronous — a round runs as soon as the steps
+owe it and the next tick acts with its version — where through the log the learner
+trains beside the actors and they load each version when it arrives. Decide-style
+agents (``decide``) and policies play; session-style actors, external implementations
+and pre-trial hooks need the services and are refused with a reason.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trialog.actor import DecideRequest, EndEvent, MessageEvent, Policy, RewardEvent
+from trialog.environment import ActorInfo, RewardOut, Step, TrialInfo
+from trialog.errors import CodecError, TrialogError
+from trialog.learn.memory import Transitions, current_version_only, flat_observation
+from trialog.learn.train import (
+    LEARN_PHASES,
+    Evaluation,
+    Preset,
+    TrainResult,
+    _Progress,
+    _valid,
+    derived_spec,
+    learner_for,
+    played_actors,
+    write_summary,
+)
+from trialog.model_registry import make_version
+from trialog.protocol.codec import Schema, SchemaStore
+from trialog.protocol.rewards import aggregate, reward_bounds_problem
+from trialog.protocol.trial import reaches
+from trialog.spec import load_entry, load_spec
+
+
+@dataclass(frozen=True)
+class _Class:
+    """An actor class as the in-process loop uses it: its two schemas (and as JSON for agents)."""
+
+    observation: Schema
+    action: Schema
+    observation_json: Any
+    action_json: Any
+
+
+@dataclass
+class _Actor:
+    """One actor of a live trial."""
+
+    info: ActorInfo
+    cls: _Class
+    policy: Policy | None  # the implementation's one instance (shared by its trials), or
+    agent: Any = None  # a decide-style instance for this (trial, actor)
+    learning: bool = False  # played by the preset's implementation
+    observation: Any = None  # the latest, as an actor would receive it
+    action: Any = None  # its action at the current tick
+    version: int | None = None  # the model version that chose it
+    total: float = 0.0  # the sum of its aggregated rewards (the trial's return for it)
+    serial: int = -1  # off-policy: its last transition in the learner's memory
+    rows: list[tuple] = field(default_factory=list)  # on-policy: (obs, action, reward, next obs, terminated, version)
+
+
+@dataclass
+class _Live:
+    info: TrialInfo
+    env: Any
+    actors: dict[str, _Actor]
+    active: set[str]
+    tick: int = 0
+
+
+class InProcess:
+    """One preset run in this process (see the module's docstring)."""
+
+    def __init__(self, preset: Preset, out_dir: Path, *, quiet: bool = False) -> None:
+        self.preset, self.out_dir, self.quiet = preset, out_dir, quiet
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.store = SchemaStore.with_builtin()
+        self.spec = load_spec(derived_spec(preset, out_dir), self.store)
+        spec, t = self.spec, self.spec.trial
+        self.learner = learner_for(preset, spec)  # first: a preset with nothing to train fails with the reason
+        self.on_policy = bool(getattr(self.learner, "on_policy", False))
+        if t.pre_trial_hooks:
+            raise TrialogError(
+                f"{spec.file}: pre-trial hooks ({', '.join(t.pre_trial_hooks)}) run in the orchestrator: "
+                "train this preset through the log (without --in-process)"
+            )
+        env_impl = spec.environments[t.environment]
+        if env_impl.external:
+            raise TrialogError(
+                f"environment {t.environment!r} is external (served outside Trialog): in-process mode needs its code"
+            )
+        self.env_factory = load_entry(env_impl.entry, what=f"environment {t.environment}")
+        self.env_config = {**env_impl.config, **t.environment_config}
+        self.played = played_actors(preset, spec)
+        self.classes = {
+            name: _Class(
+                self.store.register(c.observation_schema),
+                self.store.register(c.action_schema),
+                json.loads(c.observation_schema),
+                json.loads(c.action_schema),
+            )
+            for name, c in spec.actor_classes.items()
+        }
+        # Every implementation the trial's actors play: a Policy is one instance (as in an actor
+        # service's process), a decide-style class one instance per (trial, actor).
+        self.policies: dict[str, Policy] = {}
+        self.agent_classes: dict[str, type] = {}
+        for a in t.actors:
+            impl_name = self.played.get(a.name, a.implementation)
+            if impl_name in self.policies or impl_name in self.agent_classes:
+                continue
+            impl = spec.actors[impl_name]
+            if impl.external or impl.client:
+                raise TrialogError(
+                    f"actor {a.name!r} is played by {impl_name!r}, "
+                    f"{'an external implementation' if impl.external else 'a person (client seat)'}: "
+                    "in-process mode plays only Trialog's own agents and policies; give the actor another "
+                    "implementation in the spec, or train through the log"
+                )
+            target = load_entry(impl.entry, what=f"actor implementation {impl_name}")
+            if inspect.isclass(target) and issubclass(target, Policy):
+                self.policies[impl_name] = target(dict(impl.config))
+            elif inspect.isclass(target) and hasattr(target, "decide"):
+                self.agent_classes[impl_name] = target
+            else:
+                raise TrialogError(
+                    f"actor implementation {impl_name!r} ({impl.entry}) is not a decide-style class or a "
+                    "trialog.actor.Policy (a session coroutine needs the actor service): train through the log"
+                )
+        self.policy = self.policies[preset.implementation]
+        self.model = self.policy.model or preset.implementation
+        for name, policy in self.policies.items():
+            if name != preset.implementation and policy.model:
+                self._say(
+                    f"{preset.name}: {name!r} follows model {policy.model!r}, which in-process mode does not load "
+                    "(it acts as it does before any version)"
+                )
+        self.version = 0  # the last version published (through the log: the learner service's counter)
+        self.discarded = 0
+        self.next_seed = preset.seed
+        self.result = TrainResult(mode="in-process", on_policy=self.on_policy)
+        self.result.algorithm = getattr(self.learner, "algorithm", "")
+
+    # --- the phases (as trialog.learn.train.run_phases) ---------------------------------------------
+    def run(self) -> TrainResult:
+        s, result = self.preset.schedule, self.result
+        progress, recent = _Progress(self.quiet), []
+        started = time.monotonic()
+        if getattr(self.learner, "publish_initial", False):
+            self._publish(0.0)  # on-policy: actors act with version 1 before anything is learned
+
+        def run_until(phase: str, target_steps: int) -> None:
+            live: list[_Live] = []
+            while result.env_steps < target_steps or live:
+                while result.env_steps < target_steps and len(live) < s.concurrency:
+                    live.append(self._start(phase))
+                for trial, ticks, ret in self._tick(live):
+                    live.remove(trial)
+                    result.env_steps += ticks
+                    result.episodes += 1
+                    recent.append(ret)
+                    last = result.evaluations[-1] if result.evaluations else None
+                    progress.show(phase, result.env_steps, s.total_steps, recent, last, self.version)
+
+        run_until("heatup", s.heatup_steps)
+        next_eval = s.steps_between_evaluations
+        while result.env_steps < s.total_steps:
+            run_until("train", min(next_eval, s.total_steps))
+            next_eval = result.env_steps + s.steps_between_evaluations
+            live = [self._start("evaluate") for _ in range(s.evaluation_trials)]
+            rets = []
+            while live:
+                for trial, _ticks, ret in self._tick(live):
+                    live.remove(trial)
+                    rets.append(ret)
+            e = Evaluation(result.env_steps, result.episodes, sum(rets) / len(rets), rets, self.version)
+            result.evaluations.append(e)
+            progress.evaluated(e, s.total_steps)
+            if self.preset.stop_when_valid and _valid(self.preset, result):
+                break
+        progress.done()
+        result.seconds = time.monotonic() - started
+        result.valid = _valid(self.preset, result) if self.preset.validation else None
+        result.discarded = self.discarded
+        result.model_version = self.version
+        return result
+
+    # --- trials -----------------------------------------------------------------------------------------
+    def _start(self, phase: str) -> _Live:
+        seed, self.next_seed = self.next_seed, self.next_seed + 1
+        t = self.spec.trial
+        actors = tuple(
+            ActorInfo(
+                a.name,
+                a.actor_class,
+                (impl := self.played.get(a.name, a.implementation)),
+                {**self.spec.actors[impl].config, **a.config},
+            )
+            for a in t.actors
+        )
+        info = TrialInfo(
+            trial_id=f"{self.preset.name}-{phase}-{seed}",
+            seed=seed,
+            config=dict(self.env_config),
+            actors=actors,
+            parameters=dict(t.parameters),
+            max_ticks=t.max_ticks,
+            experiment=self.preset.name,
+            phase=phase,
+        )
+        env = self.env_factory(info)
+        played = {}
+        for a in actors:
+            agent = None
+            if a.implementation in self.agent_classes:  # as the actor service makes one
+                agent = self.agent_classes[a.implementation](info, a)
+                agent.observation_schema = self.classes[a.actor_class].observation_json
+                agent.action_schema = self.classes[a.actor_class].action_json
+            played[a.name] = _Actor(
+                a,
+                self.classes[a.actor_class],
+                self.policies.get(a.implementation),
+                agent,
+                learning=a.implementation == self.preset.implementation and phase in LEARN_PHASES,
+            )
+        trial = _Live(info, env, played, set(played))
+        for name, observation in self._observe(trial, env.start(), 0).items():
+            played[name].observation = observation
+        return trial
+
+    def _observe(self, trial: _Live, observations: Mapping[str, Any], tick: int) -> dict[str, Any]:
+        """Each active actor's observation as an actor service receives it: through its class's schema."""
+        missing = sorted(a for a in trial.active if a not in observations)
+        if missing:
+            raise TrialogError(
+                f"trial {trial.info.trial_id}: the environment returned no observation at tick {tick} "
+                f"for {', '.join(missing)}"
+            )
+        out = {}
+        for name in trial.active:
+            schema = trial.actors[name].cls.observation
+            try:
+                out[name] = self.store.decode(schema.encode(observations[name]), schema)
+            except CodecError as exc:
+                raise TrialogError(
+                    f"trial {trial.info.trial_id}: the observation for {name} at tick {tick} does not match its "
+                    f"schema: {exc}"
+                ) from None
+        return out
+
+    def _decide(self, live: Sequence[_Live]) -> None:
+        """Every active actor's action at its trial's tick: one ``decide_batch`` per policy for all
+        the trials in flight, ``decide`` per decide-style agent; each through the action schema."""
+        by_policy: dict[str, list[tuple[_Live, _Actor]]] = {}
+        for trial in live:
+            for name in sorted(trial.active):
+                actor = trial.actors[name]
+                if actor.policy is not None:
+                    by_policy.setdefault(actor.info.implementation, []).append((trial, actor))
+                else:
+                    actor.action = actor.agent.decide(actor.observation)
+                    actor.version = getattr(actor.agent, "policy_version", None)
+        for impl, pending in by_policy.items():
+            policy = self.policies[impl]
+            actions = list(
+                policy.decide_batch([DecideRequest(t.info, a.info, t.tick, a.observation) for t, a in pending])
+            )
+            if len(actions) != len(pending):
+                raise TrialogError(f"{impl}: decide_batch returned {len(actions)} actions for {len(pending)} requests")
+            for (_, actor), action in zip(pending, actions):
+                actor.action, actor.version = action, policy.policy_version
+        for trial in live:
+            for name in trial.active:
+                actor = trial.actors[name]
+                schema = actor.cls.action
+                try:
+                    actor.action = self.store.decode(schema.encode(actor.action), schema)
+                except CodecError as exc:
+                    raise TrialogError(
+                        f"trial {trial.info.trial_id}: the action of {name} ({actor.info.implementation}) at tick "
+                        f"{trial.tick} does not match the action schema: {exc}"
+                    ) from None
+
+    def _tick(self, live: list[_Live]) -> list[tuple[_Live, int, float]]:
+        """One tick of every trial in flight; returns the trials that ended (with their ticks and
+        the learning actor's return). Then the learner trains what the steps owe it."""
+        self._decide(live)
+        ended = []
+        for trial in live:
+            step = trial.env.update({name: trial.actors[name].action for name in trial.active})
+            if not isinstance(step, Step):
+                raise TrialogError(f"update must return trialog.environment.Step, got {type(step).__name__}")
+            reason = self._stepped(trial, step)
+            if reason is not None:
+                ended.append((trial, trial.tick, self._end(trial, reason)))
+        self._train()
+        return ended
+
+    def _stepped(self, trial: _Live, step: Step) -> str | None:
+        """Rewards, transitions and the next observations of one update; the reason the trial ends, if it does."""
+        tick, info = trial.tick, trial.info
+        rewards = self._rewards(trial, step, tick)
+        trial.tick = next_tick = tick + 1
+        ended_now = {a for a in trial.active if step.terminated.get(a) or step.truncated.get(a)}
+        reason = None
+        if step.done or ended_now >= trial.active:
+            reason = "environment"
+        elif info.max_ticks is not None and next_tick >= info.max_ticks:
+            reason = "max_ticks"
+        observations = self._observe(trial, step.observations, next_tick)
+        for m in step.messages:
+            for name, actor in trial.actors.items():
+                cls = actor.info.actor_class
+                if actor.agent is not None and any(reaches(r, "env", name, cls) for r in m.receivers):
+                    actor.agent.on_message(MessageEvent(tick, "env", m.payload))
+        for name in trial.active:
+            actor = trial.actors[name]
+            reward, terminated = rewards.get(name, 0.0), bool(step.terminated.get(name, False))
+            actor.total += reward
+            if actor.learning:
+                row = (actor.observation, actor.action, reward, observations[name], terminated, actor.version)
+                if self.on_policy:
+                    actor.rows.append(row)
+                else:  # each step as it completes, after the same actor's previous one
+                    actor.serial = int(self.learner.add(_transitions([row]), count=True, follows=actor.serial)[0])
+            actor.observation = observations[name]
+        trial.active -= ended_now
+        return reason
+
+    def _rewards(self, trial: _Live, step: Step, tick: int) -> dict[str, float]:
+        """Per actor, the aggregated reward of the tick (I-4: Σcv/Σc over the sources reaching it)."""
+        items = (
+            [RewardOut(name, value) for name, value in step.rewards.items()]
+            if isinstance(step.rewards, Mapping)
+            else list(step.rewards)
+        )
+        sources: dict[tuple[str, str], RewardOut] = {}
+        for r in items:
+            problem = reward_bounds_problem(r.value, r.confidence)
+            if problem is not None:
+                raise TrialogError(f"trial {trial.info.trial_id}: environment reward at tick {tick}: {problem}")
+            sources[(f"env/{r.source}" if r.source else "env", r.receiver)] = r  # a later one replaces it
+        out = {}
+        for name, actor in trial.actors.items():
+            cls = actor.info.actor_class
+            reaching = [(sender, r) for (sender, to), r in sources.items() if reaches(to, sender, name, cls)]
+            if not reaching:
+                continue
+            out[name] = aggregate(r for _, r in reaching)
+            if actor.agent is not None:
+                for sender, r in reaching:
+                    actor.agent.on_reward(RewardEvent(tick, float(r.value), float(r.confidence), sender, r.user_data))
+        return out
+
+    def _end(self, trial: _Live, reason: str) -> float:
+        """The trial is over: an on-policy learner gets its transitions; returns the learning actor's return."""
+        for actor in trial.actors.values():
+            if actor.learning and actor.rows:
+                kept, dropped = current_version_only(_transitions(actor.rows), self.version)
+                self.discarded += dropped
+                if kept is not None:
+                    self.learner.add(kept, count=True)
+            if actor.agent is not None:
+                actor.agent.on_end(EndEvent(trial.tick, reason))
+        for policy in self.policies.values():
+            policy.trial_ended(trial.info.trial_id)
+        trial.env.end()
+        learning = next((a for a in trial.actors.values() if a.info.implementation == self.preset.implementation), None)
+        return learning.total if learning is not None else 0.0
+
+    # --- learning -----------------------------------------------------------------------------------
+    def _train(self) -> None:
+        """As the learner service: a version after each round (off-policy) or after each update
+        (on-policy, whose next version is the one it keeps transitions of from now on)."""
+        while self.learner.rounds_due():
+            self.version += 1
+            loss = self.learner.train_round()
+            while self.on_policy and self.learner.rounds_due():
+                loss = self.learner.train_round()
+            self._publish(loss, number=self.version)
+
+    def _publish(self, loss: float, number: int | None = None) -> None:
+        """A version made as the learner service makes it, loaded as an actor service loads it."""
+        self.version = number or self.version + 1
+        meta = {**self.learner.metadata(), "discarded": self.discarded, "loss": loss}
+        version = make_version(
+            self.model,
+            self.version,
+            getattr(self.learner, "algorithm", ""),
+            self.learner.tensors(),
+            meta,
+            store=str((self.out_dir / "models").resolve()),
+        )
+        self.policy.load(version)
+        self.policy.policy_version = version.version
+
+    def _say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=sys.stderr, flush=True)
+
+
+def _transitions(rows: list[tuple]) -> Transitions:
+    """(obs, action, reward, next obs, terminated, version) rows of one actor's consecutive ticks."""
+    return Transitions(
+        observations=np.stack([flat_observation(r[0]) for r in rows]),
+        actions=np.array([int(r[1]) for r in rows], np.int32),
+        rewards=np.array([r[2] for r in rows], np.float32),
+        next_observations=np.stack([flat_observation(r[3]) for r in rows]),
+        dones=np.array([r[4] for r in rows], np.float32),
+        versions=np.array([-1 if r[5] is None else r[5] for r in rows], np.int64),
+        ends=(np.arange(len(rows)) == len(rows) - 1).astype(np.float32),
+    )
+
+
+def train_in_process(preset: Preset, out_dir: Path, *, quiet: bool = False) -> TrainResult:
+    """Run the preset in this process and write ``summary.json`` into ``out_dir``."""
+    result = InProcess(preset, out_dir, quiet=quiet).run()
+    write_summary(out_dir, preset, result)
+    return result
