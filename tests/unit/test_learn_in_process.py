@@ -124,6 +124,15 @@ class Chain(Environment):
         return Step(observations, rewards, terminated={"learner": done, "partner": done})
 
 
+class BatchedChain(Chain):
+    batches: list[int] = []
+
+    @classmethod
+    def update_batch(cls, envs, actions):
+        cls.batches.append(len(envs))
+        return [env.update(a) for env, a in zip(envs, actions)]
+
+
 class Partner(Agent):
     rewards: list = []
 
@@ -139,14 +148,14 @@ class NoLearner(Policy):
         return [0] * len(requests)
 
 
-def chain_spec(tmp_path: Path, learner_entry: str = "trialog.learn.dqn:DQNPolicy") -> str:
-    spec = tmp_path / "chain.yaml"
+def chain_spec(tmp_path: Path, learner_entry: str = "trialog.learn.dqn:DQNPolicy", env: str = "Chain") -> str:
+    spec = tmp_path / f"chain-{env}.yaml"
     spec.write_text(f"""
 name: chain
 actor_classes:
   node: {{observation: {{type: array, items: double}}, action: long, default_action: 0}}
 environments:
-  chain: {{entry: "tests.unit.test_learn_in_process:Chain"}}
+  chain: {{entry: "tests.unit.test_learn_in_process:{env}"}}
 actors:
   learning: {{entry: "{learner_entry}", config: {{observation_size: 2, actions: 2}}}}
   partner: {{entry: "tests.unit.test_learn_in_process:Partner"}}
@@ -195,6 +204,16 @@ def test_in_process_hosts_any_spec_environment_with_its_other_actors_and_aggrega
     again.run()
     assert run.learner.rounds == again.learner.rounds > 0
     assert all(np.array_equal(v, again.policy.q[k]) for k, v in run.policy.q.items())
+
+
+def test_trials_in_flight_step_in_one_update_batch_when_the_environment_batches(tmp_path):
+    BatchedChain.batches = []
+    preset = dataclasses.replace(chain_preset(tmp_path), spec=chain_spec(tmp_path, env="BatchedChain"))
+    result = InProcess(preset, tmp_path / "run").run()
+    # Trials run 4 ticks in lockstep: 2 at a time in heatup and train, 2 in each evaluation.
+    assert sum(BatchedChain.batches) == 4 * (result.episodes + 2 * len(result.evaluations))
+    assert set(BatchedChain.batches) == {2}
+    assert [e.returns for e in result.evaluations] == [[10.0, 10.0]] * len(result.evaluations)
 
 
 def test_a_preset_that_cannot_train_in_process_is_refused_with_the_reason(tmp_path):

@@ -18,7 +18,9 @@ services and the learner service):
   trial *i* seeded ``preset.seed + i`` in the order trials start, labelled with the
   experiment and the phase; ``concurrency`` trials in flight during heatup and train
   (a new one starts as soon as one ends, none once the phase's steps are reached), all
-  ``evaluation_trials`` at once in an evaluation;
+  ``evaluation_trials`` at once in an evaluation; the trials in flight step together, in
+  one ``update_batch`` call when the implementation steps in batches
+  (:meth:`~trialog.environment.Environment.update_batch`);
 - what crosses the log: every observation and action goes through its actor class's
   Avro schema (encoded and decoded: the policy sees what an actor service would, and a
   payload that does not match is an error here too); rewards are aggregated per
@@ -53,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from trialog.actor import DecideRequest, EndEvent, MessageEvent, Policy, RewardEvent
-from trialog.environment import ActorInfo, RewardOut, Step, TrialInfo
+from trialog.environment import ActorInfo, RewardOut, Step, TrialInfo, steps_in_batches
 from trialog.errors import CodecError, TrialogError
 from trialog.learn.memory import Transitions, current_version_only, flat_observation
 from trialog.learn.train import (
@@ -328,9 +330,24 @@ class InProcess:
         """One tick of every trial in flight; returns the trials that ended (with their ticks and
         the learning actor's return). Then the learner trains what the steps owe it."""
         self._decide(live)
+        # One update_batch call per implementation that steps in batches (as the environment
+        # service does), one update per trial otherwise.
+        steps: dict[int, Any] = {}
+        by_kind: dict[type, list[_Live]] = {}
+        for trial in live:
+            by_kind.setdefault(type(trial.env), []).append(trial)
+        for kind, trials in by_kind.items():
+            actions = [{name: t.actors[name].action for name in t.active} for t in trials]
+            if steps_in_batches(kind):
+                out = list(kind.update_batch([t.env for t in trials], actions))
+                if len(out) != len(trials):
+                    raise TrialogError(f"{kind.__name__}.update_batch returned {len(out)} steps for {len(trials)}")
+            else:
+                out = [t.env.update(a) for t, a in zip(trials, actions)]
+            steps.update((id(t), step) for t, step in zip(trials, out))
         ended = []
         for trial in live:
-            step = trial.env.update({name: trial.actors[name].action for name in trial.active})
+            step = steps[id(trial)]
             if not isinstance(step, Step):
                 raise TrialogError(f"update must return trialog.environment.Step, got {type(step).__name__}")
             reason = self._stepped(trial, step)
