@@ -230,6 +230,8 @@ def test_a_preset_that_cannot_train_in_process_is_refused_with_the_reason(tmp_pa
         InProcess(no_learner, tmp_path / "d")
     with pytest.raises(TrialogError, match="unknown key"):
         InProcess(dataclasses.replace(chain_preset(tmp_path), agent={"learning_rat": 1e-3}), tmp_path / "e")
+    with pytest.raises(TrialogError, match="not found: name a preset file, or a shipped preset .*dqn_cartpole"):
+        load_preset(tmp_path / "none.py")
 
 
 def test_an_action_outside_its_schema_is_an_error_naming_the_actor(tmp_path):

@@ -119,6 +119,9 @@ def load_preset(path: str | Path) -> Preset:
     path = Path(path)
     if not path.exists() and (shipped := shipped_presets() / f"{path.stem}.py").exists() and path.parent == Path("."):
         path = shipped
+    if not path.exists():
+        names = ", ".join(sorted(p.stem for p in shipped_presets().glob("*.py")))
+        raise TrialogError(f"preset {path} not found: name a preset file, or a shipped preset ({names})")
     path = path.resolve()
     module_spec = importlib.util.spec_from_file_location(f"trialog_preset_{path.stem}", path)
     if module_spec is None or module_spec.loader is None:
