@@ -373,10 +373,11 @@ class InProcess:
                 cls = actor.info.actor_class
                 if actor.agent is not None and any(reaches(r, "env", name, cls) for r in m.receivers):
                     actor.agent.on_message(MessageEvent(tick, "env", m.payload))
+        for name, reward in rewards.items():  # an actor that has left may still be rewarded: it counts
+            trial.actors[name].total += reward
         for name in trial.active:
             actor = trial.actors[name]
             reward, terminated = rewards.get(name, 0.0), bool(step.terminated.get(name, False))
-            actor.total += reward
             if actor.learning:
                 row = (actor.observation, actor.action, reward, observations[name], terminated, actor.version)
                 if self.on_policy:
