@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections import Counter
 from pathlib import Path
 
 import pytest
+import structlog
 
 from tests.harness import deployment
 from tests.unit.test_datalog import events_of, run_trial
@@ -203,3 +205,25 @@ async def test_the_controller_returns_count_nothing_past_the_end_tick_as_the_dat
         await asyncio.sleep(0.2)
         after = ctl.returns(tid)
     assert after == {**before, "alice": before["alice"] + 1.0}
+
+
+async def test_a_stall_of_the_log_is_said_once_per_service_and_its_end_too(bus, monkeypatch):
+    """While Kafka refuses, a service says once that its writes wait (since when, how many),
+    and once that they go out again; the retries in between are counted, not written."""
+    spec = load_spec(SLOW, bus.store)
+    monkeypatch.setattr(service, "LOG_STALL_S", 0.05)
+    async with deployment(bus, spec) as (_, ctl):
+        tid = await ctl.start_trial("trialtest", environment="slow", max_ticks=30)
+        await asyncio.sleep(0.2)
+        with structlog.testing.capture_logs() as said:
+            refused = failing_sends(bus, monkeypatch, 60)
+            monkeypatch.setattr(service, "RETRY_BACKOFF_MAX_S", 0.02)
+            ended = await ctl.wait_ended(tid, timeout=20)
+    assert len(refused) == 60 and ended.reason == "max_ticks"
+    stalls = Counter(e["service"] for e in said if e["event"].startswith("the log is not acknowledging"))
+    again = Counter(e["service"] for e in said if e["event"] == "the log acknowledges writes again")
+    retries = [e for e in said if e["event"] == "publish failed; retrying"]
+    assert stalls and set(stalls.values()) == {1} and again == stalls, (stalls, again)
+    assert len(retries) <= 2 * len(stalls), f"{len(retries)} retry lines for {len(refused)} refusals"
+    stall = next(e for e in said if e["event"].startswith("the log is not acknowledging"))
+    assert stall["waiting_s"] >= 0.05 and stall["since"].endswith("Z") and stall["events_waiting"] >= 1

@@ -57,7 +57,17 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Exited, waiting for a parent that is not this process to reap it (another process
+    launched it: a test, another `start`). It answers kill(pid, 0) but will never stop again."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False  # no /proc (macOS), or gone meanwhile
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
 def _command_line(pid: int) -> str:

@@ -243,11 +243,20 @@ class KafkaBus(Bus):
                     "in_sync_replicas": min((len(p["isr"]) for p in partitions), default=0),
                     "configs": {},
                 }
-            resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in out]
-            for response in await admin.describe_configs(resources):
-                for resource in response.resources:
-                    _err, _msg, _type, name, entries = resource[:5]
-                    out[name]["configs"] = {entry[0]: entry[1] for entry in entries}
+            # A topic created a moment ago may not be known yet to the node that answers (a
+            # cluster): asked again, briefly, as for its metadata.
+            missing = list(out)
+            for wait in (0.1, 0.2, 0.4, 0.8, None):
+                resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in missing]
+                for response in await admin.describe_configs(resources):
+                    for resource in response.resources:
+                        error, _msg, _type, name, entries = resource[:5]
+                        if not error:
+                            out[name]["configs"] = {entry[0]: entry[1] for entry in entries}
+                            missing.remove(name)
+                if not missing or wait is None:
+                    return out
+                await asyncio.sleep(wait)
             return out
         finally:
             await admin.close()

@@ -69,6 +69,7 @@ RECORDS_PER_FLUSH = 32  # records handled between two flushes, the most one poll
 QUIET_RECORDS = 4  # a poll of at most this many records: the loop reads little (see ServiceLoop._read_own)
 HOLD_BACKOFF_MAX = 1024  # the most emits that go without holding their partition after a skip failed (_read_own)
 RETRY_BACKOFF_MAX_S = 2.0  # the longest wait between two attempts to publish while Kafka refuses
+LOG_STALL_S = 5.0  # writes unacknowledged this long: the service says so, once per stall (ServiceLoop._say_if_stalled)
 
 
 def retry_backoff(attempt: int) -> float:
@@ -109,6 +110,9 @@ class ServiceLoop:
         # orchestrator its lifecycle records: a third of what a tick costs otherwise).
         self._not_read_back: dict[tuple[bytes, bytes], tuple[tuple, Event]] = {}
         self._stopping = asyncio.Event()
+        self._writing_since: float | None = None  # monotonic start of the writes under way (see _say_if_stalled)
+        self._stall_said = False
+        self._sending = 0  # events in the write under way
         self._recalls = type(handler).recall is not Handler.recall  # see Handler.recall
         # On the tick path, a record this loop writes to a partition it reads is handled as read
         # back without fetching it back: the consumer holds its fetches while the record is on
@@ -201,6 +205,7 @@ class ServiceLoop:
                 if now - last_commit >= 1.0 and self.group:
                     last_commit = now
                     await self._commit()
+                self._say_if_stalled(now)
                 self.turned_at = now
         finally:
             await self._drain_and_commit()
@@ -431,10 +436,34 @@ class ServiceLoop:
         except TransportError as exc:
             log.info("commit skipped", reason=str(exc))
 
+    def _say_if_stalled(self, now: float) -> None:
+        """Say, once, that the log has not acknowledged this service's writes for a while: a
+        broker or a majority of the cluster away. The Kafka client's own lines about it are
+        held back to one of each kind a minute (trialog.telemetry.logs); this is the line that
+        says since when, and what the service does meanwhile."""
+        since = self._writing_since
+        if since is None or self._stall_said or now - since < LOG_STALL_S:
+            return
+        self._stall_said = True
+        log.warning(
+            "the log is not acknowledging writes: holding them and retrying, committing nothing past them",
+            service=self.handler.service_name,
+            since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (now - since))),
+            waiting_s=round(now - since, 1),
+            events_waiting=self._sending + len(self._out),
+        )
+
     async def _flush(self) -> None:
         try:
             await self._send_out()
         finally:
+            if self._stall_said:
+                log.info(
+                    "the log acknowledges writes again",
+                    service=self.handler.service_name,
+                    after_s=round(time.monotonic() - self._writing_since, 1),
+                )
+            self._writing_since, self._stall_said = None, False
             if self._held:
                 self._held.clear()
                 self.consumer.release()
@@ -470,6 +499,8 @@ class ServiceLoop:
                 self._process(Record(EVENTS, p, d.offset, key, value, tuple(headers), stamp))
 
     async def _send_out(self) -> None:
+        if self._writing_since is None:
+            self._writing_since = time.monotonic()
         while self._out:
             batch, self._out = self._out, []
             records, events = [], []  # aligned: an event that cannot be written has no record
@@ -492,6 +523,7 @@ class ServiceLoop:
                 events.append(event)
                 if role in self.handler.topics and (kinds is None or event.KIND in kinds):
                     self._not_read_back[(record[1], record[2])] = (tuple(record[3]), event)
+            self._sending = len(records)
             for attempt in itertools.count():
                 try:
                     delivered = await self.bus.send_many(records)
@@ -514,7 +546,8 @@ class ServiceLoop:
                             error=str(exc),
                         )
                         return
-                    log.warning("publish failed; retrying", error=str(exc), attempt=attempt)
+                    if attempt == 0:  # the later attempts are counted (metrics), and a stall is said once
+                        log.warning("publish failed; retrying", error=str(exc))
                     metrics.PUBLISH_RETRIES.labels(self.handler.service_name).inc()
                     await asyncio.sleep(retry_backoff(attempt))
 
