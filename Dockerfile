@@ -46,7 +46,8 @@ COPY --from=builder /opt/trialog /opt/trialog
 ENV PATH=/opt/trialog/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    TRIALOG_LOG_FORMAT=json
+    TRIALOG_LOG_FORMAT=json \
+    TRIALOG_HEALTH_HOST=0.0.0.0
 
 USER 10001:10001
 WORKDIR /home/trialog

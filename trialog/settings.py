@@ -53,6 +53,11 @@ class Settings:
     )
     events_retention_ms: int = _setting(-1, "Retention of the events topic (the datalog); -1 keeps everything.")
     client_id: str = _setting("trialog", "Kafka client id prefix, shown in broker logs and metrics.")
+    health_host: str = _setting(
+        "127.0.0.1",
+        "Address the services' health and metrics servers (/livez, /readyz, /metrics) listen on; "
+        "0.0.0.0 in a container, where probes and scrapers come from outside (the image sets it).",
+    )
     security_protocol: str = _setting("PLAINTEXT", "How to talk to Kafka.", choices=SECURITY_PROTOCOLS)
     sasl_mechanism: str = _setting("PLAIN", "SASL mechanism when the protocol is SASL_*.", choices=SASL_MECHANISMS)
     sasl_username: str = _setting("", "SASL user name.")

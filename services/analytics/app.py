@@ -97,7 +97,9 @@ def main(settings: Settings, *, state_dir: str, window: int, guarantee: str, hea
     replicas = settings.replication_factor or (events or {}).get("replication_factor", 1)
     app = build(settings, state_dir=state_dir, window=window, guarantee=guarantee, replication_factor=replicas)
     if health_port:
-        threading.Thread(target=_serve_health, args=(health_port,), daemon=True, name="health").start()
+        threading.Thread(
+            target=_serve_health, args=(settings.health_host, health_port), daemon=True, name="health"
+        ).start()
     log.info(
         "analytics starting", group=settings.group("analytics"), state_dir=state_dir, guarantee=guarantee, window=window
     )
@@ -124,7 +126,7 @@ async def _wait_for_events_topic(settings: Settings, within_s: float = 60.0) -> 
         await asyncio.sleep(0.5)
 
 
-def _serve_health(port: int) -> None:
+def _serve_health(host: str, port: int) -> None:
     """/livez, /readyz and /metrics from a thread of their own: Quix runs its loop in the main thread.
     Live and ready while the process runs (the Quix loop's own progress shows in
     trialog_analytics_records_total)."""
@@ -135,7 +137,7 @@ def _serve_health(port: int) -> None:
     async def serve() -> None:
         health = Health()
         health.set_ready(True)
-        await serve_health(health, port=port)
+        await serve_health(health, host, port)
         while True:
             health.beat()
             await asyncio.sleep(1)

@@ -14,7 +14,7 @@ def add(serve) -> None:
         "analytics",
         "Run the shipped stream-analytics jobs (Quix Streams) over events; results in compacted analytics.* topics.",
     )
-    add_health_port(p)
+    add_health_port(p, "analytics")
     p.add_argument(
         "--state-dir",
         default=os.environ.get("TRIALOG_ANALYTICS_STATE_DIR", "trialog-analytics-state"),

@@ -308,7 +308,7 @@ async def main(
     app = build_app(bus, specs, base_url=base_url, limits=limits)
     config = server_config(app, host=host, port=port, limits=limits)
     health = Health()
-    probes = await serve_health(health, port=health_port) if health_port else None
+    probes = await serve_health(health, bus.settings.health_host, health_port) if health_port else None
     watcher = asyncio.create_task(_watch_health(health, app.state.gateway))
     log.info("gateway starting", port=port, health_port=health_port or None, links=base_url)
     try:

@@ -19,9 +19,8 @@ def add(serve) -> None:
     p.add_argument(
         "--port", type=int, default=int(os.environ.get("TRIALOG_GATEWAY_PORT", "8000")), help="HTTP port (default 8000)"
     )
-    add_health_port(
-        p
-    )  # probes and metrics on their own port, like every service (the web port answers /livez and /readyz too)
+    # Probes and metrics on their own port, like every service (the web port answers /livez and /readyz too).
+    add_health_port(p, "gateway")
     Limits.add_flags(p)
 
     def do_gateway(args) -> int:

@@ -13,7 +13,7 @@ def add(serve) -> None:
         "learner",
         "Learn for one actor implementation from the log and publish its model's versions to `models`.",
     )
-    add_health_port(p)
+    add_health_port(p, "learner")
     p.add_argument(
         "--implementation", required=True, metavar="NAME", help="the actor implementation (a learning Policy) to train"
     )

@@ -11,7 +11,7 @@ from trialog.settings import from_args
 
 def add(serve) -> None:
     p = command(serve, "logger", "Archive every trial of the events topic as Parquet (late rewards as corrections).")
-    add_health_port(p)
+    add_health_port(p, "logger")
     p.add_argument(
         "--archive-dir",
         default=os.environ.get("TRIALOG_ARCHIVE_DIR", ""),

@@ -8,7 +8,7 @@ from trialog.settings import from_args
 
 def add(serve) -> None:
     p = command(serve, "orchestrator", "Validate start requests, start and end trials, keep the trials index.")
-    add_health_port(p)
+    add_health_port(p, "orchestrator")
     p.set_defaults(func=_run)
 
 

@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
+from trialog.commands.parts import HEALTH_PORTS
+from trialog.errors import TrialogError
 from trialog.telemetry.health import Health, serve_health
 
 
@@ -200,3 +202,38 @@ def test_metrics_are_served_in_prometheus_text_format() -> None:
         assert 'trialog_trials_ended_total{reason="test_reason"}' in text
 
     _with_server(Health(), scenario)
+
+
+def test_a_taken_health_port_is_refused_with_what_to_do():
+    async def main() -> None:
+        first = await serve_health(Health(), host="127.0.0.1", port=0)
+        port = first.sockets[0].getsockname()[1]
+        try:
+            with pytest.raises(TrialogError, match=f"health port {port} on 127.0.0.1 is taken.*--health-port"):
+                await serve_health(Health(), host="127.0.0.1", port=port)
+        finally:
+            first.close()
+            await first.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_each_service_has_a_health_port_of_its_own_by_default():
+    """One of each service on one host, without flags, does not collide."""
+    from trialog.cli import build_parser
+
+    parser = build_parser()
+    ports = {}
+    for service in HEALTH_PORTS:
+        args = ["serve", service, "--spec", "x.yaml"] if service in ("orchestrator", "environment", "actors") else None
+        args = (
+            args
+            or {
+                "gateway": ["serve", "gateway", "--spec", "x.yaml"],
+                "logger": ["serve", "logger", "--archive-dir", "x"],
+                "learner": ["serve", "learner", "--spec", "x.yaml", "--implementation", "dqn"],
+                "analytics": ["serve", "analytics"],
+            }[service]
+        )
+        ports[service] = parser.parse_args(args).health_port
+    assert ports == HEALTH_PORTS and len(set(ports.values())) == len(ports)

@@ -146,13 +146,27 @@ def spec_files(args: argparse.Namespace) -> list[str]:
     return files
 
 
-def add_health_port(p: argparse.ArgumentParser) -> None:
+# Each service's own default health port, so that one of each runs on one host without
+# flags; a second instance of a service on the same host needs --health-port (or 0).
+HEALTH_PORTS = {
+    "orchestrator": 8080,
+    "environment": 8081,
+    "actors": 8082,
+    "learner": 8083,
+    "logger": 8084,
+    "gateway": 8085,
+    "analytics": 8086,
+}
+
+
+def add_health_port(p: argparse.ArgumentParser, service: str) -> None:
     """The flag every ``trialog serve`` command takes."""
+    port = HEALTH_PORTS[service]
     p.add_argument(
         "--health-port",
         type=int,
-        default=8080,
-        help="HTTP port for /livez, /readyz and /metrics (0: off; default 8080)",
+        default=port,
+        help=f"HTTP port for /livez, /readyz and /metrics on the health_host setting (0: off; default {port})",
     )
 
 
@@ -161,7 +175,7 @@ def add_implementation_host(serve, name: str, help: str, default: str, main_of: 
     implementations of one spec. ``main_of`` returns the service's ``main(bus, spec,
     implementations, health_port=...)``; it is imported only when the command runs."""
     p = command(serve, name, help)
-    add_health_port(p)
+    add_health_port(p, name)
     p.add_argument(
         "--implementation",
         action="append",

@@ -38,7 +38,7 @@ async def serve(
         except (NotImplementedError, RuntimeError):  # not the main thread (tests)
             pass
     health = Health()
-    server = await serve_health(health, port=health_port) if health_port else None
+    server = await serve_health(health, bus.settings.health_host, health_port) if health_port else None
     watcher = asyncio.create_task(_watch_health(health, loops))
     log.info(
         "service starting", service=name, bootstrap=bus.settings.bootstrap_servers, health_port=health_port or None

@@ -36,10 +36,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import time
 from collections.abc import Callable
 from http import HTTPStatus
+
+from trialog.errors import TrialogError
 
 __all__ = ["Health", "serve_health"]
 
@@ -104,7 +107,7 @@ class Health:
         }
 
 
-async def serve_health(health: Health, host: str = "0.0.0.0", port: int = 8080) -> asyncio.AbstractServer:
+async def serve_health(health: Health, host: str = "127.0.0.1", port: int = 8080) -> asyncio.AbstractServer:
     """Start answering ``GET /livez`` and ``GET /readyz`` for ``health``; return the server.
 
     Both answer 200 ``{"status": "ok", "reason": ...}`` or 503
@@ -147,7 +150,15 @@ async def serve_health(health: Health, host: str = "0.0.0.0", port: int = 8080) 
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
 
-    return await asyncio.start_server(handle, host, port, limit=_MAX_REQUEST_BYTES)
+    try:
+        return await asyncio.start_server(handle, host, port, limit=_MAX_REQUEST_BYTES)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise TrialogError(f"cannot serve health on {host}:{port}: {exc}") from exc
+        raise TrialogError(
+            f"the health port {port} on {host} is taken (another service on this host?): "
+            "give this one --health-port N, or --health-port 0 for none"
+        ) from exc
 
 
 async def _respond(health: Health, reader: asyncio.StreamReader) -> tuple[HTTPStatus, dict[str, str] | bytes, bool]:

@@ -242,6 +242,9 @@ ctx = dict "root" $ "user" <KafkaUser name or "">.
   value: {{ int $k.partitions | quote }}
 - name: TRIALOG_REPLICATION_FACTOR
   value: {{ int $k.replicationFactor | quote }}
+{{- /* Probes and scrapers come from outside the pod. */}}
+- name: TRIALOG_HEALTH_HOST
+  value: "0.0.0.0"
 {{- /* One client id per pod, so broker logs and quotas tell the instances apart. */}}
 - name: TRIALOG_CLIENT_ID
   value: "$(POD_NAME)"
