@@ -176,12 +176,11 @@ class _Core:
         self._warming.join(timeout=120)
 
     def compile(self, size: int) -> None:
+        vector, _ = self.reset(0)  # the reset first, under the lock on its own: a trial's start waits for it only
         with self._compile:
             if size in self.compiled:
                 return
             _check_backend()  # CoGrid traces with whichever backend the process has now
-            vector, _ = self._reset(np.zeros(2, dtype=np.uint32))
-            self._reset_ready = True
             out = self._step(
                 np.repeat(np.asarray(vector)[None], size, axis=0), np.zeros((size, len(self.possible)), np.int32)
             )
