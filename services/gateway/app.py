@@ -287,6 +287,9 @@ def server_config(app: Starlette, *, host: str, port: int, limits: Limits):
         http=_http_protocol(app.state.gateway.door),
         ws=_socket_protocol(),
         ws_max_size=limits.frame_bytes,
+        # A page's messages are small JSON: compressing each cost the gateway more CPU than
+        # the bytes saved are worth on the tick path (measured with bench/gateway.py's seats).
+        ws_per_message_deflate=False,
         timeout_graceful_shutdown=STOP_WITHIN_S,
     )
 

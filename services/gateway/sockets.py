@@ -26,6 +26,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from trialog.errors import CodecError, TrialogError
 from trialog.protocol.events import (
+    HEADER_KIND,
+    HEADER_RECEIVER,
+    HEADER_SENDER,
     Action,
     ActorJoined,
     ActorTimeout,
@@ -306,7 +309,10 @@ async def _after(event: asyncio.Event, start) -> None:
 
 
 async def _seat_from_log(page: Page, gw: Gateway, state: _SeatState, records, caught_up: asyncio.Event) -> None:
+    me = state.seat.actor
     async for record in records:
+        if record is not CAUGHT_UP and _others(record, me):
+            continue
         if record is CAUGHT_UP:
             _check_seat(state)
             if state.ended is None:
@@ -338,6 +344,17 @@ async def _seat_from_log(page: Page, gw: Gateway, state: _SeatState, records, ca
                 await page.send(message)
             if isinstance(event, TrialEnded):
                 return
+
+
+def _others(record, me: str) -> bool:
+    """Another actor's observation or action: nothing a seat folds or shows, so neither
+    verified nor decoded here (half of a tick's records in a two-actor trial). Its headers
+    are what its tag covers; one whose body says otherwise does not count anywhere (its
+    owner dead-letters it)."""
+    kind = record.header(HEADER_KIND)
+    if kind == Observation.KIND:
+        return record.header(HEADER_RECEIVER) != me
+    return kind == Action.KIND and record.header(HEADER_SENDER) != me
 
 
 async def _take_seat(gw: Gateway, state: _SeatState) -> None:
