@@ -167,7 +167,7 @@ async def main_async(args) -> dict:
     with local_services(
         paced, str(spec_file(folder, TICK_MS)), gateway_port=port, gateway_args=ONE_ADDRESS, log_dir=str(folder)
     ):
-        for n in [8] if args.short else [4, 8, 16, 32, 64, 128]:
+        for n in [8] if args.short else [4, 8, 16, 32, 64, 96, 128, 192, 256, 384, 512]:
             row = await capacity(paced, n, 20 if args.short else 60)
             out["capacity"].append(row)
             print(
