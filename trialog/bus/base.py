@@ -146,6 +146,13 @@ class Consumer(abc.ABC):
         """The partition's end offset as of the last fetch, if known (for the lag metric)."""
         return None
 
+    def unanswered_s(self) -> float:
+        """Seconds since the log last answered a fetch of this consumer for the partition it
+        answered longest ago (an empty answer counts: the broker answers within its fetch wait
+        even when there is nothing new); 0 when it cannot tell. What tells a quiet log from one
+        that is away."""
+        return 0.0
+
     # A service that writes to a partition it reads would otherwise fetch its own records
     # back: a fetch response of their own (docs/performance.md). It holds its fetches while
     # they are on their way, then moves past them if they are the next to read.
@@ -176,6 +183,8 @@ class Consumer(abc.ABC):
 
 class Bus(abc.ABC):
     """Producer, consumers and topic admin for one deployment (one settings object)."""
+
+    loops_away = 0  # service loops of this process for which the log is away (ServiceLoop._watch_log)
 
     def __init__(self, settings: Settings, store: SchemaStore | None = None):
         self.settings = settings

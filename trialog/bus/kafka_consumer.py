@@ -365,6 +365,21 @@ class KafkaConsumer(Consumer):
         self.seek(role, partition, after)  # drops what was fetched from ``first`` on; fetches from ``after``
         return True
 
+    def unanswered_s(self) -> float:
+        # The partition answered longest ago: a broker lost takes its partitions' answers with it
+        # while the others' go on (and a node without a quorum still answers for those it led).
+        if self._consumer is None:
+            return 0.0
+        oldest = None
+        for tp in self._consumer.assignment():
+            try:
+                answered = self._consumer.last_poll_timestamp(tp)
+            except AssertionError:  # unassigned meanwhile
+                continue
+            if answered is not None and (oldest is None or answered < oldest):
+                oldest = answered
+        return max(0.0, time.time() - oldest / 1000) if oldest is not None else 0.0
+
     def highwater(self, role: str, partition: int) -> int | None:
         return self._consumer.highwater(self._tp(role, partition)) if self._consumer is not None else None
 

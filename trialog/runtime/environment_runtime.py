@@ -31,7 +31,6 @@ how another instance takes over a trial after a crash (see
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -393,7 +392,7 @@ class EnvironmentHandler(Handler):
         ):  # not while replaying a trial taken over (counted by its first host)
             ticks, tick_seconds = self._tick_metrics(trial.started.environment)
             ticks.inc()
-            tick_seconds.observe(time.monotonic() - trial.waiting_since)
+            tick_seconds.observe(self.loop.log_time() - trial.waiting_since)
         rewards = self._rewards_of(step.rewards)
         problem = next((p for r in rewards if (p := reward_bounds_problem(r.value, r.confidence)) is not None), None)
         if problem is not None:  # the user's environment: the trial ends with the reason, as for a bad observation
@@ -502,7 +501,7 @@ class EnvironmentHandler(Handler):
             )
 
     def _begin_wait(self, trial: _Trial) -> None:
-        trial.waiting_since = time.monotonic()
+        trial.waiting_since = self.loop.log_time()  # response deadlines do not count the log's outages
         trial.timed_out = trial.due = False
         interval = trial.started.tick_interval_ms
         if interval and self.loop.is_live(EVENTS, trial.partition):
@@ -517,6 +516,8 @@ class EnvironmentHandler(Handler):
         trial = self.trials.get(trial_id)
         if trial is None or trial.done or trial.tick != tick or trial.due:
             return
+        if self.loop.log_away:  # nothing can be written meanwhile: the tick waits with the log
+            return self._begin_wait(trial)
         trial.due = True
         if all(a in trial.actions for a in trial.active):
             self._maybe_step(trial)
@@ -548,7 +549,7 @@ class EnvironmentHandler(Handler):
 
     # --- timers, partitions ----------------------------------------------------------------------
     def periodic(self, now: float) -> None:
-        mono = time.monotonic()
+        mono = self.loop.log_time()
         for trial in list(self.trials.values()):
             if trial.done or trial.timed_out or not self.loop.is_live(EVENTS, trial.partition):
                 continue

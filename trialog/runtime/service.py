@@ -69,7 +69,7 @@ RECORDS_PER_FLUSH = 32  # records handled between two flushes, the most one poll
 QUIET_RECORDS = 4  # a poll of at most this many records: the loop reads little (see ServiceLoop._read_own)
 HOLD_BACKOFF_MAX = 1024  # the most emits that go without holding their partition after a skip failed (_read_own)
 RETRY_BACKOFF_MAX_S = 2.0  # the longest wait between two attempts to publish while Kafka refuses
-LOG_STALL_S = 5.0  # writes unacknowledged this long: the service says so, once per stall (ServiceLoop._say_if_stalled)
+LOG_AWAY_S = 2.0  # no fetch answered (idle, one comes every 0.5 s) nor write acknowledged: away (log_time)
 
 
 def retry_backoff(attempt: int) -> float:
@@ -110,9 +110,10 @@ class ServiceLoop:
         # orchestrator its lifecycle records: a third of what a tick costs otherwise).
         self._not_read_back: dict[tuple[bytes, bytes], tuple[tuple, Event]] = {}
         self._stopping = asyncio.Event()
-        self._writing_since: float | None = None  # monotonic start of the writes under way (see _say_if_stalled)
-        self._stall_said = False
+        self._writing_since: float | None = None  # monotonic start of the writes under way (see _watch_log)
         self._sending = 0  # events in the write under way
+        self._away_since: float | None = None  # monotonic: since when the log is away (see log_time)
+        self._away_total = 0.0  # seconds the log was away before that
         self._recalls = type(handler).recall is not Handler.recall  # see Handler.recall
         # On the tick path, a record this loop writes to a partition it reads is handled as read
         # back without fetching it back: the consumer holds its fetches while the record is on
@@ -205,9 +206,10 @@ class ServiceLoop:
                 if now - last_commit >= 1.0 and self.group:
                     last_commit = now
                     await self._commit()
-                self._say_if_stalled(now)
+                self._watch_log(now)
                 self.turned_at = now
         finally:
+            self.bus.loops_away -= self._away_since is not None
             await self._drain_and_commit()
             await self.consumer.stop()
             await self.handler.close()
@@ -436,34 +438,45 @@ class ServiceLoop:
         except TransportError as exc:
             log.info("commit skipped", reason=str(exc))
 
-    def _say_if_stalled(self, now: float) -> None:
-        """Say, once, that the log has not acknowledged this service's writes for a while: a
-        broker or a majority of the cluster away. The Kafka client's own lines about it are
-        held back to one of each kind a minute (trialog.telemetry.logs); this is the line that
-        says since when, and what the service does meanwhile."""
-        since = self._writing_since
-        if since is None or self._stall_said or now - since < LOG_STALL_S:
-            return
-        self._stall_said = True
-        log.warning(
-            "the log is not acknowledging writes: holding them and retrying, committing nothing past them",
-            service=self.handler.service_name,
-            since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - (now - since))),
-            waiting_s=round(now - since, 1),
-            events_waiting=self._sending + len(self._out),
-        )
+    def log_time(self) -> float:
+        """The monotonic clock less the time the log was away (a broker lost, no quorum): deadlines
+        measured on it do not count an outage against actors or trials (docs/reliability.md)."""
+        now = time.monotonic()
+        return now - self._away_total - (now - self._away_since if self._away_since is not None else 0.0)
+
+    @property
+    def log_away(self) -> bool:
+        return self._away_since is not None
+
+    def _watch_log(self, now: float) -> None:
+        """Is the log away (no fetch answered, or a write of this loop unacknowledged, for
+        LOG_AWAY_S)? Said once per process when it goes (since when, what waits, what the service
+        does meanwhile) and once when it is back: the Kafka client's own lines about it are held
+        back to one a minute per logger (trialog.telemetry.logs)."""
+        writing = now - self._writing_since if self._writing_since is not None else 0.0
+        quiet = max(self.consumer.unanswered_s(), writing)
+        if quiet >= LOG_AWAY_S and self._away_since is None:
+            self._away_since = now - min(quiet, 2 * LOG_AWAY_S)  # from about the last answer: all the outage
+            self.bus.loops_away += 1
+            if self.bus.loops_away == 1:
+                log.warning(
+                    "the log is away: writes held and retried, nothing committed past them, deadlines wait",
+                    service=self.handler.service_name,
+                    since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - quiet)),
+                    events_waiting=self._sending + len(self._out),
+                )
+        elif quiet < LOG_AWAY_S and self._away_since is not None:
+            away, self._away_since = now - self._away_since, None
+            self._away_total += away
+            self.bus.loops_away -= 1
+            if self.bus.loops_away == 0:
+                log.info("the log is back: deadlines run again", service=self.handler.service_name, away_s=round(away))
 
     async def _flush(self) -> None:
         try:
             await self._send_out()
         finally:
-            if self._stall_said:
-                log.info(
-                    "the log acknowledges writes again",
-                    service=self.handler.service_name,
-                    after_s=round(time.monotonic() - self._writing_since, 1),
-                )
-            self._writing_since, self._stall_said = None, False
+            self._writing_since = None
             if self._held:
                 self._held.clear()
                 self.consumer.release()
