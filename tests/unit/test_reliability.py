@@ -212,6 +212,7 @@ async def test_an_outage_of_the_log_is_said_once_per_process_and_its_end_too(bus
     and once that it is back; the retries in between are counted, not written."""
     spec = load_spec(SLOW, bus.store)
     monkeypatch.setattr(service, "LOG_AWAY_S", 0.05)
+    monkeypatch.setattr(service, "LOG_BACK_S", 0.05)
     async with deployment(bus, spec) as (_, ctl):
         tid = await ctl.start_trial("trialtest", environment="slow", max_ticks=30)
         await asyncio.sleep(0.2)

@@ -70,6 +70,7 @@ QUIET_RECORDS = 4  # a poll of at most this many records: the loop reads little 
 HOLD_BACKOFF_MAX = 1024  # the most emits that go without holding their partition after a skip failed (_read_own)
 RETRY_BACKOFF_MAX_S = 2.0  # the longest wait between two attempts to publish while Kafka refuses
 LOG_AWAY_S = 2.0  # no fetch answered (idle, one comes every 0.5 s) nor write acknowledged: away (log_time)
+LOG_BACK_S = 3.0  # answered this long again: back (the others' producers find the new leader later, retrying)
 
 
 def retry_backoff(attempt: int) -> float:
@@ -114,6 +115,7 @@ class ServiceLoop:
         self._sending = 0  # events in the write under way
         self._away_since: float | None = None  # monotonic: since when the log is away (see log_time)
         self._away_total = 0.0  # seconds the log was away before that
+        self._answered_since: float | None = None  # while away: since when it answers again
         self._recalls = type(handler).recall is not Handler.recall  # see Handler.recall
         # On the tick path, a record this loop writes to a partition it reads is handled as read
         # back without fetching it back: the consumer holds its fetches while the record is on
@@ -455,6 +457,10 @@ class ServiceLoop:
         back to one a minute per logger (trialog.telemetry.logs)."""
         writing = now - self._writing_since if self._writing_since is not None else 0.0
         quiet = max(self.consumer.unanswered_s(), writing)
+        if quiet >= LOG_AWAY_S:
+            self._answered_since = None
+        elif self._away_since is not None and self._answered_since is None:
+            self._answered_since = now
         if quiet >= LOG_AWAY_S and self._away_since is None:
             self._away_since = now - min(quiet, 2 * LOG_AWAY_S)  # from about the last answer: all the outage
             self.bus.loops_away += 1
@@ -465,8 +471,8 @@ class ServiceLoop:
                     since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - quiet)),
                     events_waiting=self._sending + len(self._out),
                 )
-        elif quiet < LOG_AWAY_S and self._away_since is not None:
-            away, self._away_since = now - self._away_since, None
+        elif self._away_since is not None and now - (self._answered_since or now) >= LOG_BACK_S:
+            away, self._away_since, self._answered_since = now - self._away_since, None, None
             self._away_total += away
             self.bus.loops_away -= 1
             if self.bus.loops_away == 0:
