@@ -33,7 +33,7 @@ from aiokafka.errors import (
 )
 
 from trialog.bus.base import RECORD_OVERHEAD, Bus, Delivered
-from trialog.bus.kafka_consumer import KafkaConsumer, partitions_of
+from trialog.bus.kafka_consumer import ASK_AGAIN_S, KafkaConsumer, partitions_of
 from trialog.bus.kafka_tasks import _ended_with, _stopped, _watch_metadata
 from trialog.errors import RecordsTooLarge, TransportError
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS, plan
@@ -246,7 +246,7 @@ class KafkaBus(Bus):
             # A topic created a moment ago may not be known yet to the node that answers (a
             # cluster): asked again, briefly, as for its metadata.
             missing = list(out)
-            for wait in (0.1, 0.2, 0.4, 0.8, None):
+            for wait in ASK_AGAIN_S:
                 resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in missing]
                 for response in await admin.describe_configs(resources):
                     for resource in response.resources:

@@ -49,6 +49,7 @@ log = get_logger(__name__)
 _UNREADABLE = (UnsupportedCodecError, CorruptRecordException)
 
 FETCH_MAX_WAIT_MS = 500
+ASK_AGAIN_S = (0.1, 0.2, 0.4, 0.8, None)  # a topic just created may be unknown to the node asked: waits, then give up
 STOP_TIMEOUT_S = 30.0  # the longest a replaced consumer may take to leave its group
 RESTART_PATIENCE_S = 300.0  # how long a replacement consumer keeps trying to start while Kafka is away
 BATCH_MIN_BYTES = 256 * 1024
@@ -191,7 +192,7 @@ class KafkaConsumer(Consumer):
         consumer knows none yet). A topic created a moment ago may not be in every broker's
         metadata yet: asked again, briefly, before it counts as missing."""
         topics = [self.bus.settings.topic(role) for role in self.roles]
-        for wait in (0.1, 0.2, 0.4, 0.8, None):
+        for wait in ASK_AGAIN_S:
             found = await partitions_of(self._consumer._client, topics)  # noqa: SLF001
             if self.partitions is not None or all(found.values()) or wait is None:
                 return found

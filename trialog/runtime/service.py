@@ -204,11 +204,11 @@ class ServiceLoop:
                 self._check_caught_up()
                 if now - last_periodic >= self.tick_interval:
                     last_periodic = now
+                    self._watch_log(now)  # seconds matter here, not turns: off the per-record path
                     self.handler.periodic(time.time())
                 if now - last_commit >= 1.0 and self.group:
                     last_commit = now
                     await self._commit()
-                self._watch_log(now)
                 self.turned_at = now
         finally:
             self.bus.loops_away -= self._away_since is not None
