@@ -681,6 +681,95 @@ def _evolution_entry(
     return entry
 
 
+# --- record tags, derived keys and join tokens (trust.json) ------------------------------------
+# Fixed masters, so that the vectors are deterministic; each is what `trialog keyring generate`
+# would hold for that role, were its random bytes these.
+TRUST_MASTERS = {"actors": 1, "controller": 2, "environment": 3, "orchestrator": 4, "seats": 5}
+TRUST_NOW = 1_767_225_600  # 2026-01-01T00:00:00Z: when the join token is minted and checked
+# (event vector, the writer's role, the keyring it holds: "core", "actors.<impl>" or "seat")
+TAGGED = (
+    ("event.observation", "environment", "core"),
+    ("event.action", "actors.scripted", "actors.scripted"),
+    ("event.reward", "controller", "core"),
+    ("event.message", "actors.scripted", "actors.scripted"),
+    ("event.actor.joined", "seat", "seat"),
+)
+
+
+def trust_vectors(entries: list[dict[str, Any]], blobs: dict[str, bytes]) -> dict[str, Any]:
+    """Derived keys, the tags Trialog's own Authenticator adds to some event vectors, and a
+    join token, made with the fixed masters above by the code of trialog.trust."""
+    from trialog.trust.authenticator import Authenticator
+    from trialog.trust.join_tokens import mint_join_token
+    from trialog.trust.keys import KEY_LABEL, Keyring, b64url, derive, length_prefixed
+    from trialog.trust.seats import Seat
+    from trialog.trust.tags import MAC_PREFIX, mac_input
+
+    keyring = Keyring({role: bytes(range(n * 32, n * 32 + 32)) for role, n in TRUST_MASTERS.items()})
+    by_name = {e["name"]: e for e in entries}
+    codec = EventCodec(SchemaStore.with_builtin())
+    started = codec.decode(blobs[by_name["event.trial.started"]["file"]], ev.TrialStarted.KIND)
+
+    def derived(key_id: str, master: str, *parts: str) -> dict[str, Any]:
+        message = length_prefixed(KEY_LABEL) + b"".join(length_prefixed(p.encode()) for p in parts)
+        key = derive(keyring.keys[master], *parts)
+        assert key == keyring.key(key_id, TRIAL) or key_id == "join-token"
+        return {"key_id": key_id, "master": master, "parts": list(parts), "input_hex": message.hex(),
+                "key_hex": key.hex(), "key_b64url": b64url(key)}  # fmt: skip
+
+    seat_bob = keyring.key("seat.bob", TRIAL)
+    writers = {
+        "core": keyring,
+        "actors.scripted": keyring.restricted_to("scripted"),
+        "seat": Keyring({}, source="a join token"),
+    }
+    tags = []
+    for name, role, held in TAGGED:
+        entry = by_name[name]
+        value = blobs[entry["file"]]
+        auth = Authenticator(writers[held], role=role)
+        auth.learn(started)
+        if held == "seat":
+            auth.hold(Seat(TRIAL, "bob", holder="holder-7f3a", takeover=True), seat_bob)
+        headers = [(k, v.encode()) for k, v in entry["kafka"]["headers"].items()]
+        added = auth.tag(TRIAL, headers, value)
+        headers += [(k, v) for k, v in added if not k.startswith(MAC_PREFIX)]
+        tags.append({
+            "vector": name, "writer": role, "record_key": entry["kafka"]["key"],
+            "headers": {k: v.decode() for k, v in headers},
+            "mac_input_hex": mac_input(TRIAL.encode(), dict(headers), value).hex(),
+            "tags": {k: v.hex() for k, v in added if k.startswith(MAC_PREFIX)},
+        })  # fmt: skip
+    token = mint_join_token(keyring, TRIAL, "bob", ttl_s=3600, now=TRUST_NOW)
+    return {
+        "format": "trialog-trust-vectors/1",
+        "conventions": {
+            "*_hex": "bytes as lower-case hex",
+            "*_b64url": "bytes as base64url without padding (RFC 4648 section 5, no '=')",
+            "LP(x)": "the 4-byte big-endian length of x, then x",
+            "derive(master, parts...)": 'HMAC-SHA256(master, LP("trialog.key.v1") || LP(part)...) (input_hex)',
+            "tags": "header mac.<key id> = HMAC-SHA256(key, mac_input): the raw 32-byte digest as the header's value",
+            "vector": "the record's value is <vector>.bin of manifest.json; headers: every header but the tags",
+        },  # fmt: skip
+        "keyring": json.loads(keyring.to_json()),
+        "derived_keys": [
+            derived("actors.scripted", "actors", "actors", "scripted"),
+            derived("seat.bob", "seats", "seat", TRIAL, "bob"),
+            derived("join-token", "seats", "join-token"),
+        ],
+        "tags": tags,
+        "join_token": {
+            "token": token,
+            "now": TRUST_NOW,
+            "trial": TRIAL,
+            "actor": "bob",
+            "exp": TRUST_NOW + 3600,
+            "seat_key_b64url": b64url(seat_bob),
+            "mac_key": "join-token",
+        },  # fmt: skip
+    }
+
+
 def write(out: Path) -> list[dict[str, Any]]:
     entries, blobs = build()
     out.mkdir(parents=True, exist_ok=True)
@@ -692,6 +781,8 @@ def write(out: Path) -> list[dict[str, Any]]:
     manifest = {"format": FORMAT, "conventions": CONVENTIONS, "vectors": entries}
     text = json.dumps(manifest, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
     (out / "manifest.json").write_text(text, encoding="utf-8")
+    trust = json.dumps(trust_vectors(entries, blobs), indent=2, ensure_ascii=False) + "\n"
+    (out / "trust.json").write_text(trust, encoding="utf-8")
     return entries
 
 
