@@ -463,6 +463,8 @@ class OrchestratorHandler(Handler):
 
     # --- timers and partitions ---------------------------------------------------------------------
     def periodic(self, now: float) -> None:
+        if not self.loop.log_sure:
+            return  # a trial's silence may be the log's: decide once it answers (or is known away)
         now_ms = int(now * 1000)
         mono = self.loop.log_time()
         away = time.monotonic() - mono  # seconds the log has been away: a wall-clock limit does not count them

@@ -223,6 +223,7 @@ class OrchestratorLoop:
 
     log_time = staticmethod(time.monotonic)  # the log never away here
     log_away = False
+    log_sure = True
 
     def dead_letter(self, record, reason):
         raise AssertionError(reason)

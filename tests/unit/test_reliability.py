@@ -21,7 +21,7 @@ from trialog.protocol.events import Action, ActorTimeout, Message, Observation, 
 from trialog.protocol.owners import check_headers, owner_of, reward_problem
 from trialog.protocol.roles import ACTORS, ENVIRONMENT, ORCHESTRATOR
 from trialog.protocol.topics import EVENTS
-from trialog.runtime import service
+from trialog.runtime import log_watch, service
 from trialog.spec import load_spec
 
 SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps" / "spec.yaml"
@@ -211,8 +211,8 @@ async def test_an_outage_of_the_log_is_said_once_per_process_and_its_end_too(bus
     """While Kafka refuses, the process says once that the log is away (since when, what waits),
     and once that it is back; the retries in between are counted, not written."""
     spec = load_spec(SLOW, bus.store)
-    monkeypatch.setattr(service, "LOG_AWAY_S", 0.05)
-    monkeypatch.setattr(service, "LOG_BACK_S", 0.05)
+    monkeypatch.setattr(log_watch, "LOG_AWAY_S", 0.05)
+    monkeypatch.setattr(log_watch, "LOG_BACK_S", 0.05)
     async with deployment(bus, spec) as (_, ctl):
         tid = await ctl.start_trial("trialtest", environment="slow", max_ticks=30)
         await asyncio.sleep(0.2)
@@ -257,3 +257,26 @@ async def test_while_the_log_is_away_response_deadlines_wait_with_it(bus, monkey
     assert (ended.reason, ended.tick) == ("max_ticks", 40)
     timeouts = [e for e in events_of(bus, tid) if isinstance(e, ActorTimeout)]
     assert timeouts == [], f"the outage was counted against the actors: {timeouts}"
+
+
+def test_a_deadline_waits_while_the_log_may_be_going_and_the_clock_leaves_the_outage_out():
+    """Before LOG_AWAY_S the loss is not known yet: no deadline falls then (not sure), so a
+    response timeout shorter than LOG_AWAY_S cannot count the outage's first seconds. Once
+    away, the clock stops from about the last answer; it runs again LOG_BACK_S after the log
+    answers again, with the whole outage left out."""
+    watch = log_watch.LogWatch("environment")
+    watch.watch(100.0, 0.2, 0)
+    assert watch.sure and not watch.away
+    watch.watch(101.0, log_watch.LOG_SURE_S + 0.2, 0)  # a broker lost a second ago, maybe
+    assert not watch.sure and not watch.away
+    watch.watch(102.0, log_watch.LOG_AWAY_S + 0.2, 3)
+    assert watch.away and not watch.sure and log_watch.LogWatch.away_in_process == 1
+    watch.watch(110.0, 0.1, 0)  # answered again
+    watch.watch(110.0 + log_watch.LOG_BACK_S / 2, 0.1, 0)
+    assert watch.away, "back too soon: the others' records are still on their way"
+    watch.watch(110.0 + log_watch.LOG_BACK_S, 0.1, 0)
+    assert watch.sure and not watch.away and log_watch.LogWatch.away_in_process == 0
+    # Away from 102 - 2.2 (the last answer) until 113: all of it left out of the clock.
+    outage = 110.0 + log_watch.LOG_BACK_S - (102.0 - log_watch.LOG_AWAY_S - 0.2)
+    assert abs((time.monotonic() - watch.time()) - outage) < 1e-3
+    watch.close()

@@ -184,8 +184,6 @@ class Consumer(abc.ABC):
 class Bus(abc.ABC):
     """Producer, consumers and topic admin for one deployment (one settings object)."""
 
-    loops_away = 0  # service loops of this process for which the log is away (ServiceLoop._watch_log)
-
     def __init__(self, settings: Settings, store: SchemaStore | None = None):
         self.settings = settings
         self.codec = EventCodec(store)

@@ -549,17 +549,16 @@ class EnvironmentHandler(Handler):
 
     # --- timers, partitions ----------------------------------------------------------------------
     def periodic(self, now: float) -> None:
+        if not self.loop.log_sure:
+            return  # an actor's silence may be the log's: decide once it answers (or is known away)
         mono = self.loop.log_time()
         for trial in list(self.trials.values()):
-            if trial.done or trial.timed_out or not self.loop.is_live(EVENTS, trial.partition):
-                continue
-            if (
-                trial.stepping
-                or trial.started.tick_interval_ms
-                or mono - trial.waiting_since < trial.started.response_timeout_ms / 1000
-            ):
+            if trial.done or trial.timed_out or trial.stepping or trial.started.tick_interval_ms:
                 continue  # real-time trials time out at their tick deadline instead
-            self._time_out(trial)
+            if mono - trial.waiting_since >= trial.started.response_timeout_ms / 1000 and self.loop.is_live(
+                EVENTS, trial.partition
+            ):
+                self._time_out(trial)
 
     def _time_out(self, trial: _Trial) -> None:
         """Write the timeouts of the actors whose action for this tick is missing (applied when read back)."""

@@ -83,5 +83,9 @@ async def _watch_health(health: Health, loops: Sequence[ServiceLoop]) -> None:
         if all(time.monotonic() - loop.turned_at < LOOP_STALL_S for loop in loops):
             health.beat()
         waiting = [loop.handler.service_name for loop in loops if not loop.ready.is_set()]
-        health.set_ready(not waiting, f"catching up or waiting for partitions: {', '.join(waiting)}" if waiting else "")
+        away = [loop.handler.service_name for loop in loops if loop.log_away]
+        if waiting:
+            health.set_ready(False, f"catching up or waiting for partitions: {', '.join(waiting)}")
+        else:  # a loop the log is away from acts on nothing until it is back (trialog.runtime.log_watch)
+            health.set_ready(not away, f"the log is away: {', '.join(away)} waiting for it" if away else "")
         await asyncio.sleep(1.0)

@@ -50,6 +50,7 @@ from trialog.protocol.events import BY_KIND, HEADER_KIND, Event, ResolvedTrial, 
 from trialog.protocol.owners import check_headers
 from trialog.protocol.topics import EVENTS
 from trialog.runtime.handler import Handler
+from trialog.runtime.log_watch import LogWatch
 from trialog.telemetry import metrics
 from trialog.telemetry.logs import get_logger
 
@@ -69,8 +70,6 @@ RECORDS_PER_FLUSH = 32  # records handled between two flushes, the most one poll
 QUIET_RECORDS = 4  # a poll of at most this many records: the loop reads little (see ServiceLoop._read_own)
 HOLD_BACKOFF_MAX = 1024  # the most emits that go without holding their partition after a skip failed (_read_own)
 RETRY_BACKOFF_MAX_S = 2.0  # the longest wait between two attempts to publish while Kafka refuses
-LOG_AWAY_S = 2.0  # no fetch answered (idle, one comes every 0.5 s) nor write acknowledged: away (log_time)
-LOG_BACK_S = 3.0  # answered this long again: back (the others' producers find the new leader later, retrying)
 
 
 def retry_backoff(attempt: int) -> float:
@@ -113,9 +112,7 @@ class ServiceLoop:
         self._stopping = asyncio.Event()
         self._writing_since: float | None = None  # monotonic start of the writes under way (see _watch_log)
         self._sending = 0  # events in the write under way
-        self._away_since: float | None = None  # monotonic: since when the log is away (see log_time)
-        self._away_total = 0.0  # seconds the log was away before that
-        self._answered_since: float | None = None  # while away: since when it answers again
+        self.log = LogWatch(handler.service_name)  # the clock deadlines are measured on (log_watch)
         self._recalls = type(handler).recall is not Handler.recall  # see Handler.recall
         # On the tick path, a record this loop writes to a partition it reads is handled as read
         # back without fetching it back: the consumer holds its fetches while the record is on
@@ -211,7 +208,7 @@ class ServiceLoop:
                     await self._commit()
                 self.turned_at = now
         finally:
-            self.bus.loops_away -= self._away_since is not None
+            self.log.close()
             await self._drain_and_commit()
             await self.consumer.stop()
             await self.handler.close()
@@ -441,42 +438,19 @@ class ServiceLoop:
             log.info("commit skipped", reason=str(exc))
 
     def log_time(self) -> float:
-        """The monotonic clock less the time the log was away (a broker lost, no quorum): deadlines
-        measured on it do not count an outage against actors or trials (docs/reliability.md)."""
-        now = time.monotonic()
-        return now - self._away_total - (now - self._away_since if self._away_since is not None else 0.0)
+        return self.log.time()
 
     @property
     def log_away(self) -> bool:
-        return self._away_since is not None
+        return self.log.away
+
+    @property
+    def log_sure(self) -> bool:
+        return self.log.sure
 
     def _watch_log(self, now: float) -> None:
-        """Is the log away (no fetch answered, or a write of this loop unacknowledged, for
-        LOG_AWAY_S)? Said once per process when it goes (since when, what waits, what the service
-        does meanwhile) and once when it is back: the Kafka client's own lines about it are held
-        back to one a minute per logger (trialog.telemetry.logs)."""
         writing = now - self._writing_since if self._writing_since is not None else 0.0
-        quiet = max(self.consumer.unanswered_s(), writing)
-        if quiet >= LOG_AWAY_S:
-            self._answered_since = None
-        elif self._away_since is not None and self._answered_since is None:
-            self._answered_since = now
-        if quiet >= LOG_AWAY_S and self._away_since is None:
-            self._away_since = now - min(quiet, 2 * LOG_AWAY_S)  # from about the last answer: all the outage
-            self.bus.loops_away += 1
-            if self.bus.loops_away == 1:
-                log.warning(
-                    "the log is away: writes held and retried, nothing committed past them, deadlines wait",
-                    service=self.handler.service_name,
-                    since=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - quiet)),
-                    events_waiting=self._sending + len(self._out),
-                )
-        elif self._away_since is not None and now - (self._answered_since or now) >= LOG_BACK_S:
-            away, self._away_since, self._answered_since = now - self._away_since, None, None
-            self._away_total += away
-            self.bus.loops_away -= 1
-            if self.bus.loops_away == 0:
-                log.info("the log is back: deadlines run again", service=self.handler.service_name, away_s=round(away))
+        self.log.watch(now, max(self.consumer.unanswered_s(), writing), self._sending + len(self._out))
 
     async def _flush(self) -> None:
         try:

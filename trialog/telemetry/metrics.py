@@ -117,17 +117,23 @@ class _LoopCollector:
             "Seconds since the service loop last finished a turn (liveness looks at it).",
             labels=["service", "group"],
         )
+        log_away = GaugeMetricFamily(
+            "trialog_log_away",
+            "1 while the log is away for the service loop (no answer for seconds: trialog.runtime.log_watch), else 0.",
+            labels=["service", "group"],
+        )
         now = time.monotonic()
         for loop in list(_loops):
             service, group = loop.handler.service_name, loop.group or ""
             live.add_metric([service, group], loop.handler.live_trial_count())
+            log_away.add_metric([service, group], 1 if loop.log_away else 0)
             since_turn.add_metric([service, group], now - loop.turned_at)
             for (role, partition), part in list(loop.parts.items()):
                 labels = [service, group, role, str(partition)]
                 catching_up.add_metric(labels, 0 if part.live else 1)
                 end = loop.consumer.highwater(role, partition) if loop.consumer is not None else None
                 lag.add_metric(labels, max(0, (end if end is not None else part.end) - part.position))
-        yield from (live, catching_up, lag, since_turn)
+        yield from (live, catching_up, lag, since_turn, log_away)
 
 
 REGISTRY.register(_LoopCollector())
