@@ -14,10 +14,11 @@ what is wrong.
         observation: auto            # derived from the environment (adapters)
         action: auto
     environments:
-      rps: {entry: "trialog.examples.rps:RockPaperScissors", config: {rounds: 10},
-            overridable: [rounds]}   # config keys a start request may set (none by default)
+      rps: {entry: "trialog.examples.rps.game:RockPaperScissors", config: {target_score: 5},
+            overridable: [target_score]}   # config keys a start request may set (none by default)
     actors:                          # actor implementations
       random: {entry: "trialog.agents.random_agent:RandomAgent"}
+      counter: {entry: "trialog.examples.rps.players:CounterPlayer", classes: [player]}
       human: {client: true}          # joins from outside (a browser, a script)
       go_bot: {external: true}       # served by another process (any language, docs/protocol.md)
     trial:                           # defaults; a start request may override them
@@ -25,7 +26,7 @@ what is wrong.
       environment_config: {}
       actors:
         - {name: alice, class: player, implementation: random}
-        - {name: bob, class: player, implementation: scripted, config: {move: rock}}
+        - {name: bob, class: player, implementation: counter}
       max_ticks: 100
       seed: null                     # null: derived from the trial ID
       response_timeout_ms: 10000
@@ -36,7 +37,7 @@ what is wrong.
       tick_interval_ms: null         # real time (people playing): one step every 150 ms, say;
                                      # a missing action at the deadline gets timeout_policy
       parameters: {}
-      pre_trial_hooks: ["my_module:my_hook"]
+      pre_trial_hooks: ["my_project.hooks:by_phase"]   # set up each trial (docs/environments.md)
 """
 
 from __future__ import annotations
