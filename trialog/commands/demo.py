@@ -9,7 +9,7 @@ from pathlib import Path
 
 from trialog.commands.parts import add_trial_overrides
 from trialog.tools import demo
-from trialog.tools.demo import DEMOS, EXAMPLES, default_game, demo_settings, play_with_people
+from trialog.tools.demo import DEMOS, EXAMPLES, default_game, demo_settings, follow_up, play_with_people
 
 
 def add(sub) -> None:
@@ -53,6 +53,7 @@ def run(args) -> int:
     code = run_from_args(campaign_args(args, spec_file), settings, pairings=pairings, archive_dir=archive)
     if archive:
         print(f"archive: {Path(archive).resolve()}")
+    print(f"its trials: {follow_up(settings, 'trial list')}", file=sys.stderr)
     print("the broker keeps running (the log is the datalog); stop it with `trialog broker stop`", file=sys.stderr)
     return code
 

@@ -67,6 +67,16 @@ def demo_settings(bootstrap: str, environ=None) -> Settings:
     return Settings.load(flags, environ=environ)
 
 
+def follow_up(settings: Settings, command: str) -> str:
+    """``trialog <command>`` as the demo prints it for later: with the demo's topic prefix
+    (and broker, if not the default one), which a command typed in another shell would
+    not otherwise know."""
+    where = f" --topic-prefix {settings.topic_prefix}"
+    if settings.bootstrap_servers != Settings().bootstrap_servers:
+        where += f" --bootstrap-servers {settings.bootstrap_servers}"
+    return f"trialog {command}{where}"
+
+
 def play_with_people(settings: Settings, gateway_port: int, max_ticks: int | None) -> int:
     """One real-time Overcooked trial with a person in cook_a's seat, beside the planner."""
     import asyncio
@@ -101,5 +111,6 @@ async def _one_trial_with_people(settings: Settings, spec, max_ticks: int | None
         ended = await ctl.wait_ended(trial_id)
         await asyncio.sleep(3)  # the gateway stops with the demo: let the page show the end first
     print(f"trial {trial_id} ended: {ended.reason} at tick {ended.tick}", flush=True)
-    print("your moves are in the log: trialog export --implementation human --out demonstrations.parquet", flush=True)
+    export = follow_up(settings, "export --implementation human --out demonstrations.parquet")
+    print(f"your moves are in the log: {export}", flush=True)
     return 0 if ended.reason in ("max_ticks", "environment") else 1
