@@ -3,10 +3,14 @@
 Three forms, pick the simpler that fits:
 
 1. **decide** — a class whose ``decide(observation)`` returns the action. Optional
-   hooks receive rewards (retroactive ones included, live), messages and the end::
+   hooks receive rewards (retroactive ones included, live), messages and the end; an
+   :class:`Agent` sends rewards and messages with :meth:`Agent.reward` and
+   :meth:`Agent.message`, from ``decide`` or a hook::
 
        class Greedy(Agent):
            def decide(self, observation):
+               if observation["opponent_scored"]:
+                   self.reward("opponent", 1.0)  # for this tick
                return int(np.argmax(observation["values"]))
 
 2. **session** — one coroutine over the typed stream of the actor's events::
@@ -30,15 +34,23 @@ Three forms, pick the simpler that fits:
                q = self.network(np.stack([r.observation for r in requests]))
                return list(q.argmax(axis=1))
 
-``decide`` and ``decide_batch`` run in a worker thread of their implementation, off
-the service's event loop: a slow implementation delays only its own trials. The
-observations read from the log before the loop's next turn (a poll's worth, or a few)
-become one call (one ``decide_batch``, or one pass over the agents' ``decide``), in tick
-order per trial.
+``decide`` runs on the service's event loop, inline: a fast agent pays no thread hop.
+While its calls are slow and mostly wait (sleeps, I/O, native code;
+:mod:`trialog.runtime.pace`), they move to a worker thread of their implementation, so
+that a slow implementation delays only its own trials; they come back once fast.
+``decide_batch`` always runs in that worker thread, in order with the policy's model
+loads. The observations read from the log before the loop's next turn (a poll's worth,
+or a few) become one call (one ``decide_batch``, or one pass over the agents'
+``decide``), in tick order per trial.
 
 Observations arrive decoded into the actor class's types (NumPy arrays where the
 schema says ``trialog.Tensor``); actions are encoded by the runtime, which raises
 :class:`~trialog.errors.CodecError` when one does not match the action schema.
+
+An actor that cannot play — an agent whose constructor raises, a session that raises —
+ends its trial at once (``trial.ended``: ``terminated``, the error in its details),
+rather than leaving the environment to time it out tick after tick. A ``decide`` that
+raises only loses that tick's action: the timeout policy applies.
 """
 
 from __future__ import annotations
@@ -95,16 +107,9 @@ class EndEvent:
 ActorEvent = ObservationEvent | RewardEvent | MessageEvent | EndEvent
 
 
-class ActorSession(Protocol):
-    """What a session-style actor gets: its trial, itself, its events and its outputs."""
-
-    trial: TrialInfo
-    actor: ActorInfo
-
-    def __aiter__(self) -> AsyncIterator[ActorEvent]: ...
-
-    def act(self, action: Any) -> None:
-        """Answer the latest observation."""
+class Outputs(Protocol):
+    """What an actor sends besides its actions: rewards and messages, for the tick being
+    answered unless it says otherwise."""
 
     def reward(
         self,
@@ -126,13 +131,30 @@ class ActorSession(Protocol):
         if a receiver addresses nobody in the trial."""
 
 
+class ActorSession(Outputs, Protocol):
+    """What a session-style actor gets: its trial, itself, its events and its outputs."""
+
+    trial: TrialInfo
+    actor: ActorInfo
+
+    def __aiter__(self) -> AsyncIterator[ActorEvent]: ...
+
+    def act(self, action: Any) -> None:
+        """Answer the latest observation."""
+
+
 class Agent:
     """Base class of decide-style actors. One instance per (trial, actor).
 
     The runtime calls ``decide`` once per observation, in tick order, and the hooks
     as events arrive. ``decide`` MUST be deterministic given the trial seed and the
-    observations so far, for recovery to reproduce the same trajectory.
+    observations so far, for recovery to reproduce the same trajectory — and so must
+    the rewards and messages it sends.
+
+    A constructor that raises ends the trial at once, with the error as the reason.
     """
+
+    outbox: Outputs | None = None  # set by the actor runtime once the agent is built
 
     def __init__(self, trial: TrialInfo, actor: ActorInfo) -> None:
         self.trial = trial
@@ -140,6 +162,34 @@ class Agent:
 
     def decide(self, observation: Any) -> Any:
         raise NotImplementedError
+
+    def reward(
+        self,
+        receiver: str,
+        value: float,
+        *,
+        tick: int | None = None,
+        confidence: float = 1.0,
+        user_data: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Reward other actors, as :meth:`Outputs.reward` (checked now, raising
+        :class:`trialog.errors.TrialError` for a reward that could not count). ``tick``
+        defaults to the tick being decided (in a hook: the latest decided). Written once
+        ``decide`` (or the hook) returns, before the action."""
+        self._outputs().reward(receiver, value, tick=tick, confidence=confidence, user_data=user_data)
+
+    def message(self, receivers: Sequence[str], payload: Mapping[str, Any]) -> None:
+        """Send a message to actors of the trial or ``env``, as :meth:`Outputs.message`;
+        written like :meth:`reward`."""
+        self._outputs().message(receivers, payload)
+
+    def _outputs(self) -> Outputs:
+        if self.outbox is None:
+            raise TrialogError(
+                f"{type(self).__name__} sends rewards and messages once an actor runtime plays it "
+                "(from decide or a hook, not from its constructor)"
+            )
+        return self.outbox
 
     def on_reward(self, reward: RewardEvent) -> None:
         """A reward arrived (live, including retroactive rewards for past ticks)."""

@@ -50,7 +50,7 @@ from trialog.protocol.events import (
 from trialog.protocol.owners import message_problem, reward_problem
 from trialog.protocol.topics import EVENTS
 from trialog.protocol.trial import class_schemas, loads, reaches, trial_info
-from trialog.runtime.actor_runtime import Session
+from trialog.runtime.actor_session import Session
 from trialog.trust.authenticator import Authenticator
 from trialog.trust.join_tokens import read_join_token
 from trialog.trust.keys import Keyring, TrustError

@@ -19,17 +19,23 @@ A policy that follows a model gets each newer version from ``models`` (loaded in
 the same worker thread, between two batches) and its actions record the version.
 
 Observations arrive decoded into the actor class's types; rewards — retroactive
-ones included — and messages are delivered live as they are read from the log.
+ones included — and messages are delivered live as they are read from the log. The rewards
+and messages a decide-style agent sends (:mod:`trialog.runtime.actor_session`) are written
+after its ``decide`` returns, before its action, or after the hook that sent them.
+
+An actor that cannot play — its constructor or its session raised — asks the orchestrator to
+end the trial at once (a hard ``trial.terminate`` with the reason), rather than leave the
+environment to time it out tick after tick.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from trialog.actor import (
     ActorEvent,
@@ -42,7 +48,7 @@ from trialog.actor import (
 )
 from trialog.bus.base import Record
 from trialog.environment import ActorInfo, TrialInfo
-from trialog.errors import BadRecord, CodecError, TrialError, TrialogError
+from trialog.errors import BadRecord, CodecError, TrialogError
 from trialog.model_registry import ModelFollower, ModelVersion
 from trialog.protocol.events import (
     HEADER_RECEIVER,
@@ -51,22 +57,22 @@ from trialog.protocol.events import (
     Message,
     Observation,
     Reward,
+    TerminateRequest,
     TrialEnded,
     TrialStarted,
 )
 from trialog.protocol.inbox import Received
 from trialog.protocol.owners import message_problem, reward_problem
-from trialog.protocol.rewards import reward_bounds_problem
 from trialog.protocol.roles import ACTORS
-from trialog.protocol.topics import EVENTS
+from trialog.protocol.topics import CONTROL, EVENTS
 from trialog.protocol.trial import (
     ClassSchemas,
     class_schemas,
-    dumps,
     loads,
     reaches,
     trial_info,
 )
+from trialog.runtime.actor_session import Outbox, Session
 from trialog.runtime.handler import Handler, safe_point
 from trialog.runtime.pace import Pace
 from trialog.runtime.recent import RecentlyEnded
@@ -80,104 +86,6 @@ log = get_logger(__name__)
 _NO_ACTION = object()  # a decide() that raised
 
 
-class Emits(Protocol):
-    def emit(self, event: Event) -> None: ...
-
-
-class Session:
-    """The :class:`trialog.actor.ActorSession` handed to a session-style actor (by the
-    actor runtime, or by :func:`trialog.client_actor.join` to a client actor)."""
-
-    def __init__(self, loop: Emits, trial: TrialInfo, actor: ActorInfo, schemas: ClassSchemas):
-        self._loop = loop
-        self.trial = trial
-        self.actor = actor
-        self.schemas = schemas
-        self.tick = 0
-        self._queue: asyncio.Queue[ActorEvent] = asyncio.Queue()
-        self._answered: set[int] = set()
-        self._sent_messages = 0  # numbers this session's messages: two in one tick are two messages
-        self._classes = {a.name: a.actor_class for a in trial.actors}  # what its rewards and messages may address
-
-    def push(self, event: ActorEvent) -> None:
-        self._queue.put_nowait(event)
-
-    async def __aiter__(self) -> AsyncIterator[ActorEvent]:
-        while True:
-            event = await self._queue.get()
-            if isinstance(event, ObservationEvent):
-                self.tick = event.tick  # the tick being answered: the one handed out, not the newest queued
-            yield event
-            if isinstance(event, EndEvent):
-                return
-
-    def act(self, action: Any) -> None:
-        if self.tick in self._answered:
-            raise TrialogError(f"actor {self.actor.name} already acted at tick {self.tick}")
-        payload = self.schemas.action.encode(action)  # raises CodecError with the mismatch
-        self._answered.add(self.tick)
-        self._loop.emit(Action(self.trial.trial_id, tick=self.tick, actor=self.actor.name, payload=payload))
-
-    def reward(
-        self,
-        receiver: str,
-        value: float,
-        *,
-        tick: int | None = None,
-        confidence: float = 1.0,
-        user_data: Mapping[str, Any] | None = None,
-    ) -> None:
-        """Reward actors other than this one (a name, ``*`` or ``class.*``; a wildcard leaves
-        this actor out). Raises :class:`TrialError` for a reward that could not count: out of
-        bounds (:func:`trialog.protocol.rewards.reward_bounds_problem`), for a negative tick, naming this
-        actor, or reaching no other actor of the trial."""
-        problem = reward_bounds_problem(value, confidence)
-        if problem is None:
-            reward = Reward(
-                self.trial.trial_id,
-                tick=self.tick if tick is None else int(tick),
-                receiver=receiver,
-                value=float(value),
-                confidence=float(confidence),
-                sender=self.actor.name,
-                user_data=None if user_data is None else dumps(user_data),
-            )
-            problem = reward_problem(
-                reward, max(reward.tick, self.tick), self._classes
-            )  # a later tick is the log's to judge
-        if problem is not None:
-            raise TrialError(
-                f"{self.actor.name} cannot send this reward: {problem}",
-                trial_id=self.trial.trial_id,
-                reason="invalid_reward",
-            )
-        self._loop.emit(reward)
-
-    def _next_message_id(self) -> str:
-        self._sent_messages += 1
-        return f"{self.actor.name}-{self.tick}-{self._sent_messages}"
-
-    def message(self, receivers: Sequence[str], payload: Mapping[str, Any], *, message_id: str | None = None) -> None:
-        """Send a message to actors of the trial (names, ``*``, ``class.*``) or ``env``.
-        Raises :class:`TrialError` if a receiver addresses nobody in the trial."""
-        message = Message(
-            self.trial.trial_id,
-            tick=self.tick,
-            sender=self.actor.name,
-            receivers=tuple(receivers),
-            message_id=message_id or self._next_message_id(),
-            payload=dumps(payload),
-        )
-        problem = message_problem(message, self.tick, self._classes)
-        if problem is not None:
-            raise TrialError(
-                f"{self.actor.name} cannot send this message: {problem}",
-                trial_id=self.trial.trial_id,
-                reason="invalid_message",
-            )
-        self._loop.emit(message)
-
-
 @dataclass
 class _Played:
     """One actor this host plays in one trial."""
@@ -185,6 +93,7 @@ class _Played:
     info: ActorInfo
     schemas: ClassSchemas
     agent: Any = None  # decide-style instance
+    outbox: Outbox | None = None  # the decide-style agent's rewards and messages, until written
     session: Session | None = None
     task: asyncio.Task | None = None
     last_answered: int = -1
@@ -201,6 +110,8 @@ class _Trial:
     classes: dict[str, str]  # every actor of the trial -> its class (what rewards and messages may address)
     actors: dict[str, _Played] = field(default_factory=dict)
     tick: int = 0  # the latest tick observed: rewards and messages for later ticks do not count
+    failures: dict[str, str] = field(default_factory=dict)  # actors that cannot play -> why
+    end_asked: bool = False  # the orchestrator was asked to end the trial for them
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,17 +250,47 @@ class ActorHandler(Handler):
                     played.agent = self.target(info, actor)
                     played.agent.observation_schema = played.schemas.observation_json
                     played.agent.action_schema = played.schemas.action_json
-            except Exception:
+                    played.agent.outbox = played.outbox = Outbox(info, actor)
+            except Exception as exc:
                 log.exception("actor failed to start", trial=started.trial_id, actor=actor.name)
+                trial.failures[actor.name] = f"could not start: {type(exc).__name__}: {exc}"
                 continue
             trial.actors[actor.name] = played
         self.trials[started.trial_id] = trial
+        self._ask_to_end(trial)
 
     async def _run_session(self, played: _Played) -> None:
         try:
             await self.target(played.session)
-        except Exception:
-            log.exception("actor session failed", trial=played.session.trial.trial_id, actor=played.info.name)
+        except Exception as exc:
+            trial_id = played.session.trial.trial_id
+            log.exception("actor session failed", trial=trial_id, actor=played.info.name)
+            trial = self.trials.get(trial_id)
+            if trial is not None:
+                trial.failures[played.info.name] = f"failed: {type(exc).__name__}: {exc}"
+                self._ask_to_end(trial)
+
+    def _ask_to_end(self, trial: _Trial) -> None:
+        """Ask the orchestrator to end a trial one of whose actors cannot play, with the reason:
+        once, and only once the trial's partition is live — a catch-up replays the failure, and
+        asks when it ends (:meth:`caught_up`) unless the log shows the trial ended meanwhile."""
+        if not trial.failures or trial.end_asked or not self.loop.is_live(EVENTS, trial.partition):
+            return
+        trial.end_asked = True
+        self.loop.emit(
+            TerminateRequest(
+                trial.info.trial_id,
+                hard=True,
+                reason="; ".join(f"actor {actor} {why}" for actor, why in trial.failures.items()),
+                requested_by=next(iter(trial.failures)),
+            ),
+            CONTROL,
+        )
+
+    def caught_up(self, role: str, partition: int) -> None:
+        for trial in list(self.trials.values()):
+            if trial.partition == partition:
+                self._ask_to_end(trial)
 
     def _on_observation(self, trial: _Trial, played: _Played, obs: Observation) -> None:
         if obs.tick <= played.last_answered:
@@ -403,14 +344,16 @@ class ActorHandler(Handler):
             batch, self._pending = self._pending, []
             self._in_worker = True
             try:
-                payloads, versions = await loop.run_in_executor(self._worker, self.pace.timed, self._decide, batch)
+                decided = await loop.run_in_executor(self._worker, self.pace.timed, self._decide, batch)
             finally:
                 self._in_worker = False
-            self._emit_decisions(batch, payloads, versions)
+            self._emit_decisions(batch, *decided)
 
-    def _decide(self, batch: list[_Pending]) -> tuple[list[bytes | None], list[int | None]]:
-        """In the worker thread: the actions of a batch, encoded (None where there is none)."""
+    def _decide(self, batch: list[_Pending]) -> tuple[list[bytes | None], list[int | None], list[list[Event]]]:
+        """In the worker thread: the actions of a batch, encoded (None where there is none),
+        their model versions, and the rewards and messages each decide sent."""
         self.batches += 1
+        sent: list[list[Event]] = [[] for _ in batch]
         if self.policy is not None:
             try:
                 actions = list(
@@ -427,11 +370,12 @@ class ActorHandler(Handler):
                     requests=len(batch),
                     error=f"{type(exc).__name__}: {exc}",
                 )
-                return [None] * len(batch), [None] * len(batch)
+                return [None] * len(batch), [None] * len(batch), sent
             versions = [self.policy.policy_version] * len(batch)
         else:
             actions, versions = [], []
-            for p in batch:
+            for i, p in enumerate(batch):
+                p.played.outbox.tick = p.tick
                 try:
                     actions.append(p.played.agent.decide(p.observation))
                 except Exception as exc:
@@ -444,6 +388,7 @@ class ActorHandler(Handler):
                     )
                     actions.append(_NO_ACTION)
                 versions.append(getattr(p.played.agent, "policy_version", None))
+                sent[i] = p.played.outbox.take()  # valid when sent, even by a decide that then raised
         payloads: list[bytes | None] = []
         for p, action in zip(batch, actions):
             if action is _NO_ACTION:
@@ -460,12 +405,22 @@ class ActorHandler(Handler):
                     error=str(exc),
                 )
                 payloads.append(None)
-        return payloads, versions
+        return payloads, versions, sent
 
-    def _emit_decisions(self, batch: list[_Pending], payloads: list[bytes | None], versions: list[int | None]) -> None:
-        for p, payload, version in zip(batch, payloads, versions):
-            if payload is None or self.trials.get(p.trial.info.trial_id) is not p.trial:
-                continue  # no action (timeout policy applies), or the trial ended / moved meanwhile
+    def _emit_decisions(
+        self,
+        batch: list[_Pending],
+        payloads: list[bytes | None],
+        versions: list[int | None],
+        sent: list[list[Event]],
+    ) -> None:
+        for p, payload, version, events in zip(batch, payloads, versions, sent):
+            if self.trials.get(p.trial.info.trial_id) is not p.trial:
+                continue  # the trial ended / moved meanwhile
+            for event in events:  # before the action: the environment reads them before it steps
+                self.loop.emit(event)
+            if payload is None:
+                continue  # no action: the timeout policy applies
             self.loop.emit(
                 Action(
                     p.trial.info.trial_id,
@@ -519,6 +474,8 @@ class ActorHandler(Handler):
                 method(event)
             except Exception:
                 log.exception("actor hook failed", actor=played.info.name, hook=hook)
+            for sent in played.outbox.take():
+                self.loop.emit(sent)
 
     def revoked(self, role: str, partition: int) -> None:
         for trial_id in [t for t, trial in self.trials.items() if trial.partition == partition]:
