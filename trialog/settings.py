@@ -76,6 +76,11 @@ class Settings:
         "Folder (shared by learners and actor services) "
         "for model weights too large to travel inline on the models topic.",
     )
+    model_versions_kept: int = _setting(
+        100,
+        "Versions of each model the models topic keeps (the newest; 0: all): "
+        "every actor service and learner reads them all when it starts.",
+    )
     gateway_url: str = _setting(
         "http://127.0.0.1:8000",
         "Where people reach the web gateway: join links start with it (the gateway writes them too).",

@@ -49,7 +49,7 @@ from trialog.actor import (
 from trialog.bus.base import Record
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import BadRecord, CodecError, TrialogError
-from trialog.model_registry import ModelFollower, ModelVersion
+from trialog.model_registry import ModelFollower, ModelVersion, parse_ref
 from trialog.protocol.events import (
     HEADER_RECEIVER,
     Action,
@@ -157,6 +157,8 @@ class ActorHandler(Handler):
         self._in_worker = False  # a batch is being decided in the worker thread: the next waits for it
         self.pace = Pace()  # inline, or in the worker while its calls are slow and wait
         self._follower: ModelFollower | None = None
+        # The model the policy follows; `model: NAME@VERSION` pins a version: played, not the newest.
+        self._model, self._pin = parse_ref(self.policy.model) if self.policy and self.policy.model else ("", None)
         self.batches = 0  # decide calls made (one per batch), for tests and metrics
         self.ended: RecentlyEnded[None] = RecentlyEnded()  # a repeated trial.started changes nothing
 
@@ -433,12 +435,12 @@ class ActorHandler(Handler):
 
     # --- models ---------------------------------------------------------------------------------
     def assigned(self, role: str, partition: int) -> None:
-        if self.policy is not None and self.policy.model and self._follower is None:
-            self._follower = ModelFollower(self.loop.bus, self._on_model)
+        if self._model and self._follower is None:
+            self._follower = ModelFollower(self.loop.bus, self._on_model, {self._model: self._pin})
             self._follower.start()
 
     def _on_model(self, version: ModelVersion) -> None:
-        if version.model == self.policy.model:
+        if version.model == self._model:
             self._worker.submit(self._load, version)
 
     def _load(self, version: ModelVersion) -> None:
