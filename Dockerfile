@@ -3,8 +3,9 @@
 #   docker build -t trialog:0.1.0 .
 #   docker run --rm trialog:0.1.0 serve orchestrator --help
 #
-# The builder stage installs Trialog with the extras a cluster needs (hosted
-# environments, the Parquet datalog, learners) into a virtualenv; the final stage copies
+# The builder stage installs Trialog with the extras of every service the chart can run
+# (hosted environments, the Parquet datalog, learners, the web gateway) into a
+# virtualenv; the final stage copies
 # only that virtualenv onto the same slim Python, so no compiler, pip cache or
 # source tree ships.
 
@@ -26,7 +27,7 @@ COPY examples ./examples
 COPY presets ./presets
 COPY services ./services
 COPY trialog ./trialog
-RUN /opt/trialog/bin/pip install --no-cache-dir ".[envs,datalog,learn]"
+RUN /opt/trialog/bin/pip install --no-cache-dir ".[envs,datalog,learn,gateway]"
 
 
 FROM ${PYTHON_IMAGE}
