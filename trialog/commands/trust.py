@@ -23,15 +23,17 @@ def add(sub) -> None:
     generate.add_argument("file", metavar="FILE")
     generate.add_argument("--force", action="store_true", help="replace an existing file")
     export = ksub.add_parser(
-        "export", help="Write the keyring an actor service of one implementation gets: its own key only."
+        "export",
+        help="Write the keyring an actor service of one implementation gets: its own key only "
+        '({"trialog_keyring": 1, "keys": {"actors.NAME": base64url}}, docs/protocol.md).',
     )
     export.add_argument("file", metavar="FILE", help="the deployment's keyring")
     export.add_argument("--implementation", required=True, metavar="NAME")
     export.add_argument("--out", required=True, metavar="FILE")
     files = ksub.add_parser(
         "files",
-        help="Write one file per key id (what a Kubernetes Secret holds), "
-        "actor keys derived for each --implementation.",
+        help="Write one file per key id, named by it and holding its base64url key (what a Kubernetes "
+        "Secret holds), actor keys derived for each --implementation.",
     )
     files.add_argument("file", metavar="FILE", help="the deployment's keyring")
     files.add_argument("folder", metavar="DIR")
