@@ -175,3 +175,15 @@ async def _play(settings, tmp_path: Path) -> tuple[list, list]:
         await wait_for(lambda: policies["dqn"].policy_version == 7, timeout=60, what="dqn playing version 7")
         pinned = await trial(ctl, "dqn-v4", seed=2)
     return newest, pinned
+
+
+async def test_the_broker_keeps_the_newest_versions_the_setting_says(kafka_settings):
+    import dataclasses
+
+    bus = KafkaBus(dataclasses.replace(kafka_settings, model_versions_kept=2))
+    await bus.create_topics()
+    rng = np.random.default_rng(0)
+    async with bus:
+        for n in range(1, 6):
+            await publish(bus, make_version(MODEL, n, "dqn", _net(rng), {}))
+        assert sorted((await read_catalog(bus)).versions(MODEL)) == [4, 5]
