@@ -5,6 +5,7 @@ scenarios run on Kafka in tests/integration/test_agent_outputs.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 import time
@@ -120,7 +121,19 @@ async def crashing_session(session) -> None:
                 session.act("ROCK")
 
 
+def docs_agent() -> type[Agent]:
+    """The agent shown in docs/concepts.md, run as a module of its own (the spec's good_sport)."""
+    if DOCS_EXAMPLE not in sys.modules:
+        text = (ROOT / "docs" / "concepts.md").read_text()
+        (code,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "class GoodSport(Agent)" in b]
+        module = types.ModuleType(DOCS_EXAMPLE)
+        exec(compile(code, "docs/concepts.md", "exec"), module.__dict__)
+        sys.modules[DOCS_EXAMPLE] = module
+    return sys.modules[DOCS_EXAMPLE].GoodSport
+
+
 def load(bus: Bus, tmp_path: Path) -> Spec:
+    docs_agent()
     (tmp_path / "agents.yaml").write_text(SPEC)
     return load_spec(tmp_path / "agents.yaml", bus.store)
 
@@ -236,16 +249,6 @@ def test_an_agent_sends_through_its_outbox_checked_as_a_session_is():
     assert box.take() == []
 
 
-def test_the_docs_agent_is_the_one_played_here():
-    """The agent shown in docs/concepts.md, run as a module of its own (GoodSport below)."""
-    text = (ROOT / "docs" / "concepts.md").read_text()
-    (code,) = [b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "class GoodSport(Agent)" in b]
-    module = types.ModuleType(DOCS_EXAMPLE)
-    exec(compile(code, "docs/concepts.md", "exec"), module.__dict__)
-    sys.modules[DOCS_EXAMPLE] = module
-    assert issubclass(module.GoodSport, Agent)
-
-
 # --- on the in-memory bus ----------------------------------------------------------------------------------
 
 
@@ -259,7 +262,7 @@ async def test_a_decide_style_agent_rewards_and_messages(bus, tmp_path):
 
 
 async def test_the_agent_in_the_docs_rewards_its_opponent_for_each_round_it_won(bus, tmp_path):
-    test_the_docs_agent_is_the_one_played_here()
+    assert issubclass(docs_agent(), Agent)
     async with deployment(bus, load(bus, tmp_path)) as (_, ctl):
         tid = await ctl.start_trial("agents", implementations={"alice": "good_sport", "bob": "random"}, max_ticks=20)
         assert (await ctl.wait_ended(tid, timeout=60)).reason == "max_ticks"
@@ -304,3 +307,31 @@ async def test_a_failure_read_during_catch_up_is_reported_when_it_ends(bus, tmp_
         ended = await ctl.wait_ended(tid, timeout=RESPONSE_TIMEOUT_S / 2)
     assert ended.reason == "terminated" and "actor alice could not start" in ended.details
     assert [r.header("kind") for r in bus.records(CONTROL)].count(TerminateRequest.KIND) == 1
+
+
+def test_an_actor_service_may_end_a_trial_its_actor_plays_and_no_other():
+    """With restricted keys (docs/security.md) an actor service tags the terminate request in
+    its actor's name with its own key, which the orchestrator accepts; not in the name of an
+    actor it does not play, nor of a seat, nor a start request."""
+    from tests.unit.test_trust import STARTED, TRIAL, record  # a trial: alice (random), bob (a seat)
+    from trialog.protocol.events import StartRequest
+    from trialog.trust.authenticator import Authenticator
+    from trialog.trust.keys import Keyring, TrustError
+
+    keyring = Keyring.generate()
+    orchestrator, random_service, other_service = (
+        Authenticator(keyring),
+        Authenticator(keyring.restricted_to("random")),
+        Authenticator(keyring.restricted_to("counter")),
+    )
+    for trust in (orchestrator, random_service, other_service):
+        trust.learn(STARTED)
+    request = TerminateRequest(TRIAL, hard=True, reason="actor alice could not start", requested_by="alice")
+    assert orchestrator.check(*record(request, random_service)) is None
+    for writer, event in [
+        (other_service, request),
+        (random_service, dataclasses.replace(request, requested_by="bob")),
+        (random_service, StartRequest(TRIAL, spec="rps", requested_by="alice")),
+    ]:
+        with pytest.raises(TrustError, match="holds none of the keys"):
+            record(event, writer)
