@@ -188,7 +188,7 @@ async def play_judged_trial(bus: Bus, spec: Spec) -> None:
 
 async def ends_at_once(bus: Bus, spec: Spec, implementations: dict[str, str], why: str) -> TrialEnded:
     """A trial one of whose actors cannot play ends long before the response timeout, with
-    the reason, and no actor is timed out; the actor's service asked once."""
+    the reason, and no actor is timed out."""
     async with deployment(bus, spec) as (_, ctl):
         began = time.monotonic()
         tid = await ctl.start_trial("agents", implementations=implementations)
