@@ -22,6 +22,12 @@ def add(serve) -> None:
         default="",
         help="learn only from trials of this experiment (default: any experiment's heatup and train trials)",
     )
+    p.add_argument(
+        "--tensorboard",
+        default="",
+        metavar="DIR",
+        help="write TensorBoard curves (loss, value estimates, versions) into DIR as it trains",
+    )
     p.set_defaults(func=_run)
 
 
@@ -37,5 +43,14 @@ def _run(args) -> int:
         raise TrialogError("the learner takes exactly one --spec (the one naming the implementation it trains)")
     bus = connect(settings)
     spec = load_spec(files[0], bus.store)
-    run_async(main(bus, spec, args.implementation, experiment=args.experiment, health_port=args.health_port))
+    run_async(
+        main(
+            bus,
+            spec,
+            args.implementation,
+            experiment=args.experiment,
+            health_port=args.health_port,
+            tensorboard=args.tensorboard,
+        )
+    )
     return 0

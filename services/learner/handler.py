@@ -42,6 +42,7 @@ import numpy as np
 from trialog import model_registry
 from trialog.bus.base import Record
 from trialog.datalog.samples import TrialFold
+from trialog.learn.curves import Curves
 from trialog.learn.memory import Transitions, transitions
 from trialog.protocol.events import (
     Action,
@@ -102,8 +103,10 @@ class LearnerHandler(Handler):
         *,
         experiment: str = "",
         model_store: str = "",
+        tensorboard: str = "",
     ):
         self.implementation = implementation
+        self.curves = Curves(tensorboard) if tensorboard else None  # loss, value estimates, versions
         self.learner = policy_class.learner(config)
         self.on_policy = getattr(self.learner, "on_policy", False)  # Coach's two modes (trialog.learn)
         self.model = config.get("model") or implementation
@@ -303,6 +306,8 @@ class LearnerHandler(Handler):
             bytes=version.size,
             inline=version.weights is not None,
         )
+        if self.curves is not None:
+            self.curves.published(self.learner, self.version, self.discarded)
 
     def safe_offset(self, role: str, partition: int) -> int | None:
         # Also the records waiting for the restore, and the ended trials whose transitions memory still holds.
@@ -317,3 +322,5 @@ class LearnerHandler(Handler):
     async def close(self) -> None:
         if self._training is not None:
             await asyncio.gather(self._training, return_exceptions=True)
+        if self.curves is not None:
+            self.curves.close()

@@ -7,13 +7,14 @@ import inspect
 from trialog.actor import Policy
 from trialog.bus.base import Bus
 from trialog.errors import SpecError
+from trialog.learn.spaces import classes_played, implementation_sized
 from trialog.runtime.process import serve
 from trialog.runtime.service import ServiceLoop
 from trialog.services.learner.handler import LearnerHandler
 from trialog.spec import Spec, load_entry
 
 
-def loop_for(bus: Bus, spec: Spec, implementation: str, *, experiment: str = "") -> ServiceLoop:
+def loop_for(bus: Bus, spec: Spec, implementation: str, *, experiment: str = "", tensorboard: str = "") -> ServiceLoop:
     impl = spec.actors.get(implementation)
     if impl is None:
         raise SpecError(
@@ -25,13 +26,21 @@ def loop_for(bus: Bus, spec: Spec, implementation: str, *, experiment: str = "")
             f"actor implementation {implementation!r} ({impl.entry}) is not a trialog.actor.Policy: nothing to learn",
             file=spec.file,
         )
+    # The network's sizes from the spaces of the classes it plays (already there in a spec `trialog train` derived).
+    config = implementation_sized(spec, implementation, impl.config, classes_played(spec, implementation))
     handler = LearnerHandler(
-        implementation, target, dict(impl.config), experiment=experiment, model_store=bus.settings.model_store
+        implementation,
+        target,
+        config,
+        experiment=experiment,
+        model_store=bus.settings.model_store,
+        tensorboard=tensorboard,
     )
     return ServiceLoop(bus, handler, group=handler.service_name)
 
 
-async def main(bus: Bus, spec: Spec, implementation: str, *, experiment: str = "", health_port: int = 0) -> None:
-    await serve(
-        bus, [loop_for(bus, spec, implementation, experiment=experiment)], name="learner", health_port=health_port
-    )
+async def main(
+    bus: Bus, spec: Spec, implementation: str, *, experiment: str = "", health_port: int = 0, tensorboard: str = ""
+) -> None:
+    loop = loop_for(bus, spec, implementation, experiment=experiment, tensorboard=tensorboard)
+    await serve(bus, [loop], name="learner", health_port=health_port)

@@ -18,13 +18,17 @@ def add(sub) -> None:
     p.add_argument(
         "preset", metavar="PRESET",
         help="the preset file (Python, defining `preset = Preset(...)`), "
-        "or a shipped preset's name (dqn_cartpole, ppo_cartpole)",
+        "or a shipped preset's name (dqn_cartpole, dqn_acrobot, ppo_cartpole)",
     )  # fmt: skip
     p.add_argument(
         "--out", default="",
         help="folder for the plot, its data, the derived spec and the services' logs (default: train-<experiment>)",
     )  # fmt: skip
     p.add_argument("--total-steps", type=int, help="override the schedule's budget (e.g. a short run)")
+    p.add_argument(
+        "--tensorboard", metavar="DIR", default="",
+        help="folder for the TensorBoard curves written as it runs (default: OUT/tensorboard)",
+    )  # fmt: skip
     p.add_argument(
         "--in-process", action="store_true",
         help="run the same preset in this one process over the environment directly: no broker, no services "
@@ -39,15 +43,16 @@ def add(sub) -> None:
             schedule = dataclasses.replace(preset.schedule, total_steps=args.total_steps)  # checked by Schedule
             preset = dataclasses.replace(preset, schedule=schedule)
         out = Path(args.out or f"train-{preset.name}")
+        tensorboard = Path(args.tensorboard) if args.tensorboard else None
         if args.in_process:
             from trialog.learn.in_process import train_in_process
 
-            result = train_in_process(preset, out)
+            result = train_in_process(preset, out, tensorboard=tensorboard)
         else:
             from trialog.learn.train import train
             from trialog.settings import from_args
 
-            result = train(from_args(args), preset, out)
+            result = train(from_args(args), preset, out, tensorboard=tensorboard)
         print(table(preset, result))
         files = plot(preset, result, out / "eval_return.png")
         print(f"plot: {files.png} (data: {files.csv}, {files.json})")

@@ -23,16 +23,20 @@ from typing import Any
 import numpy as np
 
 from trialog.actor import DecideRequest, Policy
+from trialog.errors import TrialogError
 from trialog.learn import config_of
 from trialog.learn.memory import ReplayMemory, Transitions, flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
+from trialog.learn.spaces import missing_sizes, require_sizes
 
 
 @dataclass(frozen=True)
 class DQNConfig:
     model: str = "dqn"  # the model's name on `models`
-    observation_size: int = 4  # CartPole-v1's; set both for another env
-    actions: int = 2
+    # None: from the actor class's spaces (trialog.learn.spaces), as `trialog train` and the learner
+    # service size them; a value set here must agree with the spaces.
+    observation_size: int | None = None
+    actions: int | None = None
     hidden: tuple[int, ...] = (128, 128)
     learning_rate: float = 2.3e-3
     learning_rate_decay_steps: int = (
@@ -84,6 +88,8 @@ class DQNConfig:
 class DQNPolicy(Policy):
     """Acts for every pending observation of every trial with one forward pass."""
 
+    sizes_from_spaces = True  # observation_size and actions come from the actor class's spaces
+
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)
         self.cfg = DQNConfig.of(config)
@@ -109,8 +115,16 @@ class DQNPolicy(Policy):
             # Exploration draws depend on (trial seed, actor, tick) only, as recovery requires.
             rng = np.random.default_rng([r.trial.seed % 2**63, zlib.crc32(r.actor.name.encode()), r.tick])
             explore = self._epsilon(r.trial.phase)
-            actions.append(int(rng.integers(self.cfg.actions)) if rng.random() < explore else int(g))
+            actions.append(int(rng.integers(self._actions())) if rng.random() < explore else int(g))
         return actions
+
+    def _actions(self) -> int:
+        """How many actions to explore among: the config's, else the loaded network's outputs."""
+        if self.cfg.actions is not None:
+            return self.cfg.actions
+        if self.q is None:
+            raise TrialogError(missing_sizes("DQNPolicy", "actions"))
+        return int(self.q[f"w{len(self.q) // 2 - 1}"].shape[1])
 
     def _epsilon(self, phase: str) -> float:
         if self.q is None or phase == "heatup":
@@ -137,6 +151,7 @@ class DQNLearner:
         import jax.numpy as jnp
         import optax
 
+        require_sizes(cfg, "DQNLearner")
         self.cfg = cfg
         self.rng = np.random.default_rng(cfg.seed)
         self.params = {
@@ -153,6 +168,7 @@ class DQNLearner:
         self.env_steps = 0  # transitions received
         self.rounds = 0  # training rounds done
         self.updates = 0  # gradient steps done
+        self.round_scalars: dict[str, float] = {}  # the last round's means, for the curves
 
         def loss(params, target, b):
             target_q = mlp(target, b["next_obs"], jnp)
@@ -160,7 +176,7 @@ class DQNLearner:
             next_q = jnp.take_along_axis(target_q, next_action[:, None], axis=1)[:, 0]
             y = jax.lax.stop_gradient(b["rewards"] + b["discounts"] * next_q * (1.0 - b["dones"]))
             q = jnp.take_along_axis(mlp(params, b["obs"], jnp), b["actions"][:, None], axis=1)[:, 0]
-            return jnp.mean(optax.huber_loss(q, y) if cfg.huber else (q - y) ** 2)
+            return jnp.mean(optax.huber_loss(q, y) if cfg.huber else (q - y) ** 2), q.mean()
 
         def step(carry, batch):
             params, opt_state, target, done = carry  # done: gradient steps before this one, over the run
@@ -168,9 +184,9 @@ class DQNLearner:
             target = jax.tree_util.tree_map(
                 lambda p, t: jnp.where(refresh, cfg.tau * p + (1.0 - cfg.tau) * t, t), params, target
             )
-            value, grads = jax.value_and_grad(loss)(params, target, batch)
+            (value, q_mean), grads = jax.value_and_grad(loss, has_aux=True)(params, target, batch)
             updates, opt_state = self.optimizer.update(grads, opt_state)
-            return (optax.apply_updates(params, updates), opt_state, target, done + 1), value
+            return (optax.apply_updates(params, updates), opt_state, target, done + 1), (value, q_mean)
 
         # One compiled call per round: a scan over its `gradient_steps` minibatches.
         self._round = jax.jit(lambda carry, batches: jax.lax.scan(step, carry, batches))
@@ -198,12 +214,13 @@ class DQNLearner:
         returns the mean loss."""
         with self.lock:
             batches = self.memory.sample(self.rng, self.cfg.batch_size, self.cfg.gradient_steps)
-        (self.params, self.opt_state, self.target, _), losses = self._round(
+        (self.params, self.opt_state, self.target, _), (losses, q_means) = self._round(
             (self.params, self.opt_state, self.target, self.updates), batches
         )
         self.rounds += 1
         self.updates += self.cfg.gradient_steps
-        return float(losses.mean())
+        self.round_scalars = {"loss": float(losses.mean()), "q_mean": float(q_means.mean())}
+        return self.round_scalars["loss"]
 
     def policy_weights(self) -> dict[str, np.ndarray]:
         return {k: np.asarray(v) for k, v in self.params.items()}

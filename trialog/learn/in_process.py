@@ -57,6 +57,7 @@ import numpy as np
 from trialog.actor import DecideRequest, EndEvent, MessageEvent, Policy, RewardEvent
 from trialog.environment import ActorInfo, RewardOut, Step, TrialInfo, steps_in_batches
 from trialog.errors import CodecError, TrialogError
+from trialog.learn.curves import Curves, learner_dir
 from trialog.learn.memory import Transitions, current_version_only, flat_observation
 from trialog.learn.train import (
     LEARN_PHASES,
@@ -116,8 +117,11 @@ class _Live:
 class InProcess:
     """One preset run in this process (see the module's docstring)."""
 
-    def __init__(self, preset: Preset, out_dir: Path, *, quiet: bool = False) -> None:
+    def __init__(self, preset: Preset, out_dir: Path, *, quiet: bool = False, tensorboard: Path | None = None) -> None:
         self.preset, self.out_dir, self.quiet = preset, out_dir, quiet
+        self.tensorboard = tensorboard or out_dir / "tensorboard"
+        self.curves: Curves | None = None  # the run's and the learner's, while it runs
+        self.learner_curves: Curves | None = None
         out_dir.mkdir(parents=True, exist_ok=True)
         self.store = SchemaStore.with_builtin()
         self.spec = load_spec(derived_spec(preset, out_dir), self.store)
@@ -188,6 +192,14 @@ class InProcess:
 
     # --- the phases (as trialog.learn.train.run_phases) ---------------------------------------------
     def run(self) -> TrainResult:
+        self.curves, self.learner_curves = Curves(self.tensorboard), Curves(learner_dir(self.tensorboard))
+        try:
+            return self._run()
+        finally:
+            self.curves.close()
+            self.learner_curves.close()
+
+    def _run(self) -> TrainResult:
         s, result = self.preset.schedule, self.result
         progress, recent = _Progress(self.quiet), []
         started = time.monotonic()
@@ -204,6 +216,7 @@ class InProcess:
                     result.env_steps += ticks
                     result.episodes += 1
                     recent.append(ret)
+                    self.curves.trial_ended(result.env_steps, ret, self.version)
                     last = result.evaluations[-1] if result.evaluations else None
                     progress.show(phase, result.env_steps, s.total_steps, recent, last, self.version)
 
@@ -221,6 +234,7 @@ class InProcess:
             e = Evaluation(result.env_steps, result.episodes, sum(rets) / len(rets), rets, self.version)
             result.evaluations.append(e)
             progress.evaluated(e, s.total_steps)
+            self.curves.evaluated(e)
             if self.preset.stop_when_valid and _valid(self.preset, result):
                 break
         progress.done()
@@ -454,6 +468,8 @@ class InProcess:
         )
         self.policy.load(version)
         self.policy.policy_version = version.version
+        if self.learner_curves is not None:
+            self.learner_curves.published(self.learner, self.version, self.discarded)
 
     def _say(self, text: str) -> None:
         if not self.quiet:
@@ -473,8 +489,13 @@ def _transitions(rows: list[tuple]) -> Transitions:
     )
 
 
-def train_in_process(preset: Preset, out_dir: Path, *, quiet: bool = False) -> TrainResult:
-    """Run the preset in this process and write ``summary.json`` into ``out_dir``."""
-    result = InProcess(preset, out_dir, quiet=quiet).run()
+def train_in_process(
+    preset: Preset, out_dir: Path, *, quiet: bool = False, tensorboard: Path | None = None
+) -> TrainResult:
+    """Run the preset in this process and write ``summary.json`` into ``out_dir`` (and TensorBoard
+    curves into ``tensorboard``, by default ``out_dir/tensorboard``)."""
+    run = InProcess(preset, out_dir, quiet=quiet, tensorboard=tensorboard)
+    run._say(f"{preset.name}: TensorBoard curves in {run.tensorboard}")
+    result = run.run()
     write_summary(out_dir, preset, result)
     return result

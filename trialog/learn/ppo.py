@@ -24,17 +24,19 @@ from typing import Any
 import numpy as np
 
 from trialog.actor import DecideRequest, Policy
+from trialog.errors import TrialogError
 from trialog.learn import config_of
 from trialog.learn.bc import softmax
 from trialog.learn.memory import Transitions, flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
+from trialog.learn.spaces import missing_sizes, require_sizes
 
 
 @dataclass(frozen=True)
 class PPOConfig:
     model: str = "ppo"
-    observation_size: int = 4
-    actions: int = 2
+    observation_size: int | None = None  # None: from the actor class's spaces (as DQNConfig's)
+    actions: int | None = None
     hidden: tuple[int, ...] = (64, 64)
     learning_rate: float = 2.5e-4
     rollout_steps: int = 512  # transitions of one version per update (whole trials: at least this many)
@@ -57,6 +59,8 @@ class PPOConfig:
 
 
 class PPOPolicy(Policy):
+    sizes_from_spaces = True  # observation_size and actions come from the actor class's spaces
+
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__(config)
         self.cfg = PPOConfig.of(config)
@@ -70,7 +74,9 @@ class PPOPolicy(Policy):
         self.pi = unprefixed("pi", version.tensors())
 
     def decide_batch(self, requests: Sequence[DecideRequest]) -> list[int]:
-        if self.pi is None:
+        if self.pi is None:  # the learner publishes version 1 at once: uniform only until it arrives
+            if self.cfg.actions is None:
+                raise TrialogError(missing_sizes("PPOPolicy", "actions"))
             probabilities = np.full((len(requests), self.cfg.actions), 1.0 / self.cfg.actions)
         else:
             probabilities = softmax(mlp(self.pi, np.stack([flat_observation(r.observation) for r in requests])))
@@ -99,6 +105,7 @@ class PPOLearner:
         import jax.numpy as jnp
         import optax
 
+        require_sizes(cfg, "PPOLearner")
         self.cfg = cfg
         self.rng = np.random.default_rng(cfg.seed)
         sizes = [cfg.observation_size, *cfg.hidden]
@@ -115,6 +122,7 @@ class PPOLearner:
         self.env_steps = 0
         self.rounds = 0
         self.updates = 0
+        self.round_scalars: dict[str, float] = {}  # the last update's means, for the curves
 
         def loss(params, b):
             logits = mlp(params["pi"], b["obs"], jnp)
@@ -126,13 +134,14 @@ class PPOLearner:
             value = mlp(params["v"], b["obs"], jnp)[:, 0]
             v_loss = 0.5 * ((value - b["returns"]) ** 2).mean()
             entropy = -(jnp.exp(logp_all) * logp_all).sum(axis=1).mean()
-            return pg - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+            parts = {"policy_loss": pg, "value_loss": v_loss, "entropy": entropy, "value_mean": value.mean()}
+            return pg - cfg.ent_coef * entropy + cfg.vf_coef * v_loss, parts
 
         def step(carry, batch):
             params, opt_state = carry
-            value, grads = jax.value_and_grad(loss)(params, batch)
+            (value, parts), grads = jax.value_and_grad(loss, has_aux=True)(params, batch)
             updates, opt_state = self.optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), value
+            return (optax.apply_updates(params, updates), opt_state), (value, parts)
 
         self._update = jax.jit(lambda params, opt_state, batches: jax.lax.scan(step, (params, opt_state), batches))
 
@@ -172,10 +181,11 @@ class PPOLearner:
             k: v[order].reshape(self.cfg.update_epochs * self.cfg.minibatches, size, *v.shape[1:])
             for k, v in batch.items()
         }
-        (self.params, self.opt_state), losses = self._update(self.params, self.opt_state, batches)
+        (self.params, self.opt_state), (losses, parts) = self._update(self.params, self.opt_state, batches)
         self.rounds += 1
         self.updates += self.cfg.update_epochs * self.cfg.minibatches
-        return float(losses.mean())
+        self.round_scalars = {"loss": float(losses.mean()), **{k: float(v.mean()) for k, v in parts.items()}}
+        return self.round_scalars["loss"]
 
     def _advantages(self, episodes: list[Transitions]) -> dict[str, np.ndarray]:
         """GAE per trial (each a whole episode); a truncated end bootstraps from V(next)."""

@@ -53,6 +53,7 @@ from typing import Any
 import yaml
 
 from trialog.errors import SpecError, TrialogError
+from trialog.learn.curves import Curves, learner_dir
 from trialog.settings import Settings
 
 
@@ -139,13 +140,21 @@ def load_preset(path: str | Path) -> Preset:
 
 def derived_spec(preset: Preset, out_dir: Path) -> Path:
     """The spec with the preset's agent parameters and model name over the implementation's
-    config, written into the run's folder (relative schema files made absolute)."""
+    config, and the network sizes from the spaces of the classes it plays
+    (:mod:`trialog.learn.spaces`), written into the run's folder (relative schema files made
+    absolute): what the learner and the policies of both modes are built from."""
+    from trialog.learn.spaces import implementation_sized
+    from trialog.spec import load_spec
+
     source = Path(preset.spec)
     raw = yaml.safe_load(source.read_text())
     impl = (raw.get("actors") or {}).get(preset.implementation)
     if not isinstance(impl, dict):
         raise SpecError(f"no actor implementation {preset.implementation!r}", file=str(source))
-    impl["config"] = {**(impl.get("config") or {}), **preset.agent, "model": preset.agent.get("model", preset.name)}
+    config = {**(impl.get("config") or {}), **preset.agent, "model": preset.agent.get("model", preset.name)}
+    spec = load_spec(source)
+    classes = {a.actor_class for a in spec.trial.actors if a.name in played_actors(preset, spec)}
+    impl["config"] = implementation_sized(spec, preset.implementation, config, classes)
     for cls in (raw.get("actor_classes") or {}).values():
         for key in ("observation", "action", "config"):
             value = cls.get(key) if isinstance(cls, dict) else None
@@ -335,10 +344,16 @@ class _Progress:
 
 
 async def run_phases(
-    settings: Settings, preset: Preset, spec, *, quiet: bool = False, version_timeout: float = 120
+    settings: Settings,
+    preset: Preset,
+    spec,
+    *,
+    quiet: bool = False,
+    version_timeout: float = 120,
+    curves: Curves | None = None,
 ) -> TrainResult:
     """Heatup, then train ↔ evaluate until the budget, against services already running
-    (``spec``: the loaded spec the orchestrator serves)."""
+    (``spec``: the loaded spec the orchestrator serves); the run's TensorBoard ``curves`` as it goes."""
     from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
@@ -387,6 +402,8 @@ async def run_phases(
                     result.env_steps += ticks
                     result.episodes += 1
                     recent.append(ret)
+                    if curves is not None:
+                        curves.trial_ended(result.env_steps, ret, version)
                 # in-flight trials still finish; no new ones once the target is reached
                 progress.show(
                     phase,
@@ -418,6 +435,8 @@ async def run_phases(
             e = Evaluation(result.env_steps, result.episodes, sum(rets) / len(rets), rets, version)
             result.evaluations.append(e)
             progress.evaluated(e, s.total_steps)
+            if curves is not None:
+                curves.evaluated(e)
             if preset.stop_when_valid and _valid(preset, result):
                 break
         result.model_version, _ = await latest_version()  # and the learner's discarded count
@@ -480,9 +499,12 @@ def plot(preset: Preset, result: TrainResult, out: Path, extra: Mapping[str, lis
     )
 
 
-def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = False) -> TrainResult:
+def train(
+    settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = False, tensorboard: Path | None = None
+) -> TrainResult:
     """Create the topics, run the services and a learner locally, and the phases; write
-    ``summary.json`` into ``out_dir``."""
+    ``summary.json`` into ``out_dir`` and TensorBoard curves into ``tensorboard`` (by default
+    ``out_dir/tensorboard``; the learner's in its ``learner`` folder)."""
     from trialog.bus import connect
     from trialog.spec import load_spec
     from trialog.tools.campaign import local_services
@@ -501,15 +523,23 @@ def train(settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = Fa
             file=sys.stderr,
         )
     (out_dir / "logs").mkdir(exist_ok=True)
-    with local_services(
-        settings,
-        str(spec_file),
-        environment_processes=preset.environment_processes,
-        actor_processes=preset.actor_processes,
-        log_dir=str(out_dir / "logs"),
-        learners=[["--implementation", preset.implementation, "--experiment", preset.name]],
-    ):
-        result = asyncio.run(run_phases(settings, preset, spec, quiet=quiet))
+    tensorboard = tensorboard or out_dir / "tensorboard"
+    if not quiet:
+        print(f"{preset.name}: TensorBoard curves in {tensorboard}", file=sys.stderr)
+    learner = ["--implementation", preset.implementation, "--experiment", preset.name]
+    curves = Curves(tensorboard)
+    try:
+        with local_services(
+            settings,
+            str(spec_file),
+            environment_processes=preset.environment_processes,
+            actor_processes=preset.actor_processes,
+            log_dir=str(out_dir / "logs"),
+            learners=[[*learner, "--tensorboard", str(learner_dir(tensorboard).resolve())]],
+        ):
+            result = asyncio.run(run_phases(settings, preset, spec, quiet=quiet, curves=curves))
+    finally:
+        curves.close()
     result.on_policy = on_policy
     write_summary(out_dir, preset, result)
     return result
