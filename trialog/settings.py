@@ -42,9 +42,10 @@ class Settings:
         "trialog.", "Prefix of every topic and consumer group, so deployments can share a cluster."
     )
     partitions: int = _setting(
-        4,
-        "Partitions of control and events (always equal: I-2); "
-        "bounds how many instances of one service share the work.",
+        12,
+        "Partitions of every topic (control and events always equal: I-2); bounds how many instances "
+        "of one service share the work. 12, as the Helm chart: choose it up front, since partitions "
+        "can be added but never removed, and adding them moves trials between partitions.",
     )
     replication_factor: int = _setting(
         0,
