@@ -34,7 +34,7 @@ from trialog.learn.train import Preset, Schedule
 preset = Preset(name="curves-acrobot", spec={str(ROOT / "examples" / "acrobot" / "spec.yaml")!r}, implementation="dqn",
                 agent={{"learning_starts": 100, "train_frequency": 100, "gradient_steps": 5, "hidden": [8]}},
                 schedule=Schedule(heatup_steps=100, steps_between_evaluations=1000, evaluation_trials=1, \
-total_steps=1000, concurrency=2))
+total_steps=1500, concurrency=2))
 """)
     tb = tmp_path / "curves"
     env = {**_settings_env(kafka_settings), "TRIALOG_LOG_FORMAT": "json"}
