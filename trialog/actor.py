@@ -48,8 +48,9 @@ schema says ``trialog.Tensor``); actions are encoded by the runtime, which raise
 :class:`~trialog.errors.CodecError` when one does not match the action schema.
 
 An actor that cannot play — an agent whose constructor raises, a session that raises —
-ends its trial at once (``trial.ended``: ``terminated``, the error in its details),
-rather than leaving the environment to time it out tick after tick. A ``decide`` that
+ends its trial at once (``trial.ended``: ``error``, the exception in its details;
+:mod:`trialog.protocol.cannot_play`), rather than leaving the environment to time it out
+tick after tick. A ``decide`` that
 raises only loses that tick's action: the timeout policy applies.
 """
 

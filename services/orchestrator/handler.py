@@ -4,8 +4,9 @@ A consumer group over ``control`` and ``events`` (partition p of both together,
 I-2). It validates start requests, runs pre-trial hooks, writes
 ``trial.started`` (or ``trial.rejected`` with the reason), waits for client
 actors to join, keeps the ``trials`` index, and ends trials — on the
-environment's word, max ticks, terminate requests, inactivity and wall-clock
-limits — each with its reason in ``trial.ended``.
+environment's word, max ticks, terminate requests, an actor that cannot play
+(:mod:`trialog.protocol.cannot_play`), inactivity and wall-clock limits — each with its
+reason in ``trial.ended``.
 
 It keeps a few numbers per live trial (no spec, no payloads), and rebuilds them
 from the log when it takes over a partition (I-7); a trial that ended before that is
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from trialog.bus.base import Record
 from trialog.datalog.replay import recall_end, recall_start
 from trialog.errors import BadRecord, CodecError, TopicMissingError, TrialError
+from trialog.protocol.cannot_play import cannot_play_reason
 from trialog.protocol.events import (
     BY_KIND,
     HEADER_RECEIVER,
@@ -251,6 +253,8 @@ class OrchestratorHandler(Handler):
                 self._check_reward(trial, event)
             case Message():
                 self._check_message(trial, event)
+                if event.sender in trial.actors and (why := cannot_play_reason(event)) is not None:
+                    self._end(tid, trial, "error", trial.tick, why)  # an actor cannot play: no use waiting for it
             case EnvironmentDone() if trial is None and tid in self.ended:
                 pass  # the environment finished as the trial was being ended: nothing left to do
             case _ if trial is None:

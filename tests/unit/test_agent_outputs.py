@@ -22,7 +22,8 @@ from trialog.bus.memory import MemoryBus
 from trialog.datalog.replay import read_trial, trial_records
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialError, TrialogError
-from trialog.protocol.events import Action, ActorTimeout, Message, Reward, TerminateRequest, TrialEnded
+from trialog.protocol.cannot_play import CANNOT_PLAY, cannot_play, cannot_play_reason
+from trialog.protocol.events import Action, ActorTimeout, Message, Reward, TrialEnded
 from trialog.protocol.rewards import aggregate
 from trialog.protocol.topics import CONTROL
 from trialog.runtime.actor_session import Outbox
@@ -188,16 +189,19 @@ async def play_judged_trial(bus: Bus, spec: Spec) -> None:
 
 async def ends_at_once(bus: Bus, spec: Spec, implementations: dict[str, str], why: str) -> TrialEnded:
     """A trial one of whose actors cannot play ends long before the response timeout, with
-    the reason, and no actor is timed out."""
+    the reason, and no actor is timed out. The actor said so in one message, on events under its
+    own key (an actor service never writes control)."""
     async with deployment(bus, spec) as (_, ctl):
         began = time.monotonic()
         tid = await ctl.start_trial("agents", implementations=implementations)
         ended = await ctl.wait_ended(tid, timeout=RESPONSE_TIMEOUT_S)
         took = time.monotonic() - began
-    assert ended.reason == "terminated" and why in ended.details, ended
+    assert ended.reason == "error" and why in ended.details, ended
     assert took < RESPONSE_TIMEOUT_S / 4, took
     events = await logged(bus, tid)
     assert not [e for e in events if isinstance(e, ActorTimeout)]
+    said = [e for e in events if isinstance(e, Message) and cannot_play_reason(e) is not None]
+    assert [(m.sender, m.receivers, cannot_play_reason(m)) for m in said] == [("alice", ("env",), ended.details)]
     return ended
 
 
@@ -280,12 +284,7 @@ async def test_an_agent_whose_constructor_raises_ends_its_trial_with_the_reason(
     await ends_at_once(
         bus, spec, {"alice": "broken"}, "actor alice could not start: RuntimeError: no weights at /models/missing.npz"
     )
-    (request,) = [
-        bus.codec.decode(r.value, r.header("kind"))
-        for r in bus.records(CONTROL)
-        if r.header("kind") == TerminateRequest.KIND
-    ]
-    assert (request.hard, request.requested_by) == (True, "alice")
+    assert [r.header("kind") for r in bus.records(CONTROL)] == ["trial.start"]  # the controller's request only
 
 
 async def test_a_session_that_raises_ends_its_trial_with_the_reason(bus, tmp_path):
@@ -297,7 +296,7 @@ async def test_a_session_that_raises_ends_its_trial_with_the_reason(bus, tmp_pat
 
 async def test_a_failure_read_during_catch_up_is_reported_when_it_ends(bus, tmp_path):
     """An actor service that comes up after the trial began reads its trial.started while
-    catching up: it asks to end the trial once live, once."""
+    catching up: what it says then is set aside until it is live, and sent once, the log lacking it."""
     spec = load(bus, tmp_path)
     async with deployment(bus, spec, actors=False) as (d, ctl):
         tid = await ctl.start_trial("agents", implementations={"alice": "broken", "bob": "random"})
@@ -305,33 +304,28 @@ async def test_a_failure_read_during_catch_up_is_reported_when_it_ends(bus, tmp_
         await wait_for(lambda: ctl.last_tick(tid) >= 0, what="the first observations")
         d.add(actor_loops(bus, spec))
         ended = await ctl.wait_ended(tid, timeout=RESPONSE_TIMEOUT_S / 2)
-    assert ended.reason == "terminated" and "actor alice could not start" in ended.details
-    assert [r.header("kind") for r in bus.records(CONTROL)].count(TerminateRequest.KIND) == 1
+    assert ended.reason == "error" and "actor alice could not start" in ended.details
+    said = [e for e in await logged(bus, tid) if isinstance(e, Message) and cannot_play_reason(e) is not None]
+    assert len(said) == 1
 
 
-def test_an_actor_service_may_end_a_trial_its_actor_plays_and_no_other():
-    """With restricted keys (docs/security.md) an actor service tags the terminate request in
-    its actor's name with its own key, which the orchestrator accepts; not in the name of an
-    actor it does not play, nor of a seat, nor a start request."""
-    from tests.unit.test_trust import STARTED, TRIAL, record  # a trial: alice (random), bob (a seat)
-    from trialog.protocol.events import StartRequest
-    from trialog.trust.authenticator import Authenticator
-    from trialog.trust.keys import Keyring, TrustError
+async def test_only_an_actor_of_the_trial_can_say_it_cannot_play(bus, tmp_path):
+    """The orchestrator ends the trial for such a message only from an actor of the trial: from
+    someone else (here a controller, a judge), it is a message like any other."""
+    async with deployment(bus, load(bus, tmp_path)) as (_, ctl):
+        tid = await ctl.start_trial("agents", implementations={"alice": "random", "bob": "random"}, max_ticks=40)
+        await wait_for(lambda: ctl.last_tick(tid) >= 1, what="tick 1")
+        for sender in ("judge", "env/judge"):
+            await ctl.send_message(tid, ["env"], {CANNOT_PLAY: "not mine to say"}, sender=sender)
+        await wait_for(lambda: ctl.last_tick(tid) >= 4, what="tick 4 (the trial went on)")
+        await ctl.send_message(tid, ["env"], {CANNOT_PLAY: "alice gives up"}, sender="alice", tick=ctl.last_tick(tid))
+        ended = await ctl.wait_ended(tid, timeout=20)
+    assert (ended.reason, ended.details) == ("error", "alice gives up") and ended.tick < 40
 
-    keyring = Keyring.generate()
-    orchestrator, random_service, other_service = (
-        Authenticator(keyring),
-        Authenticator(keyring.restricted_to("random")),
-        Authenticator(keyring.restricted_to("counter")),
-    )
-    for trust in (orchestrator, random_service, other_service):
-        trust.learn(STARTED)
-    request = TerminateRequest(TRIAL, hard=True, reason="actor alice could not start", requested_by="alice")
-    assert orchestrator.check(*record(request, random_service)) is None
-    for writer, event in [
-        (other_service, request),
-        (random_service, dataclasses.replace(request, requested_by="bob")),
-        (random_service, StartRequest(TRIAL, spec="rps", requested_by="alice")),
-    ]:
-        with pytest.raises(TrustError, match="holds none of the keys"):
-            record(event, writer)
+
+def test_a_cannot_play_message_says_why_and_nothing_else_does():
+    said = cannot_play("t-1", 3, "alice", "actor alice could not start: OSError: disk")
+    assert (said.tick, said.sender, said.receivers, said.message_id) == (3, "alice", ("env",), "alice-cannot-play")
+    assert cannot_play_reason(said) == "actor alice could not start: OSError: disk"
+    for payload in ('{"hello": 1}', '["trialog.cannot_play"]', '{"trialog.cannot_play": 1}', "trialog.cannot_play"):
+        assert cannot_play_reason(dataclasses.replace(said, payload=payload)) is None, payload

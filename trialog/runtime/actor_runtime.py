@@ -23,9 +23,9 @@ ones included — and messages are delivered live as they are read from the log.
 and messages a decide-style agent sends (:mod:`trialog.runtime.actor_session`) are written
 after its ``decide`` returns, before its action, or after the hook that sent them.
 
-An actor that cannot play — its constructor or its session raised — asks the orchestrator to
-end the trial at once (a hard ``trial.terminate`` with the reason), rather than leave the
-environment to time it out tick after tick.
+An actor that cannot play — its constructor or its session raised — says so in a message
+(:mod:`trialog.protocol.cannot_play`), and the orchestrator ends the trial at once with the
+reason, rather than the environment timing the actor out tick after tick.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from trialog.bus.base import Record
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import BadRecord, CodecError, TrialogError
 from trialog.model_registry import ModelFollower, ModelVersion, parse_ref
+from trialog.protocol.cannot_play import cannot_play
 from trialog.protocol.events import (
     HEADER_RECEIVER,
     Action,
@@ -57,14 +58,13 @@ from trialog.protocol.events import (
     Message,
     Observation,
     Reward,
-    TerminateRequest,
     TrialEnded,
     TrialStarted,
 )
 from trialog.protocol.inbox import Received
 from trialog.protocol.owners import message_problem, reward_problem
 from trialog.protocol.roles import ACTORS
-from trialog.protocol.topics import CONTROL, EVENTS
+from trialog.protocol.topics import EVENTS
 from trialog.protocol.trial import (
     ClassSchemas,
     class_schemas,
@@ -110,8 +110,7 @@ class _Trial:
     classes: dict[str, str]  # every actor of the trial -> its class (what rewards and messages may address)
     actors: dict[str, _Played] = field(default_factory=dict)
     tick: int = 0  # the latest tick observed: rewards and messages for later ticks do not count
-    failures: dict[str, str] = field(default_factory=dict)  # actors that cannot play -> why
-    end_asked: bool = False  # the orchestrator was asked to end the trial for them
+    said_cannot_play: bool = False  # an actor of it cannot play, and this service said so
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +239,7 @@ class ActorHandler(Handler):
             frozenset(a.name for a in mine),
             {a.name: a.actor_class for a in started.actors},
         )
+        failed: dict[str, str] = {}  # actor -> why it could not start
         for actor in info.actors:
             if actor.name not in {a.name for a in mine}:
                 continue
@@ -255,11 +255,12 @@ class ActorHandler(Handler):
                     played.agent.outbox = played.outbox = Outbox(info, actor)
             except Exception as exc:
                 log.exception("actor failed to start", trial=started.trial_id, actor=actor.name)
-                trial.failures[actor.name] = f"could not start: {type(exc).__name__}: {exc}"
+                failed[actor.name] = f"actor {actor.name} could not start: {type(exc).__name__}: {exc}"
                 continue
             trial.actors[actor.name] = played
         self.trials[started.trial_id] = trial
-        self._ask_to_end(trial)
+        if failed:
+            self._cannot_play(trial, next(iter(failed)), "; ".join(failed.values()))
 
     async def _run_session(self, played: _Played) -> None:
         try:
@@ -269,30 +270,17 @@ class ActorHandler(Handler):
             log.exception("actor session failed", trial=trial_id, actor=played.info.name)
             trial = self.trials.get(trial_id)
             if trial is not None:
-                trial.failures[played.info.name] = f"failed: {type(exc).__name__}: {exc}"
-                self._ask_to_end(trial)
+                self._cannot_play(
+                    trial, played.info.name, f"actor {played.info.name} failed: {type(exc).__name__}: {exc}"
+                )
 
-    def _ask_to_end(self, trial: _Trial) -> None:
-        """Ask the orchestrator to end a trial one of whose actors cannot play, with the reason:
-        once, and only once the trial's partition is live — a catch-up replays the failure, and
-        asks when it ends (:meth:`caught_up`) unless the log shows the trial ended meanwhile."""
-        if not trial.failures or trial.end_asked or not self.loop.is_live(EVENTS, trial.partition):
-            return
-        trial.end_asked = True
-        self.loop.emit(
-            TerminateRequest(
-                trial.info.trial_id,
-                hard=True,
-                reason="; ".join(f"actor {actor} {why}" for actor, why in trial.failures.items()),
-                requested_by=next(iter(trial.failures)),
-            ),
-            CONTROL,
-        )
-
-    def caught_up(self, role: str, partition: int) -> None:
-        for trial in list(self.trials.values()):
-            if trial.partition == partition:
-                self._ask_to_end(trial)
+    def _cannot_play(self, trial: _Trial, actor: str, reason: str) -> None:
+        """Say that an actor of this trial cannot play: the orchestrator ends the trial at once
+        (:mod:`trialog.protocol.cannot_play`). Once per trial from this service. Emitted like any
+        output: during a catch-up, set aside and sent only if the log lacks it."""
+        if not trial.said_cannot_play:
+            trial.said_cannot_play = True
+            self.loop.emit(cannot_play(trial.info.trial_id, trial.tick, actor, reason))
 
     def _on_observation(self, trial: _Trial, played: _Played, obs: Observation) -> None:
         if obs.tick <= played.last_answered:

@@ -4,9 +4,7 @@
 orchestrator; observations, views, ``environment.done``, ``actor.timeout``, ``actor.left``
 and rewards or messages whose sender is ``env`` or ``env/...`` only the environment;
 actions, ``actor.joined`` and rewards or messages whose sender is an actor of the trial
-only that actor's key; start and terminate requests a controller, gateway or learner
-— and a terminate request in the name of an actor of the trial also that actor's service
-(it ends a trial its actor cannot play, :mod:`trialog.runtime.actor_runtime`);
+only that actor's key; start and terminate requests a controller, gateway or learner;
 other rewards, messages and parameter changes any core role. (Key ids:
 :mod:`trialog.trust.keys`; tags: :mod:`trialog.trust.tags`.)
 
@@ -172,8 +170,7 @@ class Authenticator:
         if kind in ENVIRONMENT_KINDS:
             return (ENVIRONMENT,)
         if kind in REQUEST_KINDS:
-            own = self.actor_key(trial_id, sender) if kind == TerminateRequest.KIND else None
-            return REQUESTERS if own is None or own == seat_key_id(sender) else (*REQUESTERS, own)
+            return REQUESTERS
         if kind in ADDRESSED_KINDS and (sender == ENVIRONMENT_SENDER or sender.startswith(ENVIRONMENT_SENDER + "/")):
             return (ENVIRONMENT,)
         own = self.actor_key(trial_id, sender)
@@ -240,7 +237,7 @@ class Authenticator:
         allowed = self.sender_keys(trial_id, kind, sender)
         if isinstance(allowed, str):
             return f"cannot tag a record of trial {trial_id!r}: {allowed}"
-        key_ids = sorted(allowed, key=lambda k: k != self.role)  # this process's role first, if allowed
+        key_ids = [k for k in allowed if k == self.role] or list(allowed)
         own = next((k for k in key_ids if self.keyring.key(k, trial_id) is not None), None)
         if own is None:
             return (
