@@ -329,3 +329,20 @@ def test_a_cannot_play_message_says_why_and_nothing_else_does():
     assert cannot_play_reason(said) == "actor alice could not start: OSError: disk"
     for payload in ('{"hello": 1}', '["trialog.cannot_play"]', '{"trialog.cannot_play": 1}', "trialog.cannot_play"):
         assert cannot_play_reason(dataclasses.replace(said, payload=payload)) is None, payload
+
+
+def test_an_actor_service_with_only_its_own_key_can_say_so():
+    """Restricted keys (docs/security.md): the message carries the actor service's own key only,
+    and the orchestrator, holding the whole keyring, accepts it."""
+    from tests.unit.test_trust import STARTED, TRIAL, record  # a trial where alice plays "random"
+    from trialog.trust.authenticator import Authenticator
+    from trialog.trust.keys import Keyring
+
+    keyring = Keyring.generate()
+    orchestrator, random_service = Authenticator(keyring), Authenticator(keyring.restricted_to("random"))
+    for trust in (orchestrator, random_service):
+        trust.learn(STARTED)
+    assert (
+        orchestrator.check(*record(cannot_play(TRIAL, 0, "alice", "actor alice could not start"), random_service))
+        is None
+    )
