@@ -58,7 +58,7 @@ from trialog.actor import DecideRequest, EndEvent, MessageEvent, Policy, RewardE
 from trialog.environment import ActorInfo, RewardOut, Step, TrialInfo, steps_in_batches
 from trialog.errors import CodecError, TrialogError
 from trialog.learn.curves import Curves, learner_dir
-from trialog.learn.memory import Transitions, current_version_only, flat_observation
+from trialog.learn.memory import Transitions, action_array, current_version_only, flat_observation
 from trialog.learn.train import (
     LEARN_PHASES,
     Evaluation,
@@ -480,7 +480,7 @@ def _transitions(rows: list[tuple]) -> Transitions:
     """(obs, action, reward, next obs, terminated, version) rows of one actor's consecutive ticks."""
     return Transitions(
         observations=np.stack([flat_observation(r[0]) for r in rows]),
-        actions=np.array([int(r[1]) for r in rows], np.int32),
+        actions=action_array([r[1] for r in rows]),
         rewards=np.array([r[2] for r in rows], np.float32),
         next_observations=np.stack([flat_observation(r[3]) for r in rows]),
         dones=np.array([r[4] for r in rows], np.float32),

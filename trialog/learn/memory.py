@@ -30,6 +30,13 @@ def flat_observation(observation: Any) -> np.ndarray:
     return np.asarray(observation, dtype=np.float32).reshape(-1)
 
 
+def action_array(actions: Sequence[Any]) -> np.ndarray:
+    """Actions as one array: Discrete ones (integers) as int32, Box ones (arrays) as float32 rows."""
+    if all(isinstance(a, (int, np.integer)) for a in actions):
+        return np.array(actions, np.int32)
+    return np.stack([flat_observation(a) for a in actions])
+
+
 @dataclass
 class Transitions:
     observations: np.ndarray
@@ -58,7 +65,7 @@ def transitions(samples: Sequence[Any]) -> Transitions | None:
     ticks = [s.tick for s, _ in rows]
     return Transitions(
         observations=np.stack([flat_observation(s.observation) for s, _ in rows]),
-        actions=np.array([int(s.action) for s, _ in rows], np.int32),
+        actions=action_array([s.action for s, _ in rows]),
         rewards=np.array([s.reward for s, _ in rows], np.float32),
         next_observations=np.stack([flat_observation(n.observation) for _, n in rows]),
         dones=np.array([n.terminated for _, n in rows], np.float32),
