@@ -47,6 +47,7 @@ type TrialStarted struct {
 	ResponseTimeoutMs int64            `avro:"response_timeout_ms"`
 	TimeoutPolicy     string           `avro:"timeout_policy"`
 	Parameters        string           `avro:"parameters"`
+	TickIntervalMs    *int64           `avro:"tick_interval_ms"` // real time (schema v3); nil: step when every action is in
 }
 
 // Observation is the environment's observation of one actor at one tick.
