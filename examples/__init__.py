@@ -6,4 +6,6 @@ the code and schemas the spec names. Installed as ``trialog.examples`` (so a spe
 - ``overcooked/``: CoGrid's Overcooked through the PettingZoo adapter, with planner and
   behaviour-cloned cooks, and a spec for people playing from a browser (``people.yaml``).
 - ``cartpole/``: Gymnasium's CartPole through the Gymnasium adapter (the learning presets).
+- ``first_env/``: guess the number, a game written from scratch whose schemas come from the
+  Gymnasium spaces it declares (:mod:`trialog.adapters.declared`).
 """

@@ -177,10 +177,18 @@ class Environment:
         """Optional: Avro schemas for an actor class declared ``auto`` in the spec.
 
         Return ``{"observation": avro_schema, "action": avro_schema}`` (each a parsed
-        Avro schema: a dict, or a name such as ``"long"``). Adapters (PettingZoo,
-        Gymnasium) implement it from the env's spaces.
+        Avro schema: a dict, or a name such as ``"long"``), and optionally a
+        ``"default_action"`` for a spec that names none. Adapters (PettingZoo,
+        Gymnasium) implement it from the env's spaces; so does
+        ``trialog.adapters.declared.SpacesEnvironment`` from Gymnasium spaces you declare.
         """
-        raise NotImplementedError(f"{cls.__name__} cannot describe actor class {actor_class!r}")
+        hint = (
+            "; spaces declared as class attributes are read by a subclass of "
+            "trialog.adapters.declared.SpacesEnvironment, not of Environment"
+            if hasattr(cls, "observation_spaces") or hasattr(cls, "action_spaces")
+            else ""
+        )
+        raise NotImplementedError(f"{cls.__name__} cannot describe actor class {actor_class!r}{hint}")
 
 
 def steps_in_batches(cls: type) -> bool:

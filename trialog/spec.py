@@ -11,7 +11,8 @@ what is wrong.
         action: schemas/rps_action.avsc                                    # or a file, relative to the spec
         default_action: 0            # used when the actor misses its response timeout
       cook:
-        observation: auto            # derived from the environment (adapters)
+        observation: auto            # derived from the environment (adapters, or declared
+                                     # Gymnasium spaces: trialog.adapters.declared)
         action: auto
     environments:
       rps: {entry: "trialog.examples.rps.game:RockPaperScissors", config: {target_score: 5},
@@ -458,6 +459,10 @@ def _actor_class(r, name, value, path, base_dir, store, env_impl: Implementation
             raise r.fail(f"{path}.{part}", str(exc)) from exc
     has_default = "default_action" in v
     default = v.get("default_action")
+    if not has_default and v["action"] == "auto" and described and "default_action" in described:
+        # An environment that declares its spaces derives a default action from them
+        # (trialog.adapters.declared); the spec's own default_action wins.
+        default, has_default = described["default_action"], True
     if has_default:
         try:
             store.register(schemas["action"]).encode(default)

@@ -83,6 +83,41 @@ def avro_name(text: str, *, dotted: bool = False) -> str:
     return name if name and not name[0].isdigit() else f"_{name}"
 
 
+def default_value(space: spaces.Space) -> Any:
+    """A fixed member of ``space`` (an env value): what an actor that misses its response
+    timeout is given when the space is all the spec says. The value nearest to zero, so
+    that a "do nothing" action, where a space has one there, is chosen: Discrete's
+    ``start``, a Box's 0 clipped into its bounds, no bits set, the shortest text."""
+    match space:
+        case spaces.Discrete():
+            return int(space.start)
+        case spaces.Box():
+            return np.clip(np.zeros(space.shape), space.low, space.high).astype(space.dtype)
+        case spaces.MultiDiscrete():
+            return np.asarray(space.start, dtype=space.dtype)
+        case spaces.MultiBinary():
+            return np.zeros(np.atleast_1d(space.n), dtype=np.int8)
+        case spaces.Dict():
+            return {key: default_value(sub) for key, sub in space.spaces.items()}
+        case spaces.Tuple():
+            return tuple(default_value(sub) for sub in space.spaces)
+        case spaces.Text():
+            return min(space.character_set) * int(space.min_length)
+    raise SpecError(
+        f"{space!r} ({type(space).__name__}) has no Avro mapping in Trialog; supported: {', '.join(SUPPORTED_SPACES)}"
+    )
+
+
+def as_json(payload: Any) -> Any:
+    """A payload value as JSON can carry it (a spec's ``default_action`` travels as JSON in
+    ``trial.started``): arrays as nested lists; the codec reads lists back as tensors."""
+    if isinstance(payload, np.ndarray):
+        return payload.tolist()
+    if isinstance(payload, Mapping):
+        return {key: as_json(value) for key, value in payload.items()}
+    return payload.item() if isinstance(payload, np.generic) else payload
+
+
 def infer_space(value: Any, *, where: str) -> spaces.Space:
     """A space that holds ``value``, for environments that declare none.
 

@@ -37,9 +37,12 @@ sampler the shipped random actor uses too; ``trialog check`` is
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -49,6 +52,8 @@ from trialog.errors import TrialogError
 from trialog.protocol.codec import HEADER_SIZE, Schema, SchemaStore
 from trialog.protocol.rewards import reward_bounds_problem
 from trialog.protocol.spaces import action_space_of, sample_action
+
+ACTIONS_STREAM = 0xC4EC  # salts the seed of the random actions
 
 
 @dataclass(frozen=True)
@@ -98,14 +103,17 @@ def check_environment(
     seed: int = 0,
     steps: int = 50,
     schemas: Mapping[str, Mapping[str, Any]] | None = None,
+    episodes: int = 1,
 ) -> CheckReport:
     """Run an environment implementation through Trialog's contract.
 
     ``actors`` are the trial's actors: ``ActorInfo`` records, names (class
     ``agent``) or a mapping name → actor class; by default the environment's
     ``default_actors(config)`` (the adapters have it). ``schemas`` maps an actor
-    class to ``{"observation": ..., "action": ...}`` for environments without
-    ``describe``.
+    class to ``{"observation": ..., "action": ...}`` (and optionally the
+    ``"action_space"`` to sample from) for environments without ``describe``.
+    ``episodes`` > 1 plays that many episodes in all, each of at most ``steps``
+    ticks, with the seeds after ``seed``.
     """
     config = dict(config or {})
     name = (
@@ -132,8 +140,64 @@ def check_environment(
                 lambda: _compare(trace, _replay(cls, trial, classes, actions), seed),
                 lambda n: f"{n} ticks replayed with the same seed and actions gave the same observations and rewards",
             )
+            if episodes > 1:
+                checker.run(
+                    "episodes",
+                    lambda: _more_episodes(cls, trial, classes, steps, episodes),
+                    lambda played: (
+                        f"{episodes - 1} more (seeds {seed + 1}–{seed + episodes - 1}): {played[0]} ticks, "
+                        f"{played[1]} ended by the environment, every observation in its schema"
+                    ),
+                )
     except _Stop:
         pass
+    return report
+
+
+def check_spec(
+    spec: str | Path, *, environment: str | None = None, seed: int = 0, steps: int = 50, episodes: int = 3
+) -> CheckReport:
+    """Check an environment implementation of a spec (by default the trial's) as the spec
+    sets it up: its config, the spec's trial actors and the actor classes' schemas as the
+    spec resolves them (hand-written, or derived: ``auto``), over ``episodes`` episodes."""
+    from trialog.spec import load_entry, load_spec
+
+    report = CheckReport(f"spec {spec}")
+    try:
+        loaded = load_spec(spec)
+        name = environment or loaded.trial.environment
+        impl = loaded.environments.get(name)
+        if impl is None:
+            raise TrialogError(f"the spec has no environment {name!r}; it has {', '.join(loaded.environments)}")
+        if not impl.served_here:
+            raise TrialogError(f"environment {name!r} is external: its own process serves it, not Python code here")
+    except TrialogError as exc:
+        report.results.append(CheckResult("spec", False, str(exc)))
+        return report
+    config = {**impl.config, **(loaded.trial.environment_config if name == loaded.trial.environment else {})}
+    infos = [
+        ActorInfo(a.name, a.actor_class, a.implementation, {**played.config, **a.config}, played.client)
+        for a in loaded.trial.actors
+        for played in [loaded.actors[a.implementation]]
+    ]
+    schemas = {}
+    for class_name, actor_class in loaded.actor_classes.items():
+        given = {
+            "observation": json.loads(actor_class.observation_schema),
+            "action": json.loads(actor_class.action_schema),
+        }
+        try:
+            action_space_of(given["action"])
+        except TrialogError:  # a bare trialog.Tensor carries no space: the environment's describe may say it
+            with contextlib.suppress(Exception):
+                given["action_space"] = load_entry(impl.entry).describe(config, class_name)["action_space"]
+        schemas[class_name] = given
+    checked = check_environment(
+        impl.entry, config, actors=infos, seed=seed, steps=steps, schemas=schemas, episodes=episodes
+    )
+    report.environment = f"environment {name!r} ({impl.entry}) of {loaded.file}"
+    who = ", ".join(f"{a.name} ({a.actor_class}, {a.implementation})" for a in infos)
+    report.results = [CheckResult("spec", True, f"{len(infos)} actors: {who}"), *checked.results]
     return report
 
 
@@ -232,28 +296,14 @@ def _play(
         "start", lambda: _start(env, trial), lambda o: f"an observation for each of {len(o)} actors"
     )
     by_actor = {a.name: classes[a.actor_class] for a in trial.actors}
-    rng = np.random.default_rng(trial.seed)
     trace: Trace = []
     actions: list[dict[str, Any]] = []
-    active = set(observations)
-    stage, failure = "observations", None
+    at, failure = ["observations"], None
     try:
-        trace.append((_encode(by_actor, 0, observations), None))
-        for tick in range(1, steps + 1):
-            chosen = {a: sample_action(by_actor[a].action_space, rng, observations.get(a)) for a in sorted(active)}
-            stage = "update"
-            step = env.update(chosen)
-            actions.append(chosen)
-            stage = "step types"
-            _check_step(step, trial, active)
-            stage = "observations"
-            trace.append((_encode(by_actor, tick, step.observations), _rewards(step.rewards)))
-            observations = {**observations, **step.observations}
-            active -= {a for a in active if step.terminated.get(a) or step.truncated.get(a)}
-            if step.done or not active:
-                break
+        _episode(env, trial, by_actor, observations, steps, trace, actions, at)
     except Exception as exc:  # the user's environment: report whatever it raised
         failure = f"tick {len(actions)}: {_reason(exc)}"
+    stage = at[0]
     passed = {
         "observations": "encode in the class schemas and decode back equal",
         "update": f"{len(actions)} ticks of random valid actions",
@@ -266,6 +316,65 @@ def _play(
             checker.report.results.append(CheckResult(name, True, summary))
     checker.run("end", env.end, lambda _: "end() returned")
     return None if failure else (trace, actions)
+
+
+def _episode(
+    env: Any,
+    trial: TrialInfo,
+    by_actor: Mapping[str, _ClassSchemas],
+    observations: Mapping[str, Any],
+    steps: int,
+    trace: Trace,
+    actions: list[dict[str, Any]],
+    stage: list[str],
+) -> bool:
+    """Play random valid actions from ``start``'s ``observations`` for at most ``steps`` ticks,
+    validating every step, into ``trace`` and ``actions``; ``stage[0]`` says which check an
+    exception belongs to. Whether the environment ended the episode before ``steps``."""
+    # A stream of its own: drawn from the trial's seed alone, the actions would repeat the
+    # environment's own draws from that seed (a secret number guessed at the first try).
+    rng = np.random.default_rng([trial.seed % 2**63, ACTIONS_STREAM])
+    active = set(observations)
+    stage[0] = "observations"
+    trace.append((_encode(by_actor, 0, observations), None))
+    for tick in range(1, steps + 1):
+        chosen = {a: sample_action(by_actor[a].action_space, rng, observations.get(a)) for a in sorted(active)}
+        stage[0] = "update"
+        step = env.update(chosen)
+        actions.append(chosen)
+        stage[0] = "step types"
+        _check_step(step, trial, active)
+        stage[0] = "observations"
+        trace.append((_encode(by_actor, tick, step.observations), _rewards(step.rewards)))
+        observations = {**observations, **step.observations}
+        active -= {a for a in active if step.terminated.get(a) or step.truncated.get(a)}
+        if step.done or not active:
+            return True
+    return False
+
+
+def _more_episodes(
+    cls: type, trial: TrialInfo, classes: Mapping[str, _ClassSchemas], steps: int, episodes: int
+) -> tuple[int, int]:
+    """Episodes 2 … ``episodes``, seeds following the first's, checked as the first was.
+    Returns the ticks played and how many episodes the environment ended."""
+    by_actor = {a.name: classes[a.actor_class] for a in trial.actors}
+    ticks = ended = 0
+    for episode in range(2, episodes + 1):
+        seeded = replace(trial, seed=trial.seed + episode - 1, trial_id=f"contract-check-{episode}")
+        env = cls(seeded)
+        actions: list[dict[str, Any]] = []
+        stage = ["start"]
+        try:
+            ended += _episode(env, seeded, by_actor, _start(env, seeded), steps, [], actions, stage)
+        except Exception as exc:  # the user's environment: report whatever it raised
+            raise TrialogError(
+                f"episode {episode} (seed {seeded.seed}), tick {len(actions)}, {stage[0]}: {_reason(exc)}"
+            ) from exc
+        finally:
+            env.end()
+        ticks += len(actions)
+    return ticks, ended
 
 
 def _replay(cls: type, trial: TrialInfo, classes: Mapping[str, _ClassSchemas], actions: list[dict[str, Any]]) -> Trace:
