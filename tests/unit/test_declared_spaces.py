@@ -200,6 +200,25 @@ def test_trialog_check_spec_passes_the_first_env_example(capsys):
     assert re.search(r"PASS  episodes +3 more \(seeds 1–3\)", out) and "12 passed, 0 failed" in out
 
 
+def _block(text: str, after: str, language: str) -> str:
+    return re.search(rf"```{language}\n(.*?)```", text[text.index(after) :], re.S).group(1)
+
+
+def test_the_docs_show_the_first_env_example_verbatim_and_its_check_as_it_prints(capsys, monkeypatch):
+    docs = (ROOT / "docs/environments.md").read_text()
+    section = "## Your own environment with Gymnasium spaces"
+    example = ROOT / "examples/first_env"
+    assert _block(docs, section, "python") == (example / "game.py").read_text()
+    assert _block(docs, section, "yaml") == (example / "spec.yaml").read_text()
+    command = _block(docs, section, "bash").strip()
+    assert command == "trialog check --spec examples/first_env/spec.yaml"
+    monkeypatch.chdir(ROOT)
+    assert cli_main(command.split()[1:]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    shown = [line for line in _block(docs, section, "text").splitlines() if line.strip() != "..."]
+    assert all(line in printed for line in shown), sorted(set(shown) - set(printed))
+
+
 class Misnumbered(Tuples):
     """Its third update returns a number outside the observation space."""
 
