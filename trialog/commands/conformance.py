@@ -11,13 +11,22 @@ def add(sub) -> None:
     p = command(
         sub,
         "conformance",
-        "Check an actor service (any language) against the protocol, on the broker: one line per check.",
+        "Check an actor or environment service (any language) against the protocol, on the broker: one line per check.",
     )
-    p.add_argument("--implementation", required=True, metavar="NAME", help="the spec's actor implementation under test")
+    under_test = p.add_mutually_exclusive_group(required=True)
+    under_test.add_argument("--implementation", metavar="NAME", help="the spec's actor implementation under test")
+    under_test.add_argument("--environment", metavar="NAME", help="the spec's environment implementation under test")
+    p.add_argument(
+        "--same-as",
+        metavar="NAME",
+        help="with --environment: an environment of the spec (with an entry) whose observations and rewards "
+        "the one under test must equal",
+    )
     p.add_argument(
         "--command",
         metavar="CMD",
-        help="the command serving NAME (default for a Python implementation: trialog serve actors)",
+        help="the command serving NAME (default for a Python implementation: trialog serve actors, "
+        "or trialog serve environment)",
     )
     p.add_argument(
         "--trials",
@@ -33,6 +42,16 @@ def add(sub) -> None:
         spec_file = from_args(args).spec
         if not spec_file:
             raise TrialogError("conformance needs --spec FILE (or TRIALOG_SPEC)")
+        if args.environment:
+            from trialog.tools.conformance.environment import run_environment_conformance
+
+            return run_async(
+                run_environment_conformance(
+                    from_args(args), spec_file, args.environment, args.command, same_as=args.same_as, seed=args.seed
+                )
+            )
+        if args.same_as:
+            raise TrialogError("--same-as goes with --environment")
         return run_async(
             run_conformance(
                 from_args(args), spec_file, args.implementation, args.command, trials=args.trials, seed=args.seed
