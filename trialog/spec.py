@@ -8,7 +8,8 @@ what is wrong.
     actor_classes:
       player:
         observation: {type: record, name: RpsObservation, fields: [...]}   # Avro, inline
-        action: schemas/rps_action.avsc                                    # or a file, relative to the spec
+        action: schemas/rps_action.avsc                                    # or a file, relative to the spec,
+                                                   # or {space: "my_pkg.spaces:MOVE"}: a Gymnasium space
         default_action: 0            # used when the actor misses its response timeout
       cook:
         observation: auto            # derived from the environment (adapters, or declared
@@ -56,6 +57,7 @@ import yaml
 from trialog.errors import CodecError, SpecError
 from trialog.protocol.codec import SchemaStore
 from trialog.protocol.events import ActorClassSpec, ActorSpec
+from trialog.protocol.spaces import as_json, default_value, space_codec
 
 TIMEOUT_POLICIES = ("default_action", "drop")
 
@@ -294,7 +296,9 @@ def parse_spec(
         raise r.fail("actor_classes", "declare at least one actor class")
     env_impl = environments[trial.environment]
     actor_classes = {
-        key: _actor_class(r, key, value, f"actor_classes.{key}", base_dir, store, env_impl, trial.environment_config)
+        key: _actor_class(
+            r, key, value, f"actor_classes.{key}", base_dir, store, env_impl, trial.environment_config, spec_name=name
+        )
         for key, value in classes_raw.items()
     }
     for i, actor in enumerate(trial.actors):
@@ -436,14 +440,20 @@ def parse_actor_list(
     return tuple(out)
 
 
-def _actor_class(r, name, value, path, base_dir, store, env_impl: Implementation, env_config) -> ActorClass:
+def _actor_class(
+    r, name, value, path, base_dir, store, env_impl: Implementation, env_config, *, spec_name: str
+) -> ActorClass:
     v = r.mapping(value, path)
     r.keys(v, path, {"observation", "action", "default_action"}, {"observation", "action"})
     described: Mapping[str, Any] | None = None
     schemas = {}
     for part in ("observation", "action"):
         raw = v[part]
-        if raw == "auto":
+        if _names_a_space(raw):
+            raw, space_default = _declared_space(r, f"{path}.{part}", raw["space"], spec_name, name, part)
+            if part == "action":
+                described = {**(described or {}), "default_action": space_default}
+        elif raw == "auto":
             if described is None:
                 described = _describe(r, f"{path}.{part}", env_impl, env_config, name)
             raw = described.get(part)
@@ -459,10 +469,11 @@ def _actor_class(r, name, value, path, base_dir, store, env_impl: Implementation
             raise r.fail(f"{path}.{part}", str(exc)) from exc
     has_default = "default_action" in v
     default = v.get("default_action")
-    if not has_default and v["action"] == "auto" and described and "default_action" in described:
-        # An environment that declares its spaces derives a default action from them
-        # (trialog.adapters.declared); the spec's own default_action wins.
-        default, has_default = described["default_action"], True
+    if not has_default and (v["action"] == "auto" or _names_a_space(v["action"])):
+        # Declared spaces (the environment's: trialog.adapters.declared; or the class's own
+        # {space: ...}) give a default action; the spec's own default_action wins.
+        if described and "default_action" in described:
+            default, has_default = described["default_action"], True
     if has_default:
         try:
             store.register(schemas["action"]).encode(default)
@@ -488,3 +499,25 @@ def _describe(r: SpecReader, path: str, impl: Implementation, env_config, actor_
         return describe(config, actor_class)
     except Exception as exc:  # the user's code: report whatever it raised
         raise r.fail(path, f"{impl.entry}.describe failed: {type(exc).__name__}: {exc}") from exc
+
+
+def _names_a_space(raw: Any) -> bool:
+    return isinstance(raw, dict) and set(raw) == {"space"}
+
+
+def _declared_space(r: SpecReader, path: str, entry: Any, spec_name: str, actor_class: str, part: str) -> tuple:
+    """``{space: module:NAME}``: a Gymnasium space (or a function returning one) as the class's
+    Avro schema, with its default value as JSON (:func:`trialog.protocol.spaces.default_value`)."""
+    if not isinstance(entry, str):
+        raise r.fail(
+            f"{path}.space", f"expected an import path 'package.module:NAME' of a Gymnasium space, got {entry!r}"
+        )
+    space = load_entry(entry, what=f"{path}.space")
+    try:
+        space = space() if callable(space) else space
+        codec = space_codec(space, namespace=f"trialog.spec.{spec_name}.{actor_class}", name=part.title(), where=entry)
+        return codec.schema, as_json(codec.to_payload(default_value(codec.space)))
+    except Exception as exc:  # the user's function, or Gymnasium missing: say which and why
+        raise r.fail(
+            f"{path}.space", str(exc) if isinstance(exc, SpecError) else f"{type(exc).__name__}: {exc}"
+        ) from exc

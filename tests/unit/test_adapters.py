@@ -326,6 +326,8 @@ def test_the_specs_in_the_docs_load_and_carry_the_action_space():
     loaded = {
         spec.name: spec for spec in (parse_spec(raw, file="docs/environments.md") for raw in specs if "name" in raw)
     }
-    assert set(loaded) == {"rps-pettingzoo", "overcooked"}
+    assert set(loaded) == {"rps-pettingzoo", "overcooked", "first_env"}
+    guesser = loaded["first_env"].actor_classes["guesser"]  # from declared Gymnasium spaces
+    assert json.loads(guesser.action_schema)[SPACE_PROPERTY] == {"type": "Discrete", "n": 100, "start": 1}
     cook = loaded["overcooked"].actor_classes["cook"]
     assert json.loads(cook.action_schema)[SPACE_PROPERTY] == {"type": "Discrete", "n": 7, "start": 0}

@@ -5,6 +5,7 @@ The spec and the check that use it: examples/first_env, docs/environments.md."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -239,3 +240,38 @@ def test_trialog_check_spec_fails_with_where_and_why(tmp_path, capsys):
     assert "FAIL  spec  the spec has no environment 'nope'; it has env" in capsys.readouterr().out
     assert cli_main(["check"]) == 1
     assert "give an environment entry (module:Class) or --spec SPEC" in capsys.readouterr().err
+
+
+BOARD = spaces.MultiBinary([3, 3])
+
+
+def move_space():
+    return spaces.Discrete(9)
+
+
+def test_a_spec_actor_class_declares_its_own_spaces_for_any_environment():
+    raw = spec_of("trialog.examples.rps.game:RockPaperScissors")  # no describe: the class says it all
+    raw["actor_classes"]["player"] = {
+        "observation": {"space": f"{__name__}:BOARD"},
+        "action": {"space": f"{__name__}:move_space"},
+    }
+    player = parse_spec(raw, file="declared.yaml").actor_classes["player"]
+    assert json.loads(player.observation_schema)["name"] == "trialog.Tensor"  # a bare tensor: nothing to name
+    action = json.loads(player.action_schema)
+    assert action[SPACE_PROPERTY] == {"type": "Discrete", "n": 9, "start": 0}
+    assert player.has_default_action and player.default_action == 0
+    raw["actor_classes"]["player"]["default_action"] = 4
+    assert parse_spec(raw).actor_classes["player"].default_action == 4
+
+
+def test_a_spec_space_that_is_not_one_says_where_and_why():
+    raw = spec_of("trialog.examples.rps.game:RockPaperScissors", observation={"space": f"{__name__}:ROOT"})
+    raw["actor_classes"]["player"]["action"] = {"space": f"{__name__}:move_space"}
+    with pytest.raises(SpecError, match=r"actor_classes\.player\.observation\.space.*has no Avro mapping.*supported"):
+        parse_spec(raw, file="declared.yaml")
+    raw["actor_classes"]["player"]["observation"] = {"space": 3}
+    with pytest.raises(SpecError, match=r"actor_classes\.player\.observation\.space.*import path"):
+        parse_spec(raw, file="declared.yaml")
+    raw["actor_classes"]["player"]["observation"] = {"space": f"{__name__}:NOWHERE"}
+    with pytest.raises(SpecError, match=r"has no attribute 'NOWHERE'"):
+        parse_spec(raw, file="declared.yaml")

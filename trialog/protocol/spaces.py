@@ -1,8 +1,17 @@
-"""Action spaces as the protocol carries them, and random valid actions drawn from them.
+"""Spaces as the protocol carries them: Gymnasium spaces as Avro schemas, and random valid
+actions drawn from them.
 
-An action schema says what its actions are by the custom property ``trialog.space``
+**Gymnasium spaces as Avro.** :func:`space_codec` maps a space to a :class:`SpaceCodec`:
+the Avro schema of an actor class's observation or action, a JSON description of the space,
+and conversions both ways between env values and payload values (the table and the rules in
+:mod:`trialog.adapters.spaces` and docs/environments.md). The adapters, environments that
+declare their spaces (:mod:`trialog.adapters.declared`) and a spec's actor classes
+(``observation: {space: module:NAME}``, :mod:`trialog.spec`) all derive their schemas here.
+Gymnasium (the ``envs`` extra) is imported only when a space is mapped.
+
+**Sampling.** An action schema says what its actions are by the custom property ``trialog.space``
 (:data:`SPACE_PROPERTY`: a JSON description such as ``{"type": "Discrete", "n": 3}``,
-written by the adapters, see :mod:`trialog.adapters.spaces`); an observation may
+written by :func:`space_codec`); an observation may
 carry an ``action_mask`` field (:data:`ACTION_MASK`) that says which Discrete actions
 are allowed. :func:`sample_action` draws a random valid action from such a
 description: the sampler behind the environment contract check's random actions
@@ -14,12 +23,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
-from typing import Any
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trialog.errors import TrialogError
+from trialog.errors import SpecError, TrialogError
+from trialog.protocol.codec import SUPPORTED_DTYPES, TENSOR
+
+if TYPE_CHECKING:
+    from gymnasium import spaces
 
 SPACE_PROPERTY = "trialog.space"
 ACTION_MASK = "action_mask"
@@ -115,3 +130,200 @@ def _bound(value: Any, default: float) -> np.ndarray:
     arr = np.asarray(value if value is not None else default, dtype=object)
     # Elementwise (`is None` would ask of the array itself): null stands for infinity.
     return np.where(arr == None, default, arr).astype(np.float64)  # noqa: E711
+
+
+# --- Gymnasium spaces as Avro schemas ------------------------------------------
+
+SUPPORTED_SPACES = ("Box", "Discrete", "MultiDiscrete", "MultiBinary", "Dict", "Tuple", "Text")
+
+Convert = Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class SpaceCodec:
+    """One space's Avro schema, JSON description, and conversions both ways."""
+
+    space: spaces.Space
+    schema: Any
+    description: dict[str, Any]
+    to_payload: Convert
+    from_payload: Convert
+
+
+def space_codec(space: spaces.Space, *, namespace: str, name: str, where: str) -> SpaceCodec:
+    """Map ``space`` to Avro; ``where`` names it in errors ("action space of agent 0")."""
+    schema, description, to_payload, from_payload = _build(
+        space, f"{avro_name(namespace, dotted=True)}.{avro_name(name)}", where
+    )
+    if isinstance(schema, dict):
+        schema = {**schema, SPACE_PROPERTY: description}
+    elif schema != TENSOR:  # a bare primitive: give it an object to carry the description
+        schema = {"type": schema, SPACE_PROPERTY: description}
+    return SpaceCodec(space, schema, description, to_payload, from_payload)
+
+
+def avro_name(text: str, *, dotted: bool = False) -> str:
+    """``text`` as a valid Avro name (or dotted namespace): invalid characters become ``_``."""
+    if dotted:
+        return ".".join(avro_name(part) for part in str(text).split(".") if part) or "_"
+    name = re.sub(r"[^A-Za-z0-9_]", "_", str(text))
+    return name if name and not name[0].isdigit() else f"_{name}"
+
+
+def default_value(space: spaces.Space) -> Any:
+    """A fixed member of ``space`` (an env value): what an actor that misses its response
+    timeout is given when the space is all the spec says. The value nearest to zero, so
+    that a "do nothing" action, where a space has one there, is chosen: Discrete's
+    ``start``, a Box's 0 clipped into its bounds, no bits set, the shortest text."""
+    from gymnasium import spaces
+
+    match space:
+        case spaces.Discrete():
+            return int(space.start)
+        case spaces.Box():
+            return np.clip(np.zeros(space.shape), space.low, space.high).astype(space.dtype)
+        case spaces.MultiDiscrete():
+            return np.asarray(space.start, dtype=space.dtype)
+        case spaces.MultiBinary():
+            return np.zeros(np.atleast_1d(space.n), dtype=np.int8)
+        case spaces.Dict():
+            return {key: default_value(sub) for key, sub in space.spaces.items()}
+        case spaces.Tuple():
+            return tuple(default_value(sub) for sub in space.spaces)
+        case spaces.Text():
+            return min(space.character_set) * int(space.min_length)
+    raise SpecError(
+        f"{space!r} ({type(space).__name__}) has no Avro mapping in Trialog; supported: {', '.join(SUPPORTED_SPACES)}"
+    )
+
+
+def as_json(payload: Any) -> Any:
+    """A payload value as JSON can carry it (a spec's ``default_action`` travels as JSON in
+    ``trial.started``): arrays as nested lists; the codec reads lists back as tensors."""
+    if isinstance(payload, np.ndarray):
+        return payload.tolist()
+    if isinstance(payload, Mapping):
+        return {key: as_json(value) for key, value in payload.items()}
+    return payload.item() if isinstance(payload, np.generic) else payload
+
+
+# --- the mapping: Gymnasium space -> Avro ---------------------------------------------------------------
+
+
+def _build(space: spaces.Space, name: str, where: str) -> tuple[Any, dict, Convert, Convert]:
+    from gymnasium import spaces
+
+    match space:
+        case spaces.Box():
+            return _box(space, where)
+        case spaces.Discrete():
+            start, n = int(space.start), int(space.n)
+            return "long", {"type": "Discrete", "n": n, "start": start}, int, int
+        case spaces.MultiDiscrete():
+            dtype = _tensor_dtype(space.dtype, space, where)
+            description = {
+                "type": "MultiDiscrete",
+                "nvec": space.nvec.tolist(),
+                "start": space.start.tolist(),
+                "dtype": dtype.name,
+            }
+            return TENSOR, description, _as_array(dtype), _as_array(dtype)
+        case spaces.MultiBinary():
+            shape = [int(n) for n in np.atleast_1d(space.n)]
+            return (
+                TENSOR,
+                {"type": "MultiBinary", "shape": shape},
+                _as_array(np.dtype(np.int8)),
+                _as_array(np.dtype(np.int8)),
+            )
+        case spaces.Dict():
+            return _dict(space, name, where)
+        case spaces.Tuple():
+            return _tuple(space, name, where)
+        case spaces.Text():
+            description = {
+                "type": "Text",
+                "min_length": int(space.min_length),
+                "max_length": int(space.max_length),
+                "charset": "".join(sorted(space.character_set)),
+            }
+            return "string", description, str, str
+    raise SpecError(
+        f"{where}: {space!r} ({type(space).__name__}) has no Avro mapping in Trialog; "
+        f"supported spaces: {', '.join(SUPPORTED_SPACES)}. Wrap the environment to expose one of those."
+    )
+
+
+def _box(space: spaces.Box, where: str) -> tuple[Any, dict, Convert, Convert]:
+    dtype = _tensor_dtype(space.dtype, space, where)
+    description = {
+        "type": "Box",
+        "shape": list(space.shape),
+        "dtype": dtype.name,
+        "low": _bound_json(space.low),
+        "high": _bound_json(space.high),
+    }
+    return TENSOR, description, _as_array(dtype), _as_array(dtype)
+
+
+def _tensor_dtype(dtype: Any, space: spaces.Space, where: str) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype.name not in SUPPORTED_DTYPES:
+        raise SpecError(
+            f"{where}: {space!r} has dtype {dtype.name}, which a trialog.Tensor cannot carry; "
+            f"supported: {', '.join(SUPPORTED_DTYPES)}"
+        )
+    return dtype
+
+
+def _bound_json(values: np.ndarray) -> Any:
+    """A Box bound as JSON: one number when uniform, else nested lists; infinities
+    as null, since JSON has none."""
+    arr = np.asarray(values)
+    flat = [None if isinstance(v, float) and not math.isfinite(v) else v for v in arr.ravel().tolist()]
+    if flat and all(v == flat[0] for v in flat):
+        return flat[0]
+    return np.array(flat, dtype=object).reshape(arr.shape).tolist()
+
+
+def _as_array(dtype: np.dtype) -> Convert:
+    return lambda value: np.asarray(value, dtype=dtype)
+
+
+def _dict(space: spaces.Dict, name: str, where: str) -> tuple[Any, dict, Convert, Convert]:
+    fields, described, parts = [], [], []
+    for key, sub in space.spaces.items():
+        field = avro_name(key)
+        while any(f["name"] == field for f in fields):  # keys that sanitize alike ("a-b", "a_b") stay apart
+            field += "_"
+        schema, description, to_payload, from_payload = _build(sub, f"{name}_{field}", f"{where}[{key!r}]")
+        fields.append({"name": field, "type": schema})
+        described.append({"name": field, "key": key, "space": description})
+        parts.append((key, field, to_payload, from_payload))
+
+    def to_record(value: Mapping[Any, Any]) -> dict[str, Any]:
+        return {field: conv(value[key]) for key, field, conv, _ in parts}
+
+    def from_record(value: Mapping[str, Any]) -> dict[Any, Any]:
+        return {key: conv(value[field]) for key, field, _, conv in parts}
+
+    return (
+        {"type": "record", "name": name, "fields": fields},
+        {"type": "Dict", "fields": described},
+        to_record,
+        from_record,
+    )
+
+
+def _tuple(space: spaces.Tuple, name: str, where: str) -> tuple[Any, dict, Convert, Convert]:
+    built = [_build(sub, f"{name}_item{i}", f"{where}[{i}]") for i, sub in enumerate(space.spaces)]
+    fields = [{"name": f"item{i}", "type": schema} for i, (schema, _, _, _) in enumerate(built)]
+
+    def to_record(value: Any) -> dict[str, Any]:
+        return {f"item{i}": b[2](v) for i, (b, v) in enumerate(zip(built, value, strict=True))}
+
+    def from_record(value: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(b[3](value[f"item{i}"]) for i, b in enumerate(built))
+
+    description = {"type": "Tuple", "items": [b[1] for b in built]}
+    return {"type": "record", "name": name, "fields": fields}, description, to_record, from_record
