@@ -15,6 +15,7 @@ import asyncio
 import functools
 import threading
 import time
+import uuid
 from pathlib import Path
 
 from trialog.analytics import EventDeserializer, quix_connection, result_topic
@@ -54,10 +55,15 @@ def build(
         commit_interval=commit_interval,
         loglevel="WARNING",
         on_message_processed=lambda topic, partition, offset: metrics.ANALYTICS_RECORDS.labels(topic).inc(),
-        # A killed instance leaves its open transaction behind (each instance has a fresh
-        # transactional id); the broker aborts it after this long, and until then readers
-        # of the result topics (read_committed) wait at it. Checkpoints take ~1 s.
-        producer_extra_config={"transaction.timeout.ms": TRANSACTION_TIMEOUT_MS},
+        producer_extra_config={
+            # A killed instance leaves its open transaction behind (each instance has a fresh
+            # transactional id); the broker aborts it after this long, and until then readers
+            # of the result topics (read_committed) wait at it. Checkpoints take ~1 s.
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            # Named with the group (Quix's default is a bare UUID), so that a prefixed ACL
+            # on transactional ids covers this deployment's instances and nobody else's.
+            "transactional.id": transactional_id(settings),
+        },
         # Like every Trialog service: a dead instance's partitions move after 10 s, not 45.
         consumer_extra_config={"session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000},
     )
@@ -88,6 +94,11 @@ def build(
         lambda summary, key, timestamp, headers: outputs[summary["job"]], key=lambda summary: summary["key"]
     )
     return app
+
+
+def transactional_id(settings: Settings) -> str:
+    """``<prefix>analytics-<random>``: one per instance (trialog.broker.secure's ACL pattern)."""
+    return f"{settings.group('analytics')}-{uuid.uuid4().hex}"
 
 
 def main(settings: Settings, *, state_dir: str, window: int, guarantee: str, health_port: int) -> None:

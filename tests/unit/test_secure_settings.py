@@ -69,19 +69,31 @@ def test_secure_broker_files_listeners_and_acls(tmp_path):
     assert (actors.sasl_username, actors.security_protocol, actors.topic_prefix) == ("actors", "SASL_SSL", "dep.")
     assert passwords["actors"] not in (folder / "actors.yaml").read_text()
     # The ACL commands grant exactly the table, nothing to the actors on control or trials.
-    granted: set[tuple[str, str, str]] = set()
+    granted: set[tuple[str, str, str, str]] = set()
     for args in secure.acl_commands("dep."):
-        op = args[args.index("--operation") + 1]
+        ops = [args[i + 1] for i, a in enumerate(args) if a == "--operation"]
         principals = [args[i + 1][5:] for i, a in enumerate(args) if a == "--allow-principal"]
-        topics = [args[i + 1] for i, a in enumerate(args) if a == "--topic"]
-        granted |= {(p, op, t) for p in principals for t in topics}
+        kind = "topic" if "--topic" in args else "group" if "--group" in args else "transactional-id"
+        names = [args[i + 1] for i, a in enumerate(args) if a == f"--{kind}"]
+        prefixed = "prefixed" in args
+        granted |= {(p, op, f"{kind}:{n}{'*' if prefixed else ''}") for p in principals for op in ops for n in names}
     wanted = {
-        (r, op, f"dep.{t}")
+        (r, op, f"topic:dep.{t}")
         for r, (reads, writes) in secure.ROLE_ACLS.items()
         for op, ts in (("Read", reads), ("Write", writes))
         for t in ts
     }
+    wanted |= {(r, "Read", "group:dep.*") for r in secure.ROLE_ACLS}
+    wanted |= {(r, "DescribeConfigs", f"topic:dep.{t}") for r, ts in secure.DESCRIBES_CONFIGS.items() for t in ts}
+    # The analytics jobs: their own topics, Quix's internal ones (outside the prefix), their transactions.
+    wanted |= {
+        ("analytics", op, f"topic:{name}*")
+        for name in ("dep.analytics.", "changelog__dep.analytics--", "repartition__dep.analytics--")
+        for op in ("Create", "Describe", "DescribeConfigs", "Read", "Write")
+    }
+    wanted |= {("analytics", op, "transactional-id:dep.analytics-*") for op in ("Describe", "Write")}
     assert granted == wanted
+    granted = {(p, o, t.removeprefix("topic:")) for p, o, t in granted}
     assert not {
         (p, o, t) for p, o, t in granted if p == "actors" and t in ("dep.control", "dep.trials") and o == "Write"
     }

@@ -17,8 +17,9 @@ Files, in ``<data dir>/secure/`` (readable by the owner only):
   ``trialog serve actors --settings <data dir>/secure/actors.yaml``;
 - ``admin.properties`` — the same for Kafka's Java tools.
 
-:data:`ROLE_ACLS` is the one table of who may read and write which topic; the Helm
-chart's Strimzi users are checked against it (``tests/deploy``).
+:data:`ROLE_ACLS` is the one table of who may read and write which topic (with the
+analytics role's own topic patterns and transactional ids below it); the Helm chart's
+Strimzi users are checked against it (``tests/deploy``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from trialog.errors import BrokerError
-from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS, MODELS, TRIALS
+from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS, MODELS, TRANSACTIONAL_PREFIX, TRIALS
 from trialog.telemetry.logs import get_logger
 
 if TYPE_CHECKING:
@@ -43,17 +44,41 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 ADMIN = "admin"
-# role -> (topics it reads, topics it writes); every role also uses consumer groups under the prefix.
-# The operator's admin principal is a super user (topics, ACLs); no service needs it.
+# The analytics jobs' results the gateway's dashboard follows (services/gateway/dashboard.py).
+DASHBOARD_RESULTS = tuple(f"{TRANSACTIONAL_PREFIX}{job}" for job in ("trials", "returns-by-pairing", "environments"))
+# role -> (topics it reads, topics it writes), by name under the prefix; every role also uses
+# consumer groups under the prefix. The operator's admin principal is a super user (topics,
+# ACLs); no service needs it.
 ROLE_ACLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "orchestrator": ((CONTROL, EVENTS), (EVENTS, TRIALS, DEAD_LETTERS)),
     "environment": ((EVENTS,), (EVENTS, DEAD_LETTERS)),
     "actors": ((EVENTS, TRIALS, MODELS), (EVENTS, DEAD_LETTERS)),
     "logger": ((EVENTS, TRIALS), (DEAD_LETTERS,)),
-    "gateway": ((EVENTS, TRIALS), (CONTROL, EVENTS, DEAD_LETTERS)),
+    "gateway": ((EVENTS, TRIALS, *DASHBOARD_RESULTS), (CONTROL, EVENTS, DEAD_LETTERS)),
     "learner": ((EVENTS, TRIALS, MODELS), (MODELS, DEAD_LETTERS)),
     "controller": ((EVENTS, TRIALS, DEAD_LETTERS), (CONTROL, EVENTS)),
+    # Writes only topics of its own, below.
+    "analytics": ((EVENTS,), ()),
 }
+# The analytics jobs (services/analytics, a Quix Streams Application with consumer group
+# <prefix>analytics) make and own topics named by Quix: the results <prefix>analytics.<job>,
+# and the internal changelog__<group>--… (state) and repartition__<group>--… (group_by) —
+# which begin with Quix's word, not with the prefix, so the topic prefix does not cover
+# them. Patterns ({prefix}: the deployment's topic prefix) the role may create, describe
+# (configs included: Quix checks every topic's partitions and configs) and read and write.
+OWNED_TOPIC_PATTERNS: dict[str, tuple[str, ...]] = {
+    "analytics": (
+        "{prefix}" + TRANSACTIONAL_PREFIX,
+        "changelog__{prefix}analytics--",
+        "repartition__{prefix}analytics--",
+    ),
+}
+OWNED_TOPIC_OPERATIONS = ("Create", "Describe", "DescribeConfigs", "Read", "Write")
+# Topics a role reads whose configs it also describes (Quix inspects its input topic).
+DESCRIBES_CONFIGS: dict[str, tuple[str, ...]] = {"analytics": (EVENTS,)}
+# Transactional ids, by prefix: exactly-once commits state, results and offsets in one
+# transaction, one transactional id per instance (services/analytics/app.py).
+TRANSACTIONAL_ID_PATTERNS: dict[str, str] = {"analytics": "{prefix}analytics-"}
 PRINCIPALS = (ADMIN, *ROLE_ACLS)
 MECHANISM = "SCRAM-SHA-512"
 
@@ -245,22 +270,38 @@ def admin_settings(config: BrokerConfig):
 
 
 def acl_commands(topic_prefix: str) -> list[list[str]]:
-    """``AclCommand`` arguments for :data:`ROLE_ACLS` on ``topic_prefix``: one command per
-    (operation, principals) with the topics they share (fewer JVM starts)."""
+    """``AclCommand`` arguments for :data:`ROLE_ACLS` (and the patterns after it) on
+    ``topic_prefix``: one command per (operation, principals) with the topics they share
+    (fewer JVM starts)."""
     grants: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    topics = dict.fromkeys(t for reads, writes in ROLE_ACLS.values() for t in (*reads, *writes))
     for operation, index in (("Read", 0), ("Write", 1)):
-        for topic in (CONTROL, EVENTS, TRIALS, MODELS, DEAD_LETTERS):
+        for topic in topics:
             roles = tuple(r for r, acls in ROLE_ACLS.items() if topic in acls[index])
             if roles:
                 grants.setdefault((operation, roles), []).append(topic_prefix + topic)
+    for role, described in DESCRIBES_CONFIGS.items():
+        grants.setdefault(("DescribeConfigs", (role,)), []).extend(topic_prefix + t for t in described)
     commands = []
-    for (operation, roles), topics in grants.items():
+    for (operation, roles), names in grants.items():
         args = ["--add", "--force", "--operation", operation]
         for role in roles:
             args += ["--allow-principal", f"User:{role}"]
-        for topic in topics:
+        for topic in names:
             args += ["--topic", topic]
         commands.append(args)
+    for role, patterns in OWNED_TOPIC_PATTERNS.items():
+        args = ["--add", "--force", "--allow-principal", f"User:{role}", "--resource-pattern-type", "prefixed"]
+        for operation in OWNED_TOPIC_OPERATIONS:
+            args += ["--operation", operation]
+        for pattern in patterns:
+            args += ["--topic", pattern.format(prefix=topic_prefix)]
+        commands.append(args)
+    for role, pattern in TRANSACTIONAL_ID_PATTERNS.items():
+        commands.append(
+            ["--add", "--force", "--allow-principal", f"User:{role}", "--operation", "Describe", "--operation",
+             "Write", "--transactional-id", pattern.format(prefix=topic_prefix), "--resource-pattern-type", "prefixed"]
+        )  # fmt: skip
     # Consumer groups: every group a deployment uses is named with its prefix.
     group = ["--add", "--force", "--operation", "Read", "--group", topic_prefix, "--resource-pattern-type", "prefixed"]
     for role in ROLE_ACLS:
