@@ -39,6 +39,7 @@ type TrialStarted struct {
 	TrialID           string           `avro:"trial_id"`
 	Spec              string           `avro:"spec"`
 	Environment       string           `avro:"environment"`
+	EnvironmentEntry  string           `avro:"environment_entry"`
 	EnvironmentConfig string           `avro:"environment_config"`
 	Actors            []ActorSpec      `avro:"actors"`
 	ActorClasses      []ActorClassSpec `avro:"actor_classes"`

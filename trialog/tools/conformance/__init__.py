@@ -1,4 +1,4 @@
-"""``trialog conformance``: check an actor service, in any language, against the protocol.
+"""``trialog conformance``: check an actor (or environment) service, in any language, against the protocol.
 
 The suite plays the other side of the log itself — it writes ``trial.started``,
 steps the spec's own environment in-process and writes its observations and rewards,
@@ -14,7 +14,9 @@ One module per job: :mod:`~trialog.tools.conformance.trial` (a conformance trial
 service under test, the trial's log, what came of it), :mod:`~trialog.tools.conformance.suite`
 (the suite that plays the trials, and :func:`~trialog.tools.conformance.suite.run_conformance`)
 and :mod:`~trialog.tools.conformance.checks` (the checks that judge the trials' logs, and
-the report). The command line is :mod:`trialog.commands.conformance`.
+the report). :mod:`~trialog.tools.conformance.environment` is the same for an environment
+service (``--environment``): the suite plays orchestrator and actors instead. The command
+line is :mod:`trialog.commands.conformance`.
 
 What it may import: the SDK below it (the bus, the protocol, the spec, settings, trust,
 the environment interface) and :mod:`trialog.tools.campaign` for the commands' settings;
