@@ -32,7 +32,8 @@ def add(sub) -> None:
         "--trials",
         type=positive_int,
         default=3,
-        help="trials in all: one with every injection, the others plain and concurrent (default 3)",
+        help="trials in all: one with every injection, the others plain and concurrent (default 3; "
+        "an environment always gets 3)",
     )
     p.add_argument("--seed", type=int, default=1, help="seed of the first trial")
 

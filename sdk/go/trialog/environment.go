@@ -141,6 +141,9 @@ type envService struct {
 	lastCommit time.Time
 }
 
+// endedKept bounds the ended trials remembered (so that a repeated trial.started changes nothing).
+const endedKept = 100_000
+
 // coreWriters may write parameters.changed (and rewards and messages under other names).
 var coreWriters = []string{"controller", "gateway", "learner", "orchestrator"}
 
@@ -386,6 +389,9 @@ func (s *envService) handle(r *kgo.Record, h map[string]string, trialID string) 
 	case "trial.ended":
 		if s.cfg.Keyring.CheckAny(r, trialID, "orchestrator") == "" {
 			delete(s.trials, trialID)
+			if len(s.ended) >= endedKept {
+				s.ended = map[string]bool{} // bounded: a trial.started repeated this late is rare
+			}
 			s.ended[trialID] = true
 		}
 	}
