@@ -4,7 +4,7 @@
 #   docker run --rm trialog:0.1.0 serve orchestrator --help
 #
 # The builder stage installs Trialog with the extras of every service the chart can run
-# (hosted environments, the Parquet datalog, learners, the web gateway) into a
+# (hosted environments, the Parquet datalog, learners, the web gateway, the analytics jobs) into a
 # virtualenv; the final stage copies
 # only that virtualenv onto the same slim Python, so no compiler, pip cache or
 # source tree ships.
@@ -27,7 +27,7 @@ COPY examples ./examples
 COPY presets ./presets
 COPY services ./services
 COPY trialog ./trialog
-RUN /opt/trialog/bin/pip install --no-cache-dir ".[envs,datalog,learn,gateway]"
+RUN /opt/trialog/bin/pip install --no-cache-dir ".[envs,datalog,learn,gateway,analytics]"
 
 
 FROM ${PYTHON_IMAGE}

@@ -34,7 +34,7 @@ from trialog.broker.secure import ROLE_ACLS
 
 VALUE_SETS = sorted(path.stem for path in VALUES_DIR.glob("*.yaml"))
 # The value sets the issue asks for; the test below fails if one goes missing.
-REQUIRED_VALUE_SETS = {"minimal", "sasl-tls", "strimzi", "several-hosts", "hpa", "metrics", "gateway"}
+REQUIRED_VALUE_SETS = {"minimal", "sasl-tls", "strimzi", "several-hosts", "hpa", "metrics", "gateway", "analytics"}
 # Chart.yaml's kubeVersion floor, and the newest schemas kubernetes-validate ships.
 OLDEST_KUBERNETES = "1.25.0"
 SCHEMAS_DIR = Path(__file__).parent / "schemas"

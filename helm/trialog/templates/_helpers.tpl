@@ -114,6 +114,7 @@ Every service Deployment as a YAML list; templates range over
   archive    true for the logger (mounts the archive volume)
   models     true for actor hosts and learners (mount the model store, when one is set)
   web        true for the gateway (serves people on gateway.port)
+  state      true for the analytics jobs (their local state on an emptyDir)
   values     the service's values; host entries merged over hostDefaults
 */}}
 {{- define "trialog.workloads" -}}
@@ -150,6 +151,11 @@ Every service Deployment as a YAML list; templates range over
 {{- if .Values.gateway.enabled }}
 {{- $args := concat (list "serve" "gateway") $spec (list "--host" "0.0.0.0" "--port" (toString (int .Values.gateway.port))) $health .Values.gateway.extraArgs }}
 {{- $items = append $items (dict "key" "gateway" "component" "gateway" "host" "" "args" $args "archive" false "web" true "values" .Values.gateway) }}
+{{- end }}
+{{- if .Values.analytics.enabled }}
+{{- $a := .Values.analytics }}
+{{- $args := concat (list "serve" "analytics") $spec (list "--state-dir" $a.state.mountPath "--window" (toString (int $a.window)) "--guarantee" $a.guarantee) $health $a.extraArgs }}
+{{- $items = append $items (dict "key" "analytics" "component" "analytics" "host" "" "args" $args "archive" false "models" false "state" true "values" $a) }}
 {{- end }}
 {{- if .Values.logger.enabled }}
 {{- $args := concat (list "serve" "logger") $spec (list "--archive-dir" .Values.logger.archive.mountPath) $health .Values.logger.extraArgs }}
@@ -350,8 +356,11 @@ ctx = dict "root" $ "user" <KafkaUser name or "">.
 {{- end }}
 
 {{/*
-Least-privilege ACLs per role: which topics (by role, under the prefix) each service
-reads and writes. The same table as ROLE_ACLS in trialog/broker/secure.py (the local
+Least-privilege ACLs per role: which topics (by name under the prefix) each service
+reads and writes, and for the analytics jobs the configs they describe, the topic
+patterns they own ({prefix}: kafka.topicPrefix; Quix Streams' internal changelog__ and
+repartition__ topics begin outside the prefix) and their transactional ids. The same
+table as ROLE_ACLS and the patterns after it in trialog/broker/secure.py (the local
 secured broker); tests/deploy checks that the two agree.
 */}}
 {{- define "trialog.roleAcls" -}}
@@ -359,9 +368,15 @@ orchestrator: {read: [control, events], write: [events, trials, dead-letters]}
 environment: {read: [events], write: [events, dead-letters]}
 actors: {read: [events, trials, models], write: [events, dead-letters]}
 logger: {read: [events, trials], write: [dead-letters]}
-gateway: {read: [events, trials], write: [control, events, dead-letters]}
+gateway: {read: [events, trials, analytics.trials, analytics.returns-by-pairing, analytics.environments], write: [control, events, dead-letters]}
 learner: {read: [events, trials, models], write: [models, dead-letters]}
 controller: {read: [events, trials, dead-letters], write: [control, events]}
+analytics:
+  read: [events]
+  write: []
+  describeConfigs: [events]
+  ownedTopics: ["{prefix}analytics.", "changelog__{prefix}analytics--", "repartition__{prefix}analytics--"]
+  transactionalIds: "{prefix}analytics-"
 {{- end }}
 
 {{/*
