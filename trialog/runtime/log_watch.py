@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 
-from trialog.telemetry.logs import get_logger
+from trialog.telemetry.logs import connectivity_lines_held, get_logger
 
 log = get_logger(__name__)
 
@@ -37,6 +37,7 @@ class LogWatch:
 
     # Loops of this process for which the log is away: the lines are said once per process.
     away_in_process = 0
+    held_at_away = 0  # the Kafka client's connectivity lines held back when the away line was said
 
     def __init__(self, service: str) -> None:
         self.service = service
@@ -71,6 +72,7 @@ class LogWatch:
             self._away_since = now - min(quiet, 2 * LOG_AWAY_S)  # from about the last answer: all the outage
             LogWatch.away_in_process += 1
             if LogWatch.away_in_process == 1:
+                LogWatch.held_at_away = connectivity_lines_held()
                 log.warning(
                     "the log is away: writes held and retried, nothing committed past them, deadlines wait",
                     service=self.service,
@@ -82,7 +84,12 @@ class LogWatch:
             self._away_total += away
             LogWatch.away_in_process -= 1
             if LogWatch.away_in_process == 0:
-                log.info("the log is back: deadlines run again", service=self.service, away_s=round(away))
+                log.info(
+                    "the log is back: deadlines run again",
+                    service=self.service,
+                    away_s=round(away),
+                    client_lines_held=connectivity_lines_held() - LogWatch.held_at_away,
+                )
 
     def close(self) -> None:
         """The loop stops: it no longer counts among the loops the log is away for."""

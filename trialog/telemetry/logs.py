@@ -18,10 +18,25 @@ import structlog
 _configured = False
 _handler: logging.Handler | None = None  # ours on the root logger, replaced on reconfiguration
 REPEATS_EVERY_S = 60.0  # a library's message said again within this long is counted, not written
+# What the Kafka client says while a broker is lost or moving: per attempt, and said in
+# Trialog's own words by the services' log watch ("the log is away", "back": log_watch.py),
+# which counts these (connectivity_lines_held) instead of writing them.
+_CONNECTIVITY = (
+    "Unable connect to node", "Unable to request metadata", "coordinator dead", "Heartbeat session expired",
+    "KafkaConnectionError", "NodeNotReadyError", "NotLeaderForPartitionError", "LeaderNotAvailableError",
+    "NotCoordinatorError", "CoordinatorNotAvailableError", "RequestTimedOutError",
+)  # fmt: skip
+_held = [0]  # connectivity lines of the Kafka client held back in this process
+
+
+def connectivity_lines_held() -> int:
+    """How many of the Kafka client's connectivity lines this process held back so far."""
+    return _held[0]
 
 
 class _Repeats(logging.Filter):
-    """A library's warnings and errors, each kind once a minute. While a broker is away,
+    """A library's warnings and errors, each kind once a minute, and none of the Kafka client's
+    about connectivity (counted: the log watch says it in Trialog's words). While a broker is away,
     aiokafka says the same few things over and over: measured, 1,650–2,900 lines per service
     in a 20 s outage of two brokers of three, which buried everything else. After one
     warning or error of a library's logger, the next ones of the same logger and level within
@@ -36,6 +51,9 @@ class _Repeats(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.name.startswith("trialog") or record.levelno < logging.WARNING:
             return True
+        if record.name.startswith("aiokafka") and any(c in record.getMessage() for c in _CONNECTIVITY):
+            _held[0] += 1
+            return False
         kind = (record.name, record.levelno)
         now = time.monotonic()
         said = self._said.get(kind)
