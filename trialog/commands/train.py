@@ -18,7 +18,7 @@ def add(sub) -> None:
     p.add_argument(
         "preset", metavar="PRESET",
         help="the preset file (Python, defining `preset = Preset(...)`), "
-        "or a shipped preset's name (dqn_cartpole, dqn_acrobot, ppo_cartpole)",
+        "or a shipped preset's name (dqn_cartpole, dqn_acrobot, ppo_cartpole, td3_pendulum)",
     )  # fmt: skip
     p.add_argument(
         "--out", default="",

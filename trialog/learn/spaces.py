@@ -10,6 +10,11 @@ another Gymnasium env names no size:
   the environment gives for the class (an adapter's ``describe(config, actor_class)``: a
   Box is a bare ``trialog.Tensor`` reference, which carries none).
 
+TD3 (:mod:`trialog.learn.td3`) acts in a Box instead: its policy class says
+``action_space = "Box"`` and gets ``observation_size``, ``action_size`` (the Box's
+flattened length) and finite bounds ``action_low``/``action_high`` (one number per action)
+in their place; DQN and PPO keep refusing anything but a Discrete space.
+
 A size the config sets and the spaces also give must agree (a clear error names both
 numbers); a size the spaces do not give (a hand-written schema without a space) must be
 set in the config. :func:`sized_config` is applied where a spec is at hand: the derived
@@ -29,7 +34,8 @@ from trialog.errors import TrialogError
 from trialog.protocol.spaces import SPACE_PROPERTY, action_space_of
 from trialog.spec import Spec, load_entry
 
-SIZES = ("observation_size", "actions")
+SIZES = ("observation_size", "actions")  # an implementation acting in a Discrete space
+BOX_SIZES = ("observation_size", "action_size", "action_low", "action_high")  # in a Box (action_space = "Box")
 
 
 @dataclass(frozen=True)
@@ -102,17 +108,46 @@ def discrete_actions(space: Mapping[str, Any], *, what: str, actor_class: str) -
     return int(space["n"])
 
 
+def box_actions(space: Mapping[str, Any], *, what: str, actor_class: str) -> dict[str, Any]:
+    """``action_size`` and the bounds (a list of one float per action) of a bounded Box."""
+    if space["type"] != "Box":
+        raise TrialogError(
+            f"{what} acts in a Box action space; actor class {actor_class!r} has {_text(space)}. "
+            "Use an algorithm for that space (DQN or PPO for a Discrete one)"
+        )
+    size = math.prod(space["shape"])
+    bounds = {}
+    for key in ("low", "high"):
+        values = [space[key]] * size if not isinstance(space[key], list) else _flat(space[key])
+        if any(v is None for v in values):
+            raise TrialogError(
+                f"{what} scales its actions into the Box's bounds; actor class {actor_class!r} has {_text(space)}, "
+                "unbounded: wrap the environment so that its actions are bounded"
+            )
+        bounds[f"action_{key}"] = [float(v) for v in values]
+    return {"action_size": size, **bounds}
+
+
+def _flat(values: Any) -> list[Any]:
+    return [v for item in values for v in _flat(item)] if isinstance(values, list) else [values]
+
+
 def sized_config(
-    config: Mapping[str, Any], spaces: Iterable[ClassSpaces], *, what: str, where: str = ""
+    config: Mapping[str, Any], spaces: Iterable[ClassSpaces], *, what: str, where: str = "", action_space: str = ""
 ) -> dict[str, Any]:
-    """``config`` with ``observation_size`` and ``actions`` from the classes' spaces; a value
-    set in ``config`` must agree with them, and one they do not give must be set."""
-    derived: dict[str, tuple[int, str]] = {}  # size -> (value, the class it came from)
+    """``config`` with ``observation_size`` and ``actions`` from the classes' spaces (with
+    ``action_space="Box"``: ``action_size``, ``action_low`` and ``action_high``); a value set
+    in ``config`` must agree with them, and one they do not give must be set."""
+    box = action_space == "Box"
+    derived: dict[str, tuple[Any, str]] = {}  # size -> (value, the class it came from)
     for cls in spaces:
-        found = {
-            "observation_size": observation_size(cls.observation) if cls.observation is not None else None,
-            "actions": discrete_actions(cls.action, what=what, actor_class=cls.name) if cls.action else None,
+        found: dict[str, Any] = {
+            "observation_size": observation_size(cls.observation) if cls.observation is not None else None
         }
+        if box:
+            found.update(box_actions(cls.action, what=what, actor_class=cls.name) if cls.action else {})
+        else:
+            found["actions"] = discrete_actions(cls.action, what=what, actor_class=cls.name) if cls.action else None
         for key, value in found.items():
             if value is None:
                 continue
@@ -124,11 +159,11 @@ def sized_config(
                 )
             derived.setdefault(key, (value, cls.name))
     out = dict(config)
-    for key in SIZES:
+    for key in BOX_SIZES if box else SIZES:
         given = config.get(key)
         if key in derived:
             value, cls_name = derived[key]
-            if given is not None and given != value:
+            if given is not None and (list(given) if isinstance(given, (list, tuple)) else given) != value:
                 raise TrialogError(
                     f"{what}: {key} is {given} in its config{where}, but the spaces of actor class {cls_name!r} give "
                     f"{value}; leave {key} out (it comes from the spaces) or make it {value}"
@@ -150,7 +185,8 @@ def implementation_sized(spec: Spec, implementation: str, config: Mapping[str, A
     if not getattr(target, "sizes_from_spaces", False):
         return dict(config)
     what = f"{implementation!r} ({impl.entry})"
-    return sized_config(config, [class_spaces(spec, c) for c in sorted(set(classes))], what=what)
+    spaces = [class_spaces(spec, c) for c in sorted(set(classes))]
+    return sized_config(config, spaces, what=what, action_space=getattr(target, "action_space", ""))
 
 
 def classes_played(spec: Spec, implementation: str) -> list[str]:
@@ -168,9 +204,9 @@ def missing_sizes(what: str, *keys: str) -> str:
     )
 
 
-def require_sizes(cfg: Any, what: str) -> None:
+def require_sizes(cfg: Any, what: str, keys: Iterable[str] = SIZES) -> None:
     """A network cannot be built without its sizes."""
-    missing = [key for key in SIZES if getattr(cfg, key) is None]
+    missing = [key for key in keys if getattr(cfg, key) is None]
     if missing:
         raise TrialogError(missing_sizes(what, *missing))
 
