@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import ssl
 import warnings
 
@@ -97,3 +98,31 @@ def test_secure_broker_files_listeners_and_acls(tmp_path):
     assert not {
         (p, o, t) for p, o, t in granted if p == "actors" and t in ("dep.control", "dep.trials") and o == "Write"
     }
+
+
+def test_a_role_added_since_the_data_dir_was_made_gets_its_user_and_acls_on_the_next_start(tmp_path, monkeypatch):
+    """A data dir made before the analytics role: its principals keep their passwords (the broker
+    has their users), the new one gets its own, its SCRAM user is created, and the ACLs are
+    granted again — once."""
+    config = BrokerConfig(data_dir=tmp_path, port=9392, controller_port=9393, secure=True, topic_prefix="dep.")
+    before = secure.credentials(config)
+    del before["analytics"]
+    (tmp_path / "secure" / "credentials.json").write_text(json.dumps(before))
+    (tmp_path / "secure" / "acls-dep.done").write_text("granted\n")  # what an earlier version wrote
+    after = secure.prepare(config, "dep.")
+    assert {k: after[k] for k in before} == before and after["analytics"] not in before.values()
+    assert (tmp_path / "secure" / "analytics.yaml").is_file()
+    assert secure.credentials(config) == after
+
+    ran: list[list[str]] = []
+    known = "".join(
+        f"SCRAM credential configs for user-principal '{p}' are SCRAM-SHA-512=iterations=4096\n" for p in before
+    )
+    monkeypatch.setattr(secure, "_run_tool", lambda command, doing: ran.append(command) or known)
+    secure.apply_acls(config, ["java"], "dep.")
+    created = [c[c.index("--entity-name") + 1] for c in ran if "--alter" in c]
+    assert created == ["analytics"]
+    assert sum("org.apache.kafka.tools.AclCommand" in c for c in ran) == len(secure.acl_commands("dep."))
+    ran.clear()
+    secure.apply_acls(config, ["java"], "dep.")
+    assert ran == []  # the same table: nothing to do

@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import re
 import secrets
 import subprocess
 from pathlib import Path
@@ -161,11 +162,13 @@ def credentials(config: BrokerConfig) -> dict[str, str]:
     """The password of each principal, made once per data dir."""
     folder = secure_dir(config)
     path = folder / "credentials.json"
-    if path.is_file():
-        return orjson.loads(path.read_bytes())
+    found = orjson.loads(path.read_bytes()) if path.is_file() else {}
+    if set(PRINCIPALS) <= set(found):
+        return found
     folder.mkdir(parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
-    found = {p: secrets.token_urlsafe(24) for p in PRINCIPALS}
+    # A role added since the data dir was made gets its password now (its user: apply_acls).
+    found |= {p: secrets.token_urlsafe(24) for p in PRINCIPALS if p not in found}
     _private(path, orjson.dumps(found, option=orjson.OPT_INDENT_2))
     return found
 
@@ -311,21 +314,45 @@ def acl_commands(topic_prefix: str) -> list[list[str]]:
 
 
 def apply_acls(config: BrokerConfig, java_command: list[str], topic_prefix: str) -> None:
-    """Grant the roles their ACLs on ``topic_prefix`` (once per prefix and data dir)."""
+    """Grant the roles their ACLs on ``topic_prefix`` (once per prefix, data dir and version
+    of the table: a role added since, such as ``analytics``, is granted on the next start,
+    its SCRAM user created first)."""
+    commands = acl_commands(topic_prefix)
     done = secure_dir(config) / f"acls-{topic_prefix}done"
-    if done.is_file():
+    granted = orjson.dumps(commands).decode()
+    if done.is_file() and done.read_text() == granted:
         return
-    base = [*java_command, "org.apache.kafka.tools.AclCommand", "--bootstrap-server", config.bootstrap,
-            "--command-config", str(secure_dir(config) / "admin.properties")]  # fmt: skip
-    for args in acl_commands(topic_prefix):
-        ran = subprocess.run([*base, *args], capture_output=True, text=True, timeout=180)
-        if ran.returncode != 0:
-            raise BrokerError(
-                f"Kafka's AclCommand failed (exit {ran.returncode}) granting {' '.join(args)}:\n"
-                f"{(ran.stdout + ran.stderr)[-2000:]}"
-            )
-    done.write_text("granted\n")
+    admin = ["--bootstrap-server", config.bootstrap, "--command-config", str(secure_dir(config) / "admin.properties")]
+    _add_missing_users(config, [*java_command, "kafka.admin.ConfigCommand", *admin])
+    for args in commands:
+        _run_tool([*java_command, "org.apache.kafka.tools.AclCommand", *admin, *args], f"granting {' '.join(args)}")
+    done.write_text(granted)
     log.info("acls granted", prefix=topic_prefix, roles=", ".join(ROLE_ACLS))
+
+
+def _add_missing_users(config: BrokerConfig, config_command: list[str]) -> None:
+    """SCRAM users are made when the storage is formatted: a principal added to the table
+    since (a data dir formatted by an earlier version) is created here."""
+    listed = _run_tool([*config_command, "--describe", "--entity-type", "users"], "listing the SCRAM users")
+    known = set(re.findall(r"user-principal '([^']+)'", listed))
+    for principal, password in credentials(config).items():
+        if principal not in known:
+            _run_tool(
+                [*config_command, "--alter", "--entity-type", "users", "--entity-name", principal,
+                 "--add-config", f"{MECHANISM}=[password={password}]"],
+                f"creating the SCRAM user {principal}",
+            )  # fmt: skip
+            log.info("scram user created", principal=principal)
+
+
+def _run_tool(command: list[str], doing: str) -> str:
+    ran = subprocess.run(command, capture_output=True, text=True, timeout=180)
+    if ran.returncode != 0:
+        tool = next(part for part in command if part.startswith(("org.apache", "kafka.")))
+        raise BrokerError(
+            f"Kafka's {tool} failed (exit {ran.returncode}) {doing}:\n{(ran.stdout + ran.stderr)[-2000:]}"
+        )
+    return ran.stdout
 
 
 def describe(config: BrokerConfig) -> str:
