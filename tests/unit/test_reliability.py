@@ -259,24 +259,48 @@ async def test_while_the_log_is_away_response_deadlines_wait_with_it(bus, monkey
     assert timeouts == [], f"the outage was counted against the actors: {timeouts}"
 
 
+def watching(watch: log_watch.LogWatch, start: float, end: float, quiet) -> None:
+    """A loop's watches every 0.2 s from ``start`` to ``end``; ``quiet(t)``: the client's quiet at t."""
+    for n in range(round((end - start) / 0.2) + 1):
+        watch.watch(start + 0.2 * n, quiet(start + 0.2 * n), 0)
+
+
 def test_a_deadline_waits_while_the_log_may_be_going_and_the_clock_leaves_the_outage_out():
     """Before LOG_AWAY_S the loss is not known yet: no deadline falls then (not sure), so a
     response timeout shorter than LOG_AWAY_S cannot count the outage's first seconds. Once
     away, the clock stops from about the last answer; it runs again LOG_BACK_S after the log
     answers again, with the whole outage left out."""
     watch = log_watch.LogWatch("environment")
-    watch.watch(100.0, 0.2, 0)
+    watching(watch, 100.0, 101.0, lambda t: 0.2)
     assert watch.sure and not watch.away
-    watch.watch(101.0, log_watch.LOG_SURE_S + 0.2, 0)  # a broker lost a second ago, maybe
-    assert not watch.sure and not watch.away
-    watch.watch(102.0, log_watch.LOG_AWAY_S + 0.2, 3)
+    lost_at = 101.0  # the last answer; answered again from 110
+    watching(watch, 101.2, 102.8, lambda t: t - lost_at)
+    assert not watch.away and not watch.sure  # a broker lost a second ago, maybe
+    watching(watch, 103.0, 109.8, lambda t: t - lost_at)
     assert watch.away and not watch.sure and log_watch.LogWatch.away_in_process == 1
-    watch.watch(110.0, 0.1, 0)  # answered again
-    watch.watch(110.0 + log_watch.LOG_BACK_S / 2, 0.1, 0)
+    watching(watch, 110.0, 110.0 + log_watch.LOG_BACK_S - 0.2, lambda t: 0.1)
     assert watch.away, "back too soon: the others' records are still on their way"
-    watch.watch(110.0 + log_watch.LOG_BACK_S, 0.1, 0)
+    watching(watch, 110.0 + log_watch.LOG_BACK_S, 110.0 + log_watch.LOG_BACK_S, lambda t: 0.1)
     assert watch.sure and not watch.away and log_watch.LogWatch.away_in_process == 0
-    # Away from 102 - 2.2 (the last answer) until 113: all of it left out of the clock.
-    outage = 110.0 + log_watch.LOG_BACK_S - (102.0 - log_watch.LOG_AWAY_S - 0.2)
+    # Away from the last answer (capped at 2 LOG_AWAY_S before it was known) until back.
+    known_at = lost_at + log_watch.LOG_AWAY_S
+    outage = 110.0 + log_watch.LOG_BACK_S - (known_at - min(known_at - lost_at, 2 * log_watch.LOG_AWAY_S))
     assert abs((time.monotonic() - watch.time()) - outage) < 1e-3
+    watch.close()
+
+
+def test_a_loop_that_did_not_turn_for_seconds_counts_as_the_log_away_from_its_last_watch():
+    """A service loop waiting inside the Kafka client (its group's coordinator lost, a poll
+    waiting for the rejoin) sees nothing of the outage, and after it every answer is fresh:
+    a deadline measured on the host's clock would fall at once. The stall is left out."""
+    watch = log_watch.LogWatch("environment")
+    watching(watch, 100.0, 101.0, lambda t: 0.2)
+    watch.watch(113.0, 0.1, 0)  # twelve seconds later, all answered again
+    assert watch.away and not watch.sure
+    back_at = 113.2 + log_watch.LOG_BACK_S  # answered since the first watch after the stall
+    watching(watch, 113.2, back_at - 0.2, lambda t: 0.1)
+    assert watch.away
+    watching(watch, back_at, back_at, lambda t: 0.1)
+    assert watch.sure
+    assert abs((time.monotonic() - watch.time()) - (back_at - 101.0)) < 1e-3
     watch.close()
