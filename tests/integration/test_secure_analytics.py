@@ -22,7 +22,7 @@ from trialog.broker.secure import DASHBOARD_RESULTS, OWNED_TOPIC_PATTERNS, ROLE_
 from trialog.bus.kafka import KafkaBus
 from trialog.errors import TransportError
 from trialog.protocol.events import Action, ActorClassSpec, ActorSpec, Observation, Reward, TrialEnded, TrialStarted
-from trialog.protocol.topics import EVENTS
+from trialog.protocol.topics import DEAD_LETTERS, EVENTS
 from trialog.services.analytics.app import build
 from trialog.services.gateway.dashboard import RESULTS
 from trialog.tools.campaign import start_service, stop_services, wait_ready
@@ -130,5 +130,6 @@ def test_a_principal_without_the_analytics_acls_is_refused(secure_broker, tmp_pa
 
 
 def test_the_gateway_may_read_what_its_dashboard_shows():
+    """services/gateway/dashboard.py follows the analytics results and the dead letters."""
     assert DASHBOARD_RESULTS == tuple(f"analytics.{job}" for job in RESULTS)
-    assert set(DASHBOARD_RESULTS) <= set(ROLE_ACLS["gateway"][0])
+    assert {*DASHBOARD_RESULTS, DEAD_LETTERS} <= set(ROLE_ACLS["gateway"][0])

@@ -55,7 +55,8 @@ ROLE_ACLS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "environment": ((EVENTS,), (EVENTS, DEAD_LETTERS)),
     "actors": ((EVENTS, TRIALS, MODELS), (EVENTS, DEAD_LETTERS)),
     "logger": ((EVENTS, TRIALS), (DEAD_LETTERS,)),
-    "gateway": ((EVENTS, TRIALS, *DASHBOARD_RESULTS), (CONTROL, EVENTS, DEAD_LETTERS)),
+    # The dashboard also follows the analytics results and the dead letters.
+    "gateway": ((EVENTS, TRIALS, *DASHBOARD_RESULTS, DEAD_LETTERS), (CONTROL, EVENTS, DEAD_LETTERS)),
     "learner": ((EVENTS, TRIALS, MODELS), (MODELS, DEAD_LETTERS)),
     "controller": ((EVENTS, TRIALS, DEAD_LETTERS), (CONTROL, EVENTS)),
     # Writes only topics of its own, below.

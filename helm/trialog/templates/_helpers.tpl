@@ -368,7 +368,7 @@ orchestrator: {read: [control, events], write: [events, trials, dead-letters]}
 environment: {read: [events], write: [events, dead-letters]}
 actors: {read: [events, trials, models], write: [events, dead-letters]}
 logger: {read: [events, trials], write: [dead-letters]}
-gateway: {read: [events, trials, analytics.trials, analytics.returns-by-pairing, analytics.environments], write: [control, events, dead-letters]}
+gateway: {read: [events, trials, analytics.trials, analytics.returns-by-pairing, analytics.environments, dead-letters], write: [control, events, dead-letters]}
 learner: {read: [events, trials, models], write: [models, dead-letters]}
 controller: {read: [events, trials, dead-letters], write: [control, events]}
 analytics:
