@@ -173,6 +173,15 @@ class Environment:
         return None
 
     @classmethod
+    def prepare(cls, config: Mapping[str, Any]) -> None:
+        """Optional: get ready to host trials of this config — compile, load, warm a cache.
+
+        The environment service calls it once per implementation it serves, with the
+        spec's config for it, before it joins its group: until then no trial is given to
+        it, so the first trials do not wait for the work (nor time their actors out).
+        """
+
+    @classmethod
     def describe(cls, config: Mapping[str, Any], actor_class: str) -> Mapping[str, Any]:
         """Optional: Avro schemas for an actor class declared ``auto`` in the spec.
 

@@ -7,6 +7,8 @@ processes for different implementations.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 
 from trialog.bus.base import Bus
@@ -15,6 +17,9 @@ from trialog.runtime.environment_runtime import EnvironmentHandler
 from trialog.runtime.process import serve
 from trialog.runtime.service import ServiceLoop
 from trialog.spec import Spec
+from trialog.telemetry.logs import get_logger
+
+log = get_logger(__name__)
 
 
 def loops_for(bus: Bus, spec: Spec, implementations: Sequence[str] = ()) -> list[ServiceLoop]:
@@ -39,5 +44,19 @@ def loops_for(bus: Bus, spec: Spec, implementations: Sequence[str] = ()) -> list
     ]
 
 
+def prepare(loops: Sequence[ServiceLoop], spec: Spec) -> None:
+    """Each served implementation's ``prepare`` (Environment.prepare), before any loop joins its group."""
+    for loop in loops:
+        handler = loop.handler
+        assert isinstance(handler, EnvironmentHandler)
+        for name, factory in handler.factories.items():
+            if callable(ready := getattr(factory, "prepare", None)):
+                began = time.monotonic()
+                ready(spec.operator_config(name))
+                log.info("environment prepared", implementation=name, seconds=round(time.monotonic() - began, 1))
+
+
 async def main(bus: Bus, spec: Spec, implementations: Sequence[str] = (), health_port: int = 0) -> None:
-    await serve(bus, loops_for(bus, spec, implementations), name="environment", health_port=health_port)
+    loops = loops_for(bus, spec, implementations)
+    await asyncio.to_thread(prepare, loops, spec)
+    await serve(bus, loops, name="environment", health_port=health_port)

@@ -126,3 +126,20 @@ def test_schemas_are_the_pettingzoo_adapters():
 def test_modular_rewards_are_refused():
     with pytest.raises(SpecError, match="PettingZoo adapter"):
         CoGridJaxEnvironment.describe({**CONFIG, "rewards": [{"component": "env"}]}, "cook")
+
+
+def test_the_environment_service_prepares_the_jax_step_before_it_joins_its_group(monkeypatch):
+    """The service calls prepare with the spec's config before any loop joins: the reset and the
+    smallest batch size are compiled then, so the first trials do not wait for them."""
+    from trialog.adapters.cogrid_jax import WARM_SIZES, _Core, _parse
+    from trialog.services.environment.main import loops_for, prepare
+
+    monkeypatch.setattr(_Core, "_cores", {})  # none compiled by the tests before this one
+    bus = MemoryBus(Settings.load({}, environ={}))
+    spec = load_spec(ROOT / "examples" / "overcooked" / "jax.yaml", bus.store)
+    loops = loops_for(bus, spec)
+    assert loops and all(loop.consumer is None for loop in loops)  # not started: no group joined yet
+    prepare(loops, spec)
+    (name,) = [n for n, impl in spec.environments.items() if "cogrid_jax" in impl.entry]
+    core = _Core.of(_parse(spec.operator_config(name)))
+    assert WARM_SIZES[0] in core.compiled

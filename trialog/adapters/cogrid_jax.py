@@ -248,6 +248,12 @@ class CoGridJaxEnvironment(Environment):
         self.score = 0.0
         self.over = False
 
+    @classmethod
+    def prepare(cls, config: Mapping[str, Any]) -> None:
+        """Compile the reset and the smallest batch size before the service takes trials (the
+        first trials would wait for it, seconds); the other sizes go on compiling meanwhile."""
+        _Core.of(_parse(config)).compile(WARM_SIZES[0])
+
     def start(self) -> dict[str, Any]:
         self.vector, obs = self.core.reset(self.trial.seed)
         self.score, self.over = 0.0, False
