@@ -46,6 +46,8 @@ def test_the_kafka_clients_connectivity_lines_are_counted_not_written():
         record("aiokafka.consumer.fetcher", "Failed fetch messages from 2: NodeNotReadyError: not ready"),
         record("aiokafka.consumer.group_coordinator", "Marking the coordinator dead (node 2)for group g."),
         record("aiokafka.producer.sender", "Got error produce response: KafkaConnectionError: closed"),
+        record("aiokafka.consumer.group_coordinator", "Heartbeat failed for group g: coordinator (node 3) is …"),
+        record("aiokafka.producer.sender", "Got error produce response: NotEnoughReplicasError"),
     ]
     other = record("aiokafka.producer", "Topic authorization failed for topic t", level=logging.WARNING)
     assert said([*lost, other], repeats) == ["Topic authorization failed for topic t"]

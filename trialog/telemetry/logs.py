@@ -23,8 +23,9 @@ REPEATS_EVERY_S = 60.0  # a library's message said again within this long is cou
 # which counts these (connectivity_lines_held) instead of writing them.
 _CONNECTIVITY = (
     "Unable connect to node", "Unable to request metadata", "coordinator dead", "Heartbeat session expired",
-    "KafkaConnectionError", "NodeNotReadyError", "NotLeaderForPartitionError", "LeaderNotAvailableError",
-    "NotCoordinatorError", "CoordinatorNotAvailableError", "RequestTimedOutError",
+    "Heartbeat failed", "KafkaConnectionError", "NodeNotReadyError", "NotLeaderForPartitionError",
+    "NotLeaderOrFollower", "LeaderNotAvailableError", "NotCoordinator", "CoordinatorNotAvailable",
+    "CoordinatorLoadInProgress", "NotEnoughReplicas", "RequestTimedOutError",
 )  # fmt: skip
 _held = [0]  # connectivity lines of the Kafka client held back in this process
 
