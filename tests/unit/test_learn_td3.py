@@ -72,6 +72,26 @@ def test_td3_refuses_a_discrete_action_space(tmp_path):
         derived_spec(preset, tmp_path)
 
 
+def test_an_unbounded_box_is_refused_and_bounds_may_differ_per_action():
+    from types import SimpleNamespace
+
+    from trialog.learn.spaces import sized_config
+
+    obs = {"type": "Box", "shape": [3], "dtype": "float32"}
+    unbounded = {"type": "Box", "shape": [1], "dtype": "float32", "low": None, "high": 1.0}
+    with pytest.raises(TrialogError, match="unbounded: wrap the environment"):
+        sized_config(
+            {}, [SimpleNamespace(name="agent", observation=obs, action=unbounded)], what="td3", action_space="Box"
+        )
+    two = {"type": "Box", "shape": [2], "dtype": "float32", "low": [-1.0, 0.0], "high": 1.0}
+    config = sized_config(
+        {}, [SimpleNamespace(name="agent", observation=obs, action=two)], what="td3", action_space="Box"
+    )
+    assert (config["action_size"], config["action_low"], config["action_high"]) == (2, [-1.0, 0.0], [1.0, 1.0])
+    centre, half = TD3Config.of(config).bounds()
+    assert centre.tolist() == [0.0, 0.5] and half.tolist() == [1.0, 0.5]
+
+
 def test_the_policy_acts_in_the_bounds_explores_in_train_and_not_in_evaluation(tmp_path):
     policy = TD3Policy(SIZED)
     heatup = [policy.decide_batch([request("heatup", tick)])[0] for tick in range(200)]
