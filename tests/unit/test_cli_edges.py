@@ -138,13 +138,13 @@ def test_standard_library_log_lines_stay_json(capsys):
     """aiokafka logs through the standard library: in JSON mode its lines are JSON too."""
     logs.configure("json")
     try:
-        logging.getLogger("aiokafka.consumer.group_coordinator").warning("Heartbeat failed for group %s", "g")
+        logging.getLogger("aiokafka.consumer.group_coordinator").warning("OffsetCommit failed for group %s", "g")
         logs.get_logger("trialog.test").warning("ours", n=1)
     finally:
         logs.configure("console")
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert {
-        "event": "Heartbeat failed for group g",
+        "event": "OffsetCommit failed for group g",
         "logger": "aiokafka.consumer.group_coordinator",
         "level": "warning",
     }.items() <= lines[0].items()
