@@ -27,11 +27,10 @@ actor's action plus Gaussian noise (``exploration_noise`` of the half range), cl
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import threading
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,38 +173,13 @@ class Adam:
             params[k] -= (rate * m / (np.sqrt(v) + 1e-8)).astype(np.float32)
 
 
-@contextlib.contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """NumPy's OpenBLAS on one thread meanwhile. Its matrices are small here, and on a busy
-    machine OpenBLAS's threads wait on each other: 2.9 ms per update on one thread against 94 ms
-    on two, on 2 cores shared with the services (what threadpoolctl does, for the library NumPy
-    loaded; a no-op where it cannot find it)."""
-    calls = _openblas_threads()
-    before = calls[0]() if calls else 1
-    if calls:
-        calls[1](1)
-    try:
-        yield
-    finally:
-        if calls:
-            calls[1](before)
+def one_blas_thread() -> contextlib.AbstractContextManager:
+    """NumPy's BLAS on one thread meanwhile (threadpoolctl). Its matrices are small here, and on
+    a busy machine OpenBLAS's threads wait on each other: 2.9 ms per update on one thread against
+    94 ms on two, on 2 cores shared with the services."""
+    from threadpoolctl import threadpool_limits
 
-
-def _openblas_threads() -> tuple[Any, Any] | None:
-    """OpenBLAS's get/set number of threads, from the library loaded in this process."""
-    try:
-        with open("/proc/self/maps") as maps:
-            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower()})
-    except OSError:
-        return None
-    for path in paths:
-        lib = ctypes.CDLL(path)
-        for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", "64_"), ("openblas", "")):
-            get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-            set_ = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-            if get is not None and set_ is not None:
-                return get, set_
-    return None
+    return threadpool_limits(limits=1, user_api="blas")
 
 
 class BoxMemory(ReplayMemory):
