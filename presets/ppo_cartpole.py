@@ -1,8 +1,11 @@
 """PPO on Gymnasium's CartPole-v1, through Trialog: `trialog train presets/ppo_cartpole.py`.
 
-CleanRL's PPO hyperparameters for CartPole (ReLU layers; rollouts of 512 transitions
-of one version, whole trials). On-policy: no heatup; the learner discards, and logs,
-transitions acted by a version other than the one it trains.
+RL Baselines3 Zoo's PPO hyperparameters for CartPole (batches of every transition acted
+by one version, at least 256; 20 epochs; the rate decaying linearly to 0 over the
+budget), ReLU layers.
+On-policy, collected synchronously by version: no heatup; the learner uses the
+transitions of the version it published last and, corrected, those of the one before
+that arrive late; it discards, and counts, any other.
 """
 
 from trialog.learn.train import Preset, Schedule, Validation
@@ -12,10 +15,14 @@ preset = Preset(
     spec="../examples/cartpole/spec.yaml",
     implementation="ppo",
     agent={
-        "learning_rate": 2.5e-4,
-        "rollout_steps": 512,
-        "update_epochs": 4,
-        "minibatches": 4,
+        "learning_rate": 1e-3,
+        "anneal_steps": 100_000,
+        "rollout_steps": 256,
+        "update_epochs": 20,
+        "minibatches": 1,
+        "gamma": 0.98,
+        "gae_lambda": 0.8,
+        "ent_coef": 0.0,
         "hidden": [64, 64],
         "seed": 1,
     },

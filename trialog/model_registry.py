@@ -341,7 +341,9 @@ class ModelFollower:
         return held is None or v.version > held.version
 
     async def _run(self) -> None:
-        consumer = self.bus.consumer([MODELS], batched=True)
+        # Not batched: a fetch answered as soon as a version is there, not after the batched wait
+        # (on-policy learners collect by version: every moment acting with the old one is late data).
+        consumer = self.bus.consumer([MODELS])
         await consumer.start()
         try:
             ends = await consumer.end_offsets(consumer.assignment())

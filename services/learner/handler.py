@@ -16,11 +16,12 @@ actor so that n-step returns follow an actor's sequence among other trials' step
 they train in a worker thread as samples come, as many rounds as the env steps owe
 them, and never make actors wait. Were they fed whole trials at their end, training
 and the data it sees would lag the env steps by a trial's length per trial at once.
-**On-policy** learners (PPO) get a trial's transitions when it ends, publish their
-initial weights as version 1, keep only transitions acted by the version they are at
-(from the moment training of the next one starts, only that one's), say how many
-they discard and of which versions, and publish the next version once they have a
-full batch.
+**On-policy** learners (PPO) get each transition as it completes too, publish their
+initial weights as version 1, and train — as soon as the records of a poll give them
+a full batch of the version they published last, not at the next periodic sweep — then
+publish the next one: synchronous collection by version. Which transitions a batch
+uses, which are late and which are discarded is the learner's rule
+(:class:`trialog.learn.ppo.PPOLearner`), the same in-process.
 
 **Recovery (I-7).** A version on ``models`` carries, besides the weights, what
 resuming needs: counters, the target network and the optimizer, and how far in
@@ -43,7 +44,7 @@ from trialog import model_registry
 from trialog.bus.base import Record
 from trialog.datalog.samples import TrialFold
 from trialog.learn.curves import Curves
-from trialog.learn.memory import Transitions, transitions
+from trialog.learn.memory import transitions
 from trialog.protocol.events import (
     Action,
     ActorJoined,
@@ -122,7 +123,6 @@ class LearnerHandler(Handler):
         self.counted_through: dict[
             int, int
         ] = {}  # partition -> offset of the last record whose transitions were counted
-        self.discarded = 0
         self._training: asyncio.Task | None = None
         self.restored = asyncio.Event()
         self._restoring: asyncio.Task | None = None
@@ -142,6 +142,7 @@ class LearnerHandler(Handler):
             self.learner.restore(latest.tensors(), meta)
             self.version = latest.version
             self.counted_through = {int(p): int(o) for p, o in meta.get("counted_through", {}).items()}
+            self._published()
             log.info(
                 "learner resumed from the last version",
                 model=self.model,
@@ -181,7 +182,7 @@ class LearnerHandler(Handler):
         if folding is None:
             return
         folding.fold.add(event, record.headers)
-        if isinstance(event, Observation) and not self.on_policy and event.actor in folding.actors:
+        if isinstance(event, Observation) and event.actor in folding.actors:
             self._stepped(record, folding, event.actor, event.tick - 1)
         elif isinstance(event, Reward):
             self._rewarded(folding, event.tick)
@@ -216,49 +217,23 @@ class LearnerHandler(Handler):
                 self.learner.set_rewards(np.array([serial]), np.array([folding.fold.reward(tick, actor)], np.float32))
 
     def _ended(self, record: Record, folding: _Folding) -> None:
-        if self.on_policy:  # the trial's transitions at once, those of the version being trained
-            samples = folding.fold.samples()
-            parts = [
-                (actor, t)
-                for actor in folding.actors
-                if (t := transitions([s for s in samples if s.actor == actor])) is not None
-            ]
-            counted = self._counts(record)
-            for _actor, t in self._current_version_only(folding, parts):
-                self.learner.add(t, count=counted)
-                folding.added += len(t)
         self.window.append((folding.partition, folding.start_offset, folding.added))
         capacity = getattr(getattr(self.learner, "memory", None), "capacity", 0)
         while capacity and sum(n for _, _, n in self.window) - self.window[0][2] >= capacity:
             self.window.popleft()  # overwritten in memory: the log before it is no longer needed
         self.recent.add(folding.fold.trial_id, folding)
 
-    def _current_version_only(
-        self, folding: _Folding, parts: list[tuple[str, Transitions]]
-    ) -> list[tuple[str, Transitions]]:
-        """On-policy: keep the transitions acted by the version being trained; say what goes."""
-        kept = []
-        for actor, t in parts:
-            mine = t.versions == self.version
-            if not mine.all():
-                self.discarded += int((~mine).sum())
-                log.info(
-                    "on-policy learner discards samples of other versions",
-                    model=self.model,
-                    trial=folding.fold.trial_id,
-                    actor=actor,
-                    discarded=int((~mine).sum()),
-                    versions=sorted(set(t.versions[~mine].tolist())),
-                    current=self.version,
-                )
-            if mine.any():
-                # A kept transition whose successor goes ends its sequence (n-step returns stop there).
-                ends = np.maximum(t.ends, ~np.append(mine[1:], False))
-                fields = {f: getattr(t, f)[mine] for f in Transitions.__dataclass_fields__}
-                kept.append((actor, Transitions(**{**fields, "ends": ends[mine]})))
-        return kept
-
     # --- training ------------------------------------------------------------------------------
+    @property
+    def discarded(self) -> int:
+        """Transitions an on-policy learner threw away (acted by another version)."""
+        return int(getattr(self.learner, "discarded", 0))
+
+    def polled(self) -> None:
+        # On-policy: the actors act with a version whose batch is full; the sooner the next one, the fewer late.
+        if self.on_policy:
+            self.periodic(0.0)
+
     def periodic(self, now: float) -> None:
         if not self.restored.is_set() or (self._training is not None and not self._training.done()):
             return
@@ -296,6 +271,7 @@ class LearnerHandler(Handler):
             store=self.model_store,
         )
         await model_registry.publish(self.loop.bus, version)
+        self._published()
         log.info(
             "model version published",
             model=self.model,
@@ -303,11 +279,19 @@ class LearnerHandler(Handler):
             rounds=rounds,
             env_steps=self.learner.env_steps,
             loss=round(loss, 4),
+            discarded=self.discarded,
+            late=getattr(self.learner, "late", 0),
             bytes=version.size,
             inline=version.weights is not None,
         )
         if self.curves is not None:
             self.curves.published(self.learner, self.version, self.discarded)
+
+    def _published(self) -> None:
+        """Tell the learner which version the actors act with from now on (on-policy learners sort
+        transitions by it)."""
+        if hasattr(self.learner, "published"):
+            self.learner.published(self.version)
 
     def safe_offset(self, role: str, partition: int) -> int | None:
         # Also the records waiting for the restore, and the ended trials whose transitions memory still holds.

@@ -312,37 +312,20 @@ def test_behaviour_cloning_learns_the_demonstrated_mapping(tmp_path):
         bc.demonstrations(str(tmp_path / "demos.parquet"), "human")
 
 
-def test_on_policy_learner_keeps_the_current_version_and_counts_what_it_discards():
-    from trialog.services.learner.handler import LearnerHandler, _Folding
-
-    class OnPolicy:
-        on_policy = True
-
-        @classmethod
-        def learner(cls, config):
-            return cls()
-
-    handler = LearnerHandler("ppo", OnPolicy, {"model": "m"})
-    handler.version = 4
-    t = transitions([sample(i, [i], 0, 1.0, version=v) for i, v in enumerate([3, 4, 4, None, 4])])
-    folding = _Folding(fold=type("F", (), {"trial_id": "t"})(), partition=0, start_offset=0, actors=("agent",))
-    kept = handler._current_version_only(folding, [("agent", t)])
-    assert [len(k) for _, k in kept] == [2] and kept[0][1].versions.tolist() == [4, 4]
-    assert handler.discarded == 2  # version 3 and the unversioned one (the last sample has no next)
-
-
 def test_ppo_learner_trains_a_full_rollout_and_round_trips():
-    # Its in-process runs: tests/unit/test_learn_in_process.py.
+    # Which transitions a batch uses: tests/unit/test_learn_ppo.py; its in-process runs:
+    # tests/unit/test_learn_in_process.py.
     from trialog.learn.ppo import PPOConfig, PPOLearner
 
     cfg = PPOConfig(observation_size=2, actions=2, hidden=(8,), rollout_steps=8, minibatches=2, update_epochs=2)
     learner = PPOLearner(cfg)
-    learner.add(transitions([sample(i, [i, -i], i % 2, 1.0) for i in range(6)]))
+    learner.published(1)
+    learner.add(transitions([sample(i, [i, -i], i % 2, 1.0, version=1) for i in range(6)]))
     assert learner.rounds_due() == 0
-    learner.add(transitions([sample(i, [i, i], i % 2, 1.0, terminated=i == 5) for i in range(6)]))
+    learner.add(transitions([sample(i, [i, i], i % 2, 1.0, terminated=i == 5, version=1) for i in range(6)]))
     assert learner.rounds_due() == 1
     learner.train_round()
-    assert learner.rounds_due() == 0 and learner.rounds == 1
+    assert learner.rounds_due() == 0 and learner.rounds == 1 and learner.round_scalars["batch"] == 10
     version = make_version("m", 2, "ppo", learner.tensors(), learner.metadata())
     resumed = PPOLearner(cfg)
     resumed.restore(from_safetensors(version.weights), version.meta)

@@ -17,7 +17,6 @@ from trialog.actor import Agent, Policy
 from trialog.environment import Environment, RewardOut, Step
 from trialog.errors import SpecError, TrialogError
 from trialog.learn.in_process import InProcess, train_in_process
-from trialog.learn.memory import Transitions, current_version_only
 from trialog.learn.nets import init_mlp
 from trialog.learn.train import Preset, Schedule, Validation, load_preset, shipped_presets, table, write_summary
 
@@ -68,7 +67,7 @@ def test_dqn_in_process_runs_the_schedule_trains_the_policy_and_writes_its_summa
     assert summary["valid"] is (max(e.mean_return for e in result.evaluations) >= 5)
 
 
-def test_ppo_in_process_keeps_only_the_version_it_trains_and_counts_the_rest(tmp_path):
+def test_ppo_in_process_collects_by_version_and_trains_on_every_transition(tmp_path):
     def ppo(concurrency: int) -> Preset:
         return Preset(
             name=f"tiny-ppo-{concurrency}",
@@ -79,31 +78,27 @@ def test_ppo_in_process_keeps_only_the_version_it_trains_and_counts_the_rest(tmp
                               concurrency=concurrency),
         )  # fmt: skip
 
-    # One trial at a time: every trial is acted by the version being trained, nothing is thrown away.
-    alone = InProcess(ppo(1), tmp_path / "one")
-    result = alone.run()
-    assert result.discarded == 0 and alone.learner.env_steps == result.env_steps
-    assert result.model_version == alone.learner.rounds + 1  # version 1 is the initial weights
-    # Several at once: the trials in flight when a version is made were acted, in part, by the one
-    # before — as through the log, they are discarded and counted.
-    many = InProcess(ppo(4), tmp_path / "four")
-    result = many.run()
-    assert result.discarded > 0 and result.on_policy
-    assert many.learner.env_steps + result.discarded == result.env_steps
-    assert many.learner.rounds >= 2 and result.model_version == many.learner.rounds + 1
+    for concurrency in (1, 4):
+        run = InProcess(ppo(concurrency), tmp_path / str(concurrency))
+        batches = []
+        train_round = run.learner.train_round
 
+        def recorded(train_round=train_round, batches=batches, learner=run.learner):
+            loss = train_round()
+            batches.append(int(learner.round_scalars["batch"]))
+            return loss
 
-def test_current_version_only_keeps_one_version_and_ends_a_sequence_where_its_successor_goes():
-    t = Transitions(
-        *(np.zeros((5, 2), np.float32), np.zeros(5, np.int32), np.arange(5, dtype=np.float32)),
-        np.zeros((5, 2), np.float32),
-        np.zeros(5, np.float32),
-        versions=np.array([2, 3, 3, 2, 3]),
-        ends=np.array([0, 0, 0, 0, 1], np.float32),
-    )
-    kept, dropped = current_version_only(t, 3)
-    assert dropped == 2 and kept.rewards.tolist() == [1, 2, 4] and kept.ends.tolist() == [0, 1, 1]
-    assert current_version_only(t, 7) == (None, 5)
+        run.learner.train_round = recorded
+        result = run.run()
+        # Several trials at once too: a version is made at a tick boundary and the next tick acts with
+        # it, so every transition is the version's being collected — none late, none discarded.
+        assert result.discarded == 0 and run.learner.late == 0 and result.on_policy
+        assert run.learner.env_steps == result.env_steps
+        # Each batch is all of its version's transitions (at least the rollout, at most a tick's more),
+        # and every step so far was trained on but those of the version still collecting.
+        assert len(batches) == run.learner.rounds >= 3 and result.model_version == run.learner.rounds + 1
+        assert all(128 <= b < 128 + concurrency for b in batches)
+        assert sum(batches) + run.learner.current == result.env_steps
 
 
 # --- any environment a spec can host: a two-actor environment that is no Gymnasium env ----------------

@@ -26,11 +26,11 @@ services and the learner service):
   payload that does not match is an error here too); rewards are aggregated per
   (actor, tick) as the datalog's fold does (I-4); a trial ends when the environment
   says so, when every actor has ended, or at ``max_ticks``;
-- what the learner gets: heatup and train trials only; an off-policy learner each step
-  as it completes, linked to the same actor's previous step; an on-policy learner a
-  trial's transitions when it ends, only those acted by the version it trains (the
-  others counted as ``discarded``); a version after each training round (off-policy)
-  or each update (on-policy), an on-policy learner's initial weights as version 1;
+- what the learner gets: heatup and train trials only; each step as it completes,
+  linked to the same actor's previous step (an on-policy learner sorts them by the
+  version that acted, :class:`trialog.learn.ppo.PPOLearner`); a version after each
+  training round (off-policy) or each update (on-policy), an on-policy learner's
+  initial weights as version 1, the learner told of each (``published``);
 - the counters: env steps (the ticks of heatup and train trials, counted as each
   ends), episodes, evaluations, validation; ``summary.json``, the table and the plot.
 
@@ -48,7 +48,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ from trialog.actor import DecideRequest, EndEvent, MessageEvent, Policy, RewardE
 from trialog.environment import ActorInfo, RewardOut, Step, TrialInfo, steps_in_batches
 from trialog.errors import CodecError, TrialogError
 from trialog.learn.curves import Curves, learner_dir
-from trialog.learn.memory import Transitions, action_array, current_version_only, flat_observation
+from trialog.learn.memory import Transitions, action_array, flat_observation
 from trialog.learn.train import (
     LEARN_PHASES,
     Evaluation,
@@ -101,8 +101,7 @@ class _Actor:
     action: Any = None  # its action at the current tick
     version: int | None = None  # the model version that chose it
     total: float = 0.0  # the sum of its aggregated rewards (the trial's return for it)
-    serial: int = -1  # off-policy: its last transition in the learner's memory
-    rows: list[tuple] = field(default_factory=list)  # on-policy: (obs, action, reward, next obs, terminated, version)
+    serial: int = -1  # its last transition in the learner's memory
 
 
 @dataclass
@@ -185,7 +184,6 @@ class InProcess:
                     "(it acts as it does before any version)"
                 )
         self.version = 0  # the last version published (through the log: the learner service's counter)
-        self.discarded = 0
         self.next_seed = preset.seed
         self.result = TrainResult(mode="in-process", on_policy=self.on_policy)
         self.result.algorithm = getattr(self.learner, "algorithm", "")
@@ -240,7 +238,7 @@ class InProcess:
         progress.done()
         result.seconds = time.monotonic() - started
         result.valid = _valid(self.preset, result) if self.preset.validation else None
-        result.discarded = self.discarded
+        result.discarded = self._discarded()
         result.model_version = self.version
         return result
 
@@ -392,12 +390,9 @@ class InProcess:
         for name in trial.active:
             actor = trial.actors[name]
             reward, terminated = rewards.get(name, 0.0), bool(step.terminated.get(name, False))
-            if actor.learning:
+            if actor.learning:  # each step as it completes, after the same actor's previous one
                 row = (actor.observation, actor.action, reward, observations[name], terminated, actor.version)
-                if self.on_policy:
-                    actor.rows.append(row)
-                else:  # each step as it completes, after the same actor's previous one
-                    actor.serial = int(self.learner.add(_transitions([row]), count=True, follows=actor.serial)[0])
+                actor.serial = int(self.learner.add(_transitions([row]), count=True, follows=actor.serial)[0])
             actor.observation = observations[name]
         trial.active -= ended_now
         return reason
@@ -428,13 +423,8 @@ class InProcess:
         return out
 
     def _end(self, trial: _Live, reason: str) -> float:
-        """The trial is over: an on-policy learner gets its transitions; returns the learning actor's return."""
+        """The trial is over; returns the learning actor's return."""
         for actor in trial.actors.values():
-            if actor.learning and actor.rows:
-                kept, dropped = current_version_only(_transitions(actor.rows), self.version)
-                self.discarded += dropped
-                if kept is not None:
-                    self.learner.add(kept, count=True)
             if actor.agent is not None:
                 actor.agent.on_end(EndEvent(trial.tick, reason))
         for policy in self.policies.values():
@@ -457,7 +447,7 @@ class InProcess:
     def _publish(self, loss: float, number: int | None = None) -> None:
         """A version made as the learner service makes it, loaded as an actor service loads it."""
         self.version = number or self.version + 1
-        meta = {**self.learner.metadata(), "discarded": self.discarded, "loss": loss}
+        meta = {**self.learner.metadata(), "discarded": self._discarded(), "loss": loss}
         version = make_version(
             self.model,
             self.version,
@@ -468,8 +458,13 @@ class InProcess:
         )
         self.policy.load(version)
         self.policy.policy_version = version.version
+        if hasattr(self.learner, "published"):
+            self.learner.published(self.version)
         if self.learner_curves is not None:
-            self.learner_curves.published(self.learner, self.version, self.discarded)
+            self.learner_curves.published(self.learner, self.version, self._discarded())
+
+    def _discarded(self) -> int:
+        return int(getattr(self.learner, "discarded", 0))
 
     def _say(self, text: str) -> None:
         if not self.quiet:

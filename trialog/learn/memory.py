@@ -152,14 +152,3 @@ class ReplayMemory:
             "dones": self.dones[last],
             "discounts": discounts,
         }
-
-
-def current_version_only(t: Transitions, version: int) -> tuple[Transitions | None, int]:
-    """On-policy: the transitions acted by ``version`` (a kept one whose successor goes ends its
-    sequence, so that returns stop there), and how many others are discarded."""
-    mine = t.versions == version
-    if not mine.any():
-        return None, len(t)
-    ends = np.maximum(t.ends, ~np.append(mine[1:], False))
-    fields = {f: getattr(t, f)[mine] for f in Transitions.__dataclass_fields__}
-    return Transitions(**{**fields, "ends": ends[mine]}), int((~mine).sum())

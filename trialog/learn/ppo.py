@@ -1,11 +1,20 @@
 """PPO (Schulman et al. 2017) through Trialog's log, in one file, CleanRL style.
 
-On-policy: the learner trains only on transitions acted by the version it is at.
-It publishes version 1 (its initial weights) at once, collects whole trials of that
-version until it has ``rollout_steps`` transitions — discarding, and saying so, any
-acted by an older version — then runs ``update_epochs`` of clipped-objective updates
-and publishes the next version. Actors sample from the policy with draws seeded by
-(trial seed, actor, tick); ``evaluate`` trials act greedily.
+On-policy, collected synchronously by version (Coach's SYNC mode, RLlib's synchronous
+sampling): the learner publishes version 1 (its initial weights) at once; actors switch
+to each version at a tick boundary, as soon as they load it; the learner gets every
+transition as the log completes it (linked to the same actor's previous one, whatever
+trial it belongs to) and trains once it holds ``rollout_steps`` transitions acted by the
+version it published last — all of them, cut where the version changed (the cut
+bootstraps from V(next observation), as a rollout fragment does) — then publishes the
+next version. Transitions of the version before that arrive late (acted while the
+learner trained and the actors had not yet loaded the new version: through the log,
+tens of milliseconds) join the next batch with a V-trace-style correction: their
+probability ratio is taken against the version that acted, whose weights the learner
+keeps, and their advantage trace is cut by the truncated ratio of the current policy to
+it (``late_versions``, 0 to discard them). Anything older is discarded and counted.
+Actors sample from the policy with draws seeded by (trial seed, actor, tick);
+``evaluate`` trials act greedily.
 
 Read top to bottom: config, policy (NumPy), learner (JAX). ``trialog train
 presets/ppo_cartpole.py --in-process`` drives the same two classes in one process
@@ -14,6 +23,7 @@ presets/ppo_cartpole.py --in-process`` drives the same two classes in one proces
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import threading
 import zlib
@@ -39,7 +49,9 @@ class PPOConfig:
     actions: int | None = None
     hidden: tuple[int, ...] = (64, 64)
     learning_rate: float = 2.5e-4
-    rollout_steps: int = 512  # transitions of one version per update (whole trials: at least this many)
+    anneal_steps: int = 0  # the rate decays linearly to 0 over this many env steps (CleanRL's anneal_lr); 0: constant
+    rollout_steps: int = 512  # transitions acted by one version per update (all of them are used: at least this many)
+    late_versions: int = 1  # versions before the current one whose late transitions are used, corrected (0: none)
     gamma: float = 0.99
     gae_lambda: float = 0.95
     minibatches: int = 4
@@ -113,101 +125,213 @@ class PPOLearner:
             "pi": {k: jnp.asarray(v) for k, v in init_mlp(self.rng, [*sizes, cfg.actions], last_scale=0.01).items()},
             "v": {k: jnp.asarray(v) for k, v in init_mlp(self.rng, [*sizes, 1]).items()},
         }
-        self.optimizer = optax.chain(
-            optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.learning_rate, eps=1e-5)
-        )
+        # Adam, its rate applied in the update (it may decay with the env steps: anneal_steps).
+        self.optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.scale_by_adam(eps=1e-5))
         self.opt_state = self.optimizer.init(self.params)
         self.lock = threading.Lock()
-        self.episodes: list[Transitions] = []  # of the current version, whole trials
+        # What has come since the last batch was taken: chunks of consecutive serials (each a
+        # Transitions, its first serial, the serial its first transition follows, whether it counts).
+        self.pending: list[tuple[Transitions, int, int, bool]] = []
+        self.added = 0  # transitions ever added: the next one's serial
+        self.version = 0  # the version actors act with: the last one published
+        self.closed = 0  # the last version whose batch was taken (its later transitions are late)
+        self.current = 0  # pending transitions of `version`, while it is open
+        self.acted: dict[int, dict[str, np.ndarray]] = {}  # version -> its policy weights (for late transitions)
         self.env_steps = 0
+        self.discarded = 0  # transitions thrown away: acted by a version too old (or by none)
+        self.late = 0  # transitions of the version before the current one, used with the correction
         self.rounds = 0
         self.updates = 0
         self.round_scalars: dict[str, float] = {}  # the last update's means, for the curves
 
         def loss(params, b):
+            m = b["mask"]  # 0 for the padding that makes every minibatch one compiled shape
+            n = jnp.maximum(m.sum(), 1.0)
             logits = mlp(params["pi"], b["obs"], jnp)
             logp_all = jax.nn.log_softmax(logits)
             logp = jnp.take_along_axis(logp_all, b["actions"][:, None], axis=1)[:, 0]
-            ratio = jnp.exp(logp - b["logp"])
-            adv = (b["adv"] - b["adv"].mean()) / (b["adv"].std() + 1e-8)
-            pg = jnp.maximum(-adv * ratio, -adv * jnp.clip(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)).mean()
+            ratio = jnp.exp(logp - b["logp"])  # against the version that acted
+            mean = (b["adv"] * m).sum() / n
+            adv = (b["adv"] - mean) / (jnp.sqrt((((b["adv"] - mean) ** 2) * m).sum() / n) + 1e-8)
+            clipped = jnp.clip(ratio, 1 - cfg.clip_coef, 1 + cfg.clip_coef)
+            pg = (jnp.maximum(-adv * ratio, -adv * clipped) * m).sum() / n
             value = mlp(params["v"], b["obs"], jnp)[:, 0]
-            v_loss = 0.5 * ((value - b["returns"]) ** 2).mean()
-            entropy = -(jnp.exp(logp_all) * logp_all).sum(axis=1).mean()
-            parts = {"policy_loss": pg, "value_loss": v_loss, "entropy": entropy, "value_mean": value.mean()}
+            v_loss = 0.5 * (((value - b["returns"]) ** 2) * m).sum() / n
+            entropy = (-(jnp.exp(logp_all) * logp_all).sum(axis=1) * m).sum() / n
+            parts = {"policy_loss": pg, "value_loss": v_loss, "entropy": entropy, "value_mean": (value * m).sum() / n}
             return pg - cfg.ent_coef * entropy + cfg.vf_coef * v_loss, parts
 
-        def step(carry, batch):
+        def step(carry, batch, rate):
             params, opt_state = carry
             (value, parts), grads = jax.value_and_grad(loss, has_aux=True)(params, batch)
-            updates, opt_state = self.optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), (value, parts)
+            updates, new_state = self.optimizer.update(grads, opt_state, params)
+            updates = jax.tree_util.tree_map(lambda u: -rate * u, updates)
+            stepped = (optax.apply_updates(params, updates), new_state)
+            # An empty minibatch (padding only) takes no step: Adam's moments would move all the same.
+            carry = jax.tree_util.tree_map(lambda a, b: jnp.where(batch["mask"].sum() > 0, a, b), stepped, carry)
+            return carry, (value, parts)
 
-        self._update = jax.jit(lambda params, opt_state, batches: jax.lax.scan(step, (params, opt_state), batches))
+        self._update = jax.jit(
+            lambda params, opt_state, batches, rate: jax.lax.scan(
+                lambda carry, batch: step(carry, batch, rate), (params, opt_state), batches
+            )
+        )
+        # Minibatches of one size (CleanRL's: the rollout over the minibatches), as many as the batch
+        # fills, in one compiled shape (room for twice the rollout per epoch) — compiled now, not in
+        # the first round. Every transition is used.
+        self.minibatch = -(-cfg.rollout_steps // cfg.minibatches)
+        self.slots = 2 * cfg.minibatches  # minibatches per epoch in the compiled shape
+        empty = {"obs": np.zeros((0, cfg.observation_size), np.float32), "actions": np.zeros(0, np.int32),
+                 **{k: np.zeros(0, np.float32) for k in ("logp", "adv", "returns")}}  # fmt: skip
+        rows = np.zeros((cfg.update_epochs * self.slots, self.minibatch), np.int64)
+        self._update(self.params, self.opt_state, self._padded(empty, rows), np.float32(cfg.learning_rate))
+
+    # --- what comes in ------------------------------------------------------------------------------
+    def add(self, t: Transitions, *, count: bool = True, follows: int = -1) -> np.ndarray:
+        """Transitions as the log completes them; returns their serials (for late rewards, and
+        for the next one to say what it ``follows``: the same actor's previous transition).
+        Which ones the next batch uses is decided when it is taken: those of another version are
+        then discarded and counted (unless ``count`` is false: a restarted learner replaying
+        what it counted before)."""
+        with self.lock:
+            serials = self.added + np.arange(len(t), dtype=np.int64)
+            self.pending.append((t, self.added, follows, count))
+            self.added += len(t)
+            self.env_steps += len(t) if count else 0
+            if self.version > self.closed:
+                self.current += int((t.versions == self.version).sum())
+        return serials
+
+    def _usable(self, versions: np.ndarray, current: int, acted: Mapping[int, Any]) -> np.ndarray:
+        """The current version's transitions, and late ones of the ``late_versions`` before it whose
+        weights are kept."""
+        late = np.isin(versions, [v for v in acted if current - self.cfg.late_versions <= v < current])
+        return (versions == current) | late
+
+    def set_rewards(self, serials: np.ndarray, rewards: np.ndarray) -> None:
+        """A reward corrected later (a retroactive one) for a transition not yet trained on."""
+        with self.lock:
+            starts = [p[1] for p in self.pending]
+            for serial, reward in zip(np.asarray(serials).tolist(), np.asarray(rewards).tolist()):
+                i = bisect.bisect_right(starts, serial) - 1
+                if i >= 0 and serial - starts[i] < len(self.pending[i][0]):
+                    self.pending[i][0].rewards[serial - starts[i]] = reward
+
+    def published(self, version: int) -> None:
+        """Actors act with ``version`` from now on (the drivers call this as they publish it)."""
+        with self.lock:
+            self.version = version
+            self.acted[version] = self.policy_weights()
+            for old in [v for v in self.acted if v < version - self.cfg.late_versions]:
+                del self.acted[old]
+            self.current = sum(int((p[0].versions == version).sum()) for p in self.pending)
+
+    def rounds_due(self) -> int:
+        return int(self.version > self.closed and self.current >= self.cfg.rollout_steps)
+
+    # --- training -----------------------------------------------------------------------------------
+    def train_round(self) -> float:
+        with self.lock:
+            pending, self.pending = self.pending, []
+            version, self.closed, self.current = self.version, self.version, 0
+            acted = dict(self.acted)
+        batch = self._batch(pending, version, acted) if pending else None
+        n, cfg = (len(batch["obs"]) if batch else 0), self.cfg
+        if n == 0:
+            return 0.0
+        # Every transition once per epoch: k = ceil(n / minibatch) minibatches, the padding (masked)
+        # spread over them, then empty ones up to the compiled count (skipped: no step).
+        k = -(-n // self.minibatch)
+        slots = max(self.slots, -(-k // self.slots) * self.slots)
+        order = []
+        for _ in range(cfg.update_epochs):
+            rows = np.pad(self.rng.permutation(n), (0, k * self.minibatch - n), constant_values=n)
+            order += [rows.reshape(self.minibatch, k).T, np.full((slots - k, self.minibatch), n)]
+        minibatches = self._padded(batch, np.concatenate(order))
+        rate = np.float32(self.learning_rate())
+        (self.params, self.opt_state), (losses, parts) = self._update(self.params, self.opt_state, minibatches, rate)
+        took = minibatches["mask"].sum(axis=1) > 0
+        self.rounds += 1
+        self.updates += int(took.sum())
+        self.round_scalars = {"loss": float(np.asarray(losses)[took].mean()), "batch": float(n),
+                              "learning_rate": float(rate),
+                              **{key: float(np.asarray(v)[took].mean()) for key, v in parts.items()}}  # fmt: skip
+        return self.round_scalars["loss"]
+
+    def learning_rate(self) -> float:
+        """The rate of the next round: constant, or decaying linearly to 0 over ``anneal_steps`` env steps."""
+        if not self.cfg.anneal_steps:
+            return self.cfg.learning_rate
+        return self.cfg.learning_rate * max(0.0, 1.0 - self.env_steps / self.cfg.anneal_steps)
+
+    @staticmethod
+    def _padded(batch: Mapping[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+        """The minibatches of ``rows`` (an array of indices of any shape); an index past the batch's
+        end is padding (mask 0)."""
+        n = len(batch["obs"])
+        real = rows < n
+        safe = np.where(real, rows, 0)
+        out = {key: v[safe] if n else np.zeros((*rows.shape, *v.shape[1:]), v.dtype) for key, v in batch.items()}
+        return {**out, "mask": real.astype(np.float32)}
+
+    def _batch(self, pending: list[tuple[Transitions, int, int, bool]], version: int, acted: Mapping[int, Any]):
+        """The batch of ``version``: its transitions and the usable late ones, with advantages
+        (GAE along each actor's sequence; a sequence cut where its next transition is not in the
+        batch bootstraps from V(next observation)) and value targets."""
+        cfg = self.cfg
+        t = Transitions.concat([p[0] for p in pending])
+        base, lengths = pending[0][1], np.array([len(p[0]) for p in pending])
+        # The transition continuing each one (an index, -1: none here): the next in its chunk unless
+        # it ends, and a chunk's first continues the transition it follows. Serials run on across chunks.
+        last_of_chunk = np.zeros(len(t), bool)
+        last_of_chunk[np.cumsum(lengths)[lengths > 0] - 1] = True
+        nxt = np.where((t.ends == 0) & ~last_of_chunk, np.arange(1, len(t) + 1), -1)
+        firsts = np.cumsum(lengths) - lengths
+        follows = np.array([p[2] for p in pending]) - base
+        linked = (lengths > 0) & (follows >= 0) & (follows < len(t))
+        nxt[follows[linked]] = firsts[linked]
+        usable = self._usable(t.versions, version, acted)
+        counts = np.repeat(np.array([p[3] for p in pending], bool), lengths)
+        keep = np.flatnonzero(usable)
+        with self.lock:
+            self.discarded += int((~usable & counts).sum())
+            self.late += int((t.versions[keep] != version).sum())
+        new_index = np.full(len(t) + 1, -1, np.int64)
+        new_index[keep] = np.arange(len(keep))
+        nxt = new_index[nxt[keep]]  # -1 stays -1 (new_index[-1] is the spare slot)
+        obs, actions = t.observations[keep], t.actions[keep].astype(np.int32)
+        rewards, dones, versions = t.rewards[keep], t.dones[keep], t.versions[keep]
+        logp_all, both = self._forward(self.params, np.concatenate([obs, t.next_observations[keep]]))
+        logp_all, values, next_values = logp_all[: len(keep)], both[: len(keep)], both[len(keep) :]
+        logp = logp_all[np.arange(len(keep)), actions]
+        behaviour = logp.copy()  # the current weights are the version's own: ratio 1
+        for v in set(versions.tolist()) - {version}:
+            rows = versions == v
+            theirs, _ = self._forward({"pi": acted[v], "v": self.params["v"]}, obs[rows])
+            behaviour[rows] = theirs[np.arange(rows.sum()), actions[rows]]
+        # V-trace-style traces: c = λ·min(1, π/μ) for the transitions after the first (1 for the
+        # version's own); the first action's deviation is the clipped ratio's business.
+        trace = cfg.gae_lambda * np.minimum(1.0, np.exp(logp - behaviour))
+        nonterminal = 1.0 - dones
+        delta = rewards + cfg.gamma * next_values * nonterminal - values
+        carry = (cfg.gamma * nonterminal * np.where(nxt >= 0, trace[nxt], 0.0)).tolist()
+        adv, after, deltas = [0.0] * len(keep), nxt.tolist(), delta.tolist()
+        for k in range(len(keep) - 1, -1, -1):  # a transition's successor always came after it
+            j = after[k]
+            adv[k] = deltas[k] + (carry[k] * adv[j] if j >= 0 else 0.0)
+        adv = np.array(adv, np.float32)
+        return {"obs": obs, "actions": actions, "logp": behaviour.astype(np.float32), "adv": adv,
+                "returns": (adv + values).astype(np.float32)}  # fmt: skip
 
     def _forward(self, params, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Log-probabilities and values in NumPy (episodes have any length: no recompilation)."""
+        """Log-probabilities and values in NumPy (batches of any size: no recompilation)."""
         pi = {k: np.asarray(v) for k, v in params["pi"].items()}
         v = {k: np.asarray(x) for k, x in params["v"].items()}
         logits = mlp(pi, obs)
         logits = logits - logits.max(axis=1, keepdims=True)
         return logits - np.log(np.exp(logits).sum(axis=1, keepdims=True)), mlp(v, obs)[:, 0]
 
-    def add(self, t: Transitions, *, count: bool = True, follows: int = -1) -> np.ndarray:
-        with self.lock:
-            self.env_steps += len(t) if count else 0
-            self.episodes.append(t)
-        return np.full(
-            len(t), -1, np.int64
-        )  # no serials: a trial's rewards are final by the time it trains (no late corrections)
-
-    def set_rewards(self, serials: np.ndarray, rewards: np.ndarray) -> None:
-        pass
-
-    def rounds_due(self) -> int:
-        return int(sum(len(e) for e in self.episodes) >= self.cfg.rollout_steps)
-
-    def train_round(self) -> float:
-        with self.lock:
-            episodes, self.episodes = self.episodes, []
-        # Exactly rollout_steps transitions (the first ones): one compiled shape for every update.
-        batch = {k: v[: self.cfg.rollout_steps] for k, v in self._advantages(episodes).items()}
-        n = self.cfg.rollout_steps
-        size = n // self.cfg.minibatches
-        order = np.concatenate(
-            [self.rng.permutation(n)[: size * self.cfg.minibatches] for _ in range(self.cfg.update_epochs)]
-        )
-        batches = {
-            k: v[order].reshape(self.cfg.update_epochs * self.cfg.minibatches, size, *v.shape[1:])
-            for k, v in batch.items()
-        }
-        (self.params, self.opt_state), (losses, parts) = self._update(self.params, self.opt_state, batches)
-        self.rounds += 1
-        self.updates += self.cfg.update_epochs * self.cfg.minibatches
-        self.round_scalars = {"loss": float(losses.mean()), **{k: float(v.mean()) for k, v in parts.items()}}
-        return self.round_scalars["loss"]
-
-    def _advantages(self, episodes: list[Transitions]) -> dict[str, np.ndarray]:
-        """GAE per trial (each a whole episode); a truncated end bootstraps from V(next)."""
-        cfg, parts = self.cfg, []
-        for e in episodes:
-            logp_all, values = (np.asarray(x) for x in self._forward(self.params, e.observations))
-            _, next_values = (np.asarray(x) for x in self._forward(self.params, e.next_observations))
-            adv = np.zeros(len(e), np.float32)
-            last = 0.0
-            for t in reversed(range(len(e))):
-                nonterminal = 1.0 - e.dones[t]
-                delta = e.rewards[t] + cfg.gamma * next_values[t] * nonterminal - values[t]
-                continues = nonterminal if t < len(e) - 1 else 0.0  # the next transition is the same episode's
-                last = delta + cfg.gamma * cfg.gae_lambda * continues * last
-                adv[t] = last
-            parts.append({"obs": e.observations, "actions": e.actions, "logp": logp_all[np.arange(len(e)), e.actions],
-                          "adv": adv, "returns": adv + values})  # fmt: skip
-        return {
-            k: np.concatenate([p[k] for p in parts]).astype(np.int32 if k == "actions" else np.float32)
-            for k in parts[0]
-        }
-
+    # --- versions -----------------------------------------------------------------------------------
     def policy_weights(self) -> dict[str, np.ndarray]:
         return {k: np.asarray(v) for k, v in self.params["pi"].items()}
 
@@ -222,10 +346,16 @@ class PPOLearner:
         }
 
     def metadata(self) -> dict[str, Any]:
+        with self.lock:
+            owed = max(0, self.cfg.rollout_steps - self.current)
         return {
             "env_steps": self.env_steps,
             "rounds": self.rounds,
             "updates": self.updates,
+            "discarded": self.discarded,
+            "late": self.late,
+            # Until the env steps reach it, no batch is due: this version is as trained as it gets.
+            "next_round_at": self.env_steps + owed,
             "config": dataclasses.asdict(self.cfg),
         }
 
@@ -239,4 +369,6 @@ class PPOLearner:
         self.opt_state = jax.tree_util.tree_unflatten(
             treedef, [jnp.asarray(tensors[f"opt/{i}"]) for i in range(len(leaves))]
         )
-        self.env_steps, self.rounds, self.updates = (int(meta.get(k, 0)) for k in ("env_steps", "rounds", "updates"))
+        self.env_steps, self.rounds, self.updates, self.discarded, self.late = (
+            int(meta.get(k, 0)) for k in ("env_steps", "rounds", "updates", "discarded", "late")
+        )
