@@ -67,10 +67,11 @@ def build(
         # Like every Trialog service: a dead instance's partitions move after 10 s, not 45.
         consumer_extra_config={"session.timeout.ms": 10_000, "heartbeat.interval.ms": 1_000},
     )
-    compacted = TopicConfig(
+    copies = replication_factor or settings.replication_factor or 1
+    compacted = TopicConfig(  # acknowledged once two copies have a write, as Trialog's own topics
         num_partitions=settings.partitions,
-        replication_factor=replication_factor or settings.replication_factor or 1,
-        extra_config={"cleanup.policy": "compact"},
+        replication_factor=copies,
+        extra_config={"cleanup.policy": "compact", "min.insync.replicas": str(min(2, copies))},
     )
     trust = Authenticator(Keyring.load(settings))  # only records written by a key allowed to count
     events = app.topic(

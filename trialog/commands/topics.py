@@ -51,7 +51,14 @@ def add(sub) -> None:
             keys = ("cleanup.policy", "retention.ms", "min.insync.replicas", "max.message.bytes")
             configs = " ".join(f"{k}={info['configs'].get(k)}" for k in keys)
             replicas = f"replication={info['replication_factor']} in_sync={info['in_sync_replicas']}"
-            print(f"{name:36} partitions={info['partitions']} {replicas} " + configs)
+            # Fewer copies in sync than kept: a broker is down or catching up, and losing one
+            # more may lose writes (or, below min.insync.replicas, refuse them).
+            under = " UNDER-REPLICATED" if info["in_sync_replicas"] < info["replication_factor"] else ""
+            print(f"{name:36} partitions={info['partitions']} {replicas} " + configs + under)
+        under = sorted(n for n, i in described.items() if i["in_sync_replicas"] < i["replication_factor"])
+        if under:
+            print(f"under-replicated (a copy out of sync: a broker down or catching up): {', '.join(under)}",
+                  file=sys.stderr)  # fmt: skip
         return 0
 
     create.set_defaults(func=do_create)
