@@ -54,10 +54,12 @@ def free_port_run(count: int) -> int:
     raise RuntimeError("no run of free ports")
 
 
+def trialog_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trialog.cli", *args], capture_output=True, text=True, timeout=300)
+
+
 def broker_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "trialog.cli", "broker", *args], capture_output=True, text=True, timeout=300
-    )
+    return trialog_cli("broker", *args)
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +126,10 @@ async def test_a_trial_survives_its_partition_leader_and_a_service_being_killed(
             killed_broker_at, stalled_from = ctl.last_tick(tid), time.monotonic()
             await wait_for(lambda: ctl.last_tick(tid) > killed_broker_at + 5, timeout=120, what="ticks after the kill")
             stall_s = time.monotonic() - stalled_from
+            # What an operator sees meanwhile: the lost node's copies out of sync.
+            on_cluster = ("--bootstrap-servers", bootstrap, "--topic-prefix", settings.topic_prefix)
+            described = await asyncio.to_thread(trialog_cli, "topics", "describe", *on_cluster)
+            assert "UNDER-REPLICATED" in described.stdout and "under-replicated" in described.stderr, described
 
             # Then a service: a standby joins the group, the first environment dies without a word.
             procs["standby"], ports["standby"] = start_service(
