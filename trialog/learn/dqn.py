@@ -13,8 +13,6 @@ How the phases act: ``heatup`` uniform random (fills the memory, no training);
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,8 +23,9 @@ import numpy as np
 from trialog.actor import DecideRequest, Policy
 from trialog.errors import TrialogError
 from trialog.learn import config_of
-from trialog.learn.memory import ReplayMemory, Transitions, flat_observation
+from trialog.learn.memory import ReplayMemory, flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
+from trialog.learn.offpolicy import OffPolicyLearner
 from trialog.learn.spaces import missing_sizes, require_sizes
 
 
@@ -137,12 +136,10 @@ class DQNPolicy(Policy):
 # --- learning (the learner service; JAX) -----------------------------------------------------------------
 
 
-class DQNLearner:
-    """Off-policy: learns from any transition, whichever version acted; trains as the
-    samples come (``rounds_due``), never blocking the actors."""
+class DQNLearner(OffPolicyLearner):
+    """DQN's learner, in JAX: a round of `gradient_steps` updates is one compiled call."""
 
     algorithm = "dqn"
-    on_policy = False
 
     def __init__(self, cfg: DQNConfig) -> None:
         from trialog.learn import require_jax
@@ -152,8 +149,7 @@ class DQNLearner:
         import optax
 
         require_sizes(cfg, "DQNLearner")
-        self.cfg = cfg
-        self.rng = np.random.default_rng(cfg.seed)
+        super().__init__(cfg)
         self.params = {
             k: jnp.asarray(v) for k, v in init_mlp(self.rng, [cfg.observation_size, *cfg.hidden, cfg.actions]).items()
         }
@@ -164,11 +160,6 @@ class DQNLearner:
         self.optimizer = optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(rate))
         self.opt_state = self.optimizer.init(self.params)
         self.memory = ReplayMemory(cfg.buffer_size, cfg.observation_size, n_step=cfg.n_step, gamma=cfg.gamma)
-        self.lock = threading.Lock()  # the learner service adds from its loop while a round trains in a thread
-        self.env_steps = 0  # transitions received
-        self.rounds = 0  # training rounds done
-        self.updates = 0  # gradient steps done
-        self.round_scalars: dict[str, float] = {}  # the last round's means, for the curves
 
         def loss(params, target, b):
             target_q = mlp(target, b["next_obs"], jnp)
@@ -191,29 +182,10 @@ class DQNLearner:
         # One compiled call per round: a scan over its `gradient_steps` minibatches.
         self._round = jax.jit(lambda carry, batches: jax.lax.scan(step, carry, batches))
 
-    def add(self, t: Transitions, *, count: bool = True, follows: int = -1) -> np.ndarray:
-        """Store transitions (their serials: see :class:`ReplayMemory`); ``count=False``
-        refills the memory after a restart with transitions the restored counters already
-        include."""
-        with self.lock:
-            self.env_steps += len(t) if count else 0
-            return self.memory.add(t, follows=follows)
-
-    def set_rewards(self, serials: np.ndarray, rewards: np.ndarray) -> None:
-        """Retroactive rewards changed transitions already in memory."""
-        with self.lock:
-            self.memory.set_rewards(serials, rewards)
-
-    def rounds_due(self) -> int:
-        """Rounds owed at this many env steps: one per `train_frequency` steps after `learning_starts`."""
-        owed = self.env_steps // self.cfg.train_frequency - self.cfg.learning_starts // self.cfg.train_frequency
-        return max(0, owed - self.rounds)
-
     def train_round(self) -> float:
         """`gradient_steps` updates, the target network refreshed every `target_update_interval`;
         returns the mean loss."""
-        with self.lock:
-            batches = self.memory.sample(self.rng, self.cfg.batch_size, self.cfg.gradient_steps)
+        batches = self.sample_round()
         (self.params, self.opt_state, self.target, _), (losses, q_means) = self._round(
             (self.params, self.opt_state, self.target, self.updates), batches
         )
@@ -236,19 +208,6 @@ class DQNLearner:
             **{f"opt/{i}": np.asarray(v) for i, v in enumerate(opt_leaves)},
         }
 
-    def metadata(self) -> dict[str, Any]:
-        # next_round_at: until the env steps reach it, this version is as trained as it gets.
-        next_round_at = (
-            self.rounds + 1 + self.cfg.learning_starts // self.cfg.train_frequency
-        ) * self.cfg.train_frequency
-        return {
-            "env_steps": self.env_steps,
-            "rounds": self.rounds,
-            "updates": self.updates,
-            "next_round_at": next_round_at,
-            "config": dataclasses.asdict(self.cfg),
-        }
-
     def restore(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
         import jax
         import jax.numpy as jnp
@@ -259,6 +218,4 @@ class DQNLearner:
         self.opt_state = jax.tree_util.tree_unflatten(
             treedef, [jnp.asarray(tensors[f"opt/{i}"]) for i in range(len(leaves))]
         )
-        self.rounds, self.updates = int(meta.get("rounds", 0)), int(meta.get("updates", 0))
-        self.env_steps = int(meta.get("env_steps", 0))
-        self.rng = np.random.default_rng([self.cfg.seed, self.rounds])  # a resumed run samples anew
+        self.restore_counters(meta)

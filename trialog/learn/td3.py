@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from trialog.errors import TrialogError
 from trialog.learn import config_of
 from trialog.learn.memory import ReplayMemory, Transitions, flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
+from trialog.learn.offpolicy import OffPolicyLearner
 from trialog.learn.spaces import BOX_SIZES, missing_sizes, require_sizes
 
 NETS = ("actor", "q1", "q2")  # the trained networks; each has a target copy ("actor_target", ...)
@@ -193,18 +193,16 @@ class BoxMemory(ReplayMemory):
 # --- learning (the learner service; NumPy) ---------------------------------------------------------------
 
 
-class TD3Learner:
-    """Off-policy: learns from any transition, whichever version acted; trains as the
-    samples come (``rounds_due``), never blocking the actors."""
+class TD3Learner(OffPolicyLearner):
+    """TD3's learner, in NumPy: twin critics updated every step, the actor and the targets
+    every `policy_delay`th."""
 
     algorithm = "td3"
-    on_policy = False
 
     def __init__(self, cfg: TD3Config) -> None:
         require_sizes(cfg, "TD3Learner", BOX_SIZES)
-        self.cfg = cfg
+        super().__init__(cfg)
         self.centre, self.half = cfg.bounds()
-        self.rng = np.random.default_rng(cfg.seed)
         obs, act = cfg.observation_size, cfg.action_size
         self.nets = {
             "actor": init_mlp(self.rng, [obs, *cfg.hidden, act], last_scale=0.1),
@@ -218,36 +216,18 @@ class TD3Learner:
             for name in NETS
         }
         self.memory = BoxMemory(cfg.buffer_size, obs, act, cfg.gamma)
-        self.lock = threading.Lock()  # the learner service adds from its loop while a round trains in a thread
-        self.env_steps = 0  # transitions received
-        self.rounds = 0  # training rounds done
-        self.updates = 0  # critic updates done
-        self.round_scalars: dict[str, float] = {}  # the last round's means, for the curves
 
     def add(self, t: Transitions, *, count: bool = True, follows: int = -1) -> np.ndarray:
         """Store transitions, their actions in [-1, 1] units (serials: see :class:`ReplayMemory`);
         ``count=False`` refills the memory after a restart without counting them again."""
         actions = np.asarray(t.actions, np.float32).reshape(len(t), -1)
         t = dataclasses.replace(t, actions=np.clip((actions - self.centre) / self.half, -1.0, 1.0))
-        with self.lock:
-            self.env_steps += len(t) if count else 0
-            return self.memory.add(t, follows=follows)
-
-    def set_rewards(self, serials: np.ndarray, rewards: np.ndarray) -> None:
-        """Retroactive rewards changed transitions already in memory."""
-        with self.lock:
-            self.memory.set_rewards(serials, rewards)
-
-    def rounds_due(self) -> int:
-        """Rounds owed at this many env steps: one per `train_frequency` steps after `learning_starts`."""
-        owed = self.env_steps // self.cfg.train_frequency - self.cfg.learning_starts // self.cfg.train_frequency
-        return max(0, owed - self.rounds)
+        return super().add(t, count=count, follows=follows)
 
     def train_round(self) -> float:
         """`gradient_steps` critic updates, the actor and the targets every `policy_delay`th;
         returns the mean critic loss."""
-        with self.lock:
-            batches = self.memory.sample(self.rng, self.cfg.batch_size, self.cfg.gradient_steps)
+        batches = self.sample_round()
         losses, q_means, actor_losses = [], [], []
         with one_blas_thread():
             for i in range(self.cfg.gradient_steps):
@@ -319,19 +299,6 @@ class TD3Learner:
             out[f"opt/{name}/t"] = np.array([opt.t], np.int64)
         return out
 
-    def metadata(self) -> dict[str, Any]:
-        # next_round_at: until the env steps reach it, this version is as trained as it gets.
-        next_round_at = (
-            self.rounds + 1 + self.cfg.learning_starts // self.cfg.train_frequency
-        ) * self.cfg.train_frequency
-        return {
-            "env_steps": self.env_steps,
-            "rounds": self.rounds,
-            "updates": self.updates,
-            "next_round_at": next_round_at,
-            "config": dataclasses.asdict(self.cfg),
-        }
-
     def restore(self, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> None:
         for name in self.nets:
             self.nets[name] = {k: np.array(v, np.float32) for k, v in unprefixed(name, tensors).items()}
@@ -339,6 +306,4 @@ class TD3Learner:
             opt.m = {k: np.array(v, np.float32) for k, v in unprefixed(f"opt/{name}/m", tensors).items()}
             opt.v = {k: np.array(v, np.float32) for k, v in unprefixed(f"opt/{name}/v", tensors).items()}
             opt.t = int(tensors[f"opt/{name}/t"][0])
-        self.rounds, self.updates = int(meta.get("rounds", 0)), int(meta.get("updates", 0))
-        self.env_steps = int(meta.get("env_steps", 0))
-        self.rng = np.random.default_rng([self.cfg.seed, self.rounds])  # a resumed run samples anew
+        self.restore_counters(meta)
