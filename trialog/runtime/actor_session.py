@@ -69,11 +69,7 @@ class Sender:
                 reward, max(reward.tick, self.tick), self._classes
             )  # a later tick is the log's to judge
         if problem is not None:
-            raise TrialError(
-                f"{self.actor.name} cannot send this reward: {problem}",
-                trial_id=self.trial.trial_id,
-                reason="invalid_reward",
-            )
+            raise self._refused("reward", problem)
         self._send(reward)
 
     def _next_message_id(self) -> str:
@@ -93,12 +89,16 @@ class Sender:
         )
         problem = message_problem(message, self.tick, self._classes)
         if problem is not None:
-            raise TrialError(
-                f"{self.actor.name} cannot send this message: {problem}",
-                trial_id=self.trial.trial_id,
-                reason="invalid_message",
-            )
+            raise self._refused("message", problem)
         self._send(message)
+
+    def _refused(self, what: str, problem: str) -> TrialError:
+        """Why this actor cannot send this reward or message (reason ``invalid_reward``, ``invalid_message``)."""
+        return TrialError(
+            f"{self.actor.name} cannot send this {what}: {problem}",
+            trial_id=self.trial.trial_id,
+            reason=f"invalid_{what}",
+        )
 
 
 class Session(Sender):
