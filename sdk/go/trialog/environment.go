@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -130,15 +129,10 @@ type hosted struct {
 }
 
 type envService struct {
-	cfg        EnvironmentConfig
-	events     string
-	client     *kgo.Client
-	trials     map[string]*hosted
-	ended      map[string]bool
-	parts      map[int32]*partState
-	out        []*kgo.Record
-	log        *log.Logger
-	lastCommit time.Time
+	eventLog
+	cfg    EnvironmentConfig
+	trials map[string]*hosted
+	ended  map[string]bool
 }
 
 // endedKept bounds the ended trials remembered (so that a repeated trial.started changes nothing).
@@ -160,144 +154,27 @@ func ServeEnvironment(ctx context.Context, cfg EnvironmentConfig) error {
 	if cfg.TopicPrefix == "" {
 		cfg.TopicPrefix = "trialog."
 	}
-	s := &envService{cfg: cfg, events: cfg.TopicPrefix + "events", trials: map[string]*hosted{}, ended: map[string]bool{},
-		parts: map[int32]*partState{}, log: cfg.Logger}
-	if s.log == nil {
-		s.log = log.Default()
-	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.ConsumeTopics(s.events),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.RecordPartitioner(partitioner{events: s.events}),
-		kgo.FetchMaxWait(200 * time.Millisecond),
-		kgo.ConsumerGroup(cfg.TopicPrefix + "env." + cfg.Implementation),
-		kgo.SessionTimeout(10 * time.Second),
-		kgo.HeartbeatInterval(time.Second),
-		kgo.RebalanceTimeout(10 * time.Second),
-		kgo.DisableAutoCommit(),
-		kgo.BlockRebalanceOnPoll(),
-		kgo.OnPartitionsAssigned(s.assigned),
-		kgo.OnPartitionsRevoked(s.revoked),
-		kgo.OnPartitionsLost(s.lost),
-	}
-	client, err := kgo.NewClient(append(opts, cfg.Options...)...)
-	if err != nil {
+	s := &envService{cfg: cfg, trials: map[string]*hosted{}, ended: map[string]bool{}}
+	s.eventLog = newEventLog(cfg.TopicPrefix, cfg.TopicPrefix+"env."+cfg.Implementation, "environment", cfg.Store, cfg.Logger, s)
+	if err := s.connect(cfg.Brokers, 200*time.Millisecond, cfg.Options); err != nil {
 		return err
 	}
-	s.client = client
-	defer client.Close()
+	defer s.client.Close()
 	s.log.Printf("trialog: serving env.%s on %s", cfg.Implementation, s.events)
-	for ctx.Err() == nil {
-		pollCtx, cancel := context.WithTimeout(ctx, 250*time.Millisecond) // timeouts are checked between polls
-		fetches := client.PollRecords(pollCtx, 256)
-		cancel()
-		if fetches.IsClientClosed() {
-			break
-		}
-		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-				s.log.Printf("trialog: fetch %s[%d]: %v", t, p, err)
-			}
-		})
-		fetches.EachRecord(s.process)
-		s.timeouts()
-		if err := s.flush(ctx); err != nil && ctx.Err() == nil {
-			s.log.Printf("trialog: produce failed (the next owner redoes the work): %v", err)
-		}
-		if time.Since(s.lastCommit) > time.Second {
-			s.commit(ctx, nil)
-		}
-		client.AllowRebalance()
-	}
-	s.commit(context.Background(), nil)
+	s.serve(ctx, 250*time.Millisecond, s.timeouts) // timeouts are checked between polls
 	return nil
 }
 
-// --- partitions (as the actor service: catch-up, safe points) ---
+// --- what the event log asks of the service ---
 
-func (s *envService) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, s.events)
-	for _, p := range assigned[s.events] {
-		end := int64(0)
-		if err == nil {
-			if o, ok := ends.Lookup(s.events, p); ok {
-				end = o.Offset
-			}
-		}
-		part := &partState{end: end, pending: map[string]*kgo.Record{}}
-		s.parts[p] = part
-		if end == 0 {
-			part.live = true
-		}
-		s.log.Printf("trialog: partition %d assigned; catching up to offset %d", p, end)
-	}
+func (t *hosted) place() (int32, int64) { return t.partition, t.startOffset }
+
+func (s *envService) safePoint(p int32, position int64) int64 {
+	return safePointOf(s.trials, p, position)
 }
+func (s *envService) forget(p int32) { forgetOn(s.trials, p) }
 
-func (s *envService) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	s.commit(ctx, revoked[s.events])
-	s.lost(ctx, nil, revoked)
-}
-
-func (s *envService) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
-	for _, p := range lost[s.events] {
-		delete(s.parts, p)
-		for id, t := range s.trials {
-			if t.partition == p {
-				delete(s.trials, id)
-			}
-		}
-	}
-}
-
-func (s *envService) commit(ctx context.Context, only []int32) {
-	offsets := map[int32]kgo.EpochOffset{}
-	for p, part := range s.parts {
-		if !part.live || (only != nil && !contains(only, p)) {
-			continue
-		}
-		safe := part.position
-		for _, t := range s.trials {
-			if t.partition == p && t.startOffset < safe {
-				safe = t.startOffset
-			}
-		}
-		offsets[p] = kgo.EpochOffset{Epoch: -1, Offset: safe}
-	}
-	s.lastCommit = time.Now()
-	if len(offsets) == 0 || len(s.out) > 0 {
-		return
-	}
-	s.client.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{s.events: offsets}, nil)
-}
-
-func (s *envService) process(r *kgo.Record) {
-	part := s.parts[r.Partition]
-	if part == nil {
-		return
-	}
-	h := headers(r)
-	trialID := string(r.Key)
-	if !part.live && len(part.pending) > 0 {
-		delete(part.pending, identity(trialID, h)) // the log already holds it: never write it again
-	}
-	s.handle(r, h, trialID)
-	part.position = r.Offset + 1
-	if !part.live && part.position >= part.end {
-		s.goLive(r.Partition, part)
-	}
-}
-
-func (s *envService) goLive(p int32, part *partState) {
-	part.live = true
-	sent := 0
-	for _, id := range part.order {
-		if rec, ok := part.pending[id]; ok {
-			s.out = append(s.out, rec)
-			sent++
-		}
-	}
-	part.pending, part.order = map[string]*kgo.Record{}, nil
+func (s *envService) caughtUp(p int32, sent int) {
 	for _, t := range s.trials {
 		if t.partition == p {
 			t.waitingSince, t.timedOut = time.Now(), false // the old owner's clock died with it
@@ -682,18 +559,12 @@ func (t *hosted) audience(receiver string) []string {
 // flush, tagged with the environment's key and each receiving actor's — or, while the
 // partition catches up, sets it aside until the log shows it or catch-up ends.
 func (s *envService) emit(t *hosted, kind, schema string, tick int64, receiver, id string, value any) {
-	sch, ok := s.cfg.Store.ByName(schema)
-	if !ok {
-		s.log.Printf("trialog: schema %s missing from the store", schema)
-		return
-	}
-	encoded, err := Encode(sch, value)
-	if err != nil {
-		s.log.Printf("trialog: %s of %s: %v", kind, t.started.TrialID, err)
-		return
-	}
 	trialID := t.started.TrialID
-	rec := &kgo.Record{Topic: s.events, Partition: t.partition, Key: []byte(trialID), Value: encoded, Headers: eventHeaders(kind, tick, "env", receiver, schema, id)}
+	rec, err := s.encodeEvent(t.partition, kind, schema, tick, "env", receiver, id, trialID, value)
+	if err != nil {
+		s.log.Printf("trialog: %s of %s: %v", kind, trialID, err)
+		return
+	}
 	ids := []string{"environment"}
 	if kind != "environment.done" && kind != "view" {
 		ids = append(ids, t.audience(receiver)...)
@@ -702,46 +573,7 @@ func (s *envService) emit(t *hosted, kind, schema string, tick int64, receiver, 
 		s.log.Printf("trialog: %s of %s not written: %v", kind, trialID, err)
 		return
 	}
-	part := s.parts[t.partition]
-	if part != nil && !part.live {
-		key := identity(trialID, headers(rec))
-		if _, dup := part.pending[key]; !dup {
-			part.pending[key] = rec
-			part.order = append(part.order, key)
-		}
-		return
-	}
-	s.out = append(s.out, rec)
-}
-
-func (s *envService) deadLetter(r *kgo.Record, reason string) {
-	if part := s.parts[r.Partition]; part == nil || !part.live {
-		return // judged when it was first read
-	}
-	hs := map[string][]byte{}
-	for _, h := range r.Headers {
-		hs[h.Key] = h.Value
-	}
-	key, value := r.Key, r.Value
-	letter := DeadLetter{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: &key, Value: &value, Headers: hs, Reason: reason, Service: "environment", TimestampMs: r.Timestamp.UnixMilli()}
-	sch, _ := s.cfg.Store.ByName("trialog.DeadLetter")
-	encoded, err := Encode(sch, &letter)
-	if err != nil {
-		s.log.Printf("trialog: cannot write a dead letter: %v", err)
-		return
-	}
-	s.log.Printf("trialog: dead letter: %s", reason)
-	s.out = append(s.out, &kgo.Record{Topic: s.cfg.TopicPrefix + "dead-letters", Key: r.Key, Value: encoded,
-		Headers: []kgo.RecordHeader{{Key: HeaderKind, Value: []byte("dead-letter")}, {Key: HeaderSchema, Value: []byte("trialog.DeadLetter")}}})
-}
-
-func (s *envService) flush(ctx context.Context) error {
-	if len(s.out) == 0 {
-		return nil
-	}
-	out := s.out
-	s.out = nil
-	return s.client.ProduceSync(ctx, out...).FirstErr()
+	s.write(rec, trialID)
 }
 
 func sortedKeys[V any](m map[string]V) []string {

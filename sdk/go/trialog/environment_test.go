@@ -142,8 +142,9 @@ func newHarness(t *testing.T, policy string, timeoutMs int64) (*harness, string)
 	k := NewKeyring(keys, "test")
 	s := &envService{cfg: EnvironmentConfig{Implementation: "go_rps", Store: store, Keyring: k, NewEnvironment: func(tr *EnvTrial) (Environment, error) {
 		return newTestRps(tr)
-	}}, events: "t.events", trials: map[string]*hosted{}, ended: map[string]bool{}, parts: map[int32]*partState{0: {live: true, pending: map[string]*kgo.Record{}}}}
-	s.log = testLogger(t)
+	}}, trials: map[string]*hosted{}, ended: map[string]bool{}}
+	s.eventLog = newEventLog("t.", "", "environment", store, testLogger(t), s)
+	s.parts[0] = newPart(0) // live
 	h := &harness{t, s, k, store}
 	obsJSON, actJSON := rpsSchemas(t)
 	def := `"ROCK"`

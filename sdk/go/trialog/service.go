@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"sort"
 	"strings"
 	"time"
 
@@ -93,14 +92,9 @@ type Config struct {
 
 // Service is a running actor service.
 type Service struct {
-	cfg        Config
-	events     string
-	client     *kgo.Client
-	trials     map[string]*trialState
-	parts      map[int32]*partState
-	out        []*kgo.Record
-	log        *log.Logger
-	lastCommit time.Time
+	eventLog
+	cfg    Config
+	trials map[string]*trialState
 }
 
 type classSchemas struct{ observation, action *Schema }
@@ -122,14 +116,6 @@ type trialState struct {
 	actors      map[string]*played
 }
 
-type partState struct {
-	end      int64 // the end offset when assigned: catching up until the position reaches it
-	position int64
-	live     bool
-	pending  map[string]*kgo.Record // what catch-up would send, by event identity
-	order    []string
-}
-
 // Run serves the implementation until ctx is cancelled.
 func Run(ctx context.Context, cfg Config) error {
 	if (cfg.Implementation == "" && cfg.Seat == nil) || cfg.Store == nil || cfg.NewAgent == nil || len(cfg.Key.Secret) == 0 {
@@ -138,179 +124,46 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.TopicPrefix == "" {
 		cfg.TopicPrefix = "trialog."
 	}
-	s := &Service{cfg: cfg, events: cfg.TopicPrefix + "events", trials: map[string]*trialState{}, parts: map[int32]*partState{}, log: cfg.Logger}
-	if s.log == nil {
-		s.log = log.Default()
-	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.ConsumeTopics(s.events),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), // a new group (or a seat) reads the whole log
-		kgo.RecordPartitioner(partitioner{events: s.events}),
-		kgo.FetchMaxWait(500 * time.Millisecond),
-		// The producer keeps franz-go's defaults: idempotent, acks=all, snappy compression.
-	}
+	group := "" // a seat has no group
 	if cfg.Seat == nil {
-		opts = append(opts,
-			kgo.ConsumerGroup(cfg.TopicPrefix+"actors."+cfg.Implementation), // prefixed like the topics
-			kgo.SessionTimeout(10*time.Second),                              // a dead instance's trials move on within seconds
-			kgo.HeartbeatInterval(time.Second),
-			kgo.RebalanceTimeout(10*time.Second),
-			kgo.DisableAutoCommit(),    // we commit the safe point, not what was read
-			kgo.BlockRebalanceOnPoll(), // assignments change between polls only
-			kgo.OnPartitionsAssigned(s.assigned),
-			kgo.OnPartitionsRevoked(s.revoked),
-			kgo.OnPartitionsLost(s.lost),
-		)
+		group = cfg.TopicPrefix + "actors." + cfg.Implementation // prefixed like the topics
 	}
-	client, err := kgo.NewClient(append(opts, cfg.Options...)...)
-	if err != nil {
+	s := &Service{cfg: cfg, trials: map[string]*trialState{}}
+	s.eventLog = newEventLog(cfg.TopicPrefix, group, "actors."+cfg.Implementation, cfg.Store, cfg.Logger, s)
+	if err := s.connect(cfg.Brokers, 500*time.Millisecond, cfg.Options); err != nil {
 		return err
 	}
-	s.client = client
-	defer client.Close()
+	defer s.client.Close()
 	if cfg.Seat != nil {
 		// A seat reads every partition from the start (no group, nothing committed): the
 		// log up to the current end is its catch-up, so a restart resumes the seat.
-		ends, err := kadm.NewClient(client).ListEndOffsets(ctx, s.events)
+		ends, err := s.endOffsets(ctx, s.client)
 		if err != nil {
 			return fmt.Errorf("trialog: end offsets of %s: %w", s.events, err)
 		}
-		ends.Each(func(o kadm.ListedOffset) {
-			s.parts[o.Partition] = &partState{end: o.Offset, pending: map[string]*kgo.Record{}}
-		})
-		for p, part := range s.parts {
-			if part.end == 0 {
-				s.goLive(p, part)
-			}
-		}
+		ends.Each(func(o kadm.ListedOffset) { s.parts[o.Partition] = newPart(o.Offset) })
 		s.log.Printf("trialog: joining trial %s as %s (holder %s)", cfg.Seat.Trial, cfg.Seat.Actor, cfg.Seat.Holder)
 	} else {
 		s.log.Printf("trialog: serving actors.%s on %s", cfg.Implementation, s.events)
 	}
-	for ctx.Err() == nil {
-		fetches := client.PollRecords(ctx, 256)
-		if fetches.IsClientClosed() {
-			break
-		}
-		fetches.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				s.log.Printf("trialog: fetch %s[%d]: %v", t, p, err)
-			}
-		})
-		fetches.EachRecord(s.process)
-		if err := s.flush(ctx); err != nil && ctx.Err() == nil {
-			s.log.Printf("trialog: produce failed (the next owner redoes the work): %v", err)
-		}
-		if time.Since(s.lastCommit) > time.Second {
-			s.commit(ctx, nil)
-		}
-		client.AllowRebalance()
-	}
-	s.commit(context.Background(), nil)
+	s.serve(ctx, 0, nil)
 	return nil
 }
 
-// --- partitions: catch-up and safe points (docs/protocol.md, "Consuming and committing") ---
+// --- what the event log asks of the service ---
 
-func (s *Service) assigned(ctx context.Context, cl *kgo.Client, assigned map[string][]int32) {
-	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, s.events)
-	for _, p := range assigned[s.events] {
-		end := int64(0)
-		if err == nil {
-			if o, ok := ends.Lookup(s.events, p); ok {
-				end = o.Offset
-			}
-		}
-		s.parts[p] = &partState{end: end, pending: map[string]*kgo.Record{}}
-		s.log.Printf("trialog: partition %d assigned; catching up to offset %d", p, end)
-	}
-}
+func (t *trialState) place() (int32, int64) { return t.partition, t.startOffset }
 
-func (s *Service) revoked(ctx context.Context, _ *kgo.Client, revoked map[string][]int32) {
-	s.commit(ctx, revoked[s.events])
-	s.lost(ctx, nil, revoked)
-}
+func (s *Service) safePoint(p int32, position int64) int64 { return safePointOf(s.trials, p, position) }
+func (s *Service) forget(p int32)                          { forgetOn(s.trials, p) }
 
-func (s *Service) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
-	for _, p := range lost[s.events] {
-		delete(s.parts, p)
-		for id, t := range s.trials {
-			if t.partition == p {
-				delete(s.trials, id)
-			}
-		}
-	}
-}
-
-// commit writes, per live partition, the safe point: the start of its oldest live
-// trial, else the position. With only, just those partitions.
-func (s *Service) commit(ctx context.Context, only []int32) {
-	if s.cfg.Seat != nil {
-		return // a seat has no group: it rebuilds from the start of the log
-	}
-	offsets := map[int32]kgo.EpochOffset{}
-	for p, part := range s.parts {
-		if !part.live || (only != nil && !contains(only, p)) {
-			continue
-		}
-		safe := part.position
-		for _, t := range s.trials {
-			if t.partition == p && t.startOffset < safe {
-				safe = t.startOffset
-			}
-		}
-		offsets[p] = kgo.EpochOffset{Epoch: -1, Offset: safe}
-	}
-	s.lastCommit = time.Now()
-	if len(offsets) == 0 || len(s.out) > 0 {
-		return // outputs not yet acknowledged: committing now could lose them in a crash
-	}
-	s.client.CommitOffsetsSync(ctx, map[string]map[int32]kgo.EpochOffset{s.events: offsets}, nil)
-}
-
-func contains(ps []int32, p int32) bool {
-	for _, x := range ps {
-		if x == p {
-			return true
-		}
-	}
-	return false
-}
-
-// --- records ---
-
-func (s *Service) process(r *kgo.Record) {
-	part := s.parts[r.Partition]
-	if part == nil {
-		return
-	}
-	h := headers(r)
-	trialID := string(r.Key)
-	if !part.live && len(part.pending) > 0 {
-		delete(part.pending, identity(trialID, h)) // the log already holds it: never send it again
-	}
-	s.handle(r, h, trialID)
-	part.position = r.Offset + 1
-	if !part.live && part.position >= part.end {
-		s.goLive(r.Partition, part)
-	}
-}
-
-func (s *Service) goLive(p int32, part *partState) {
-	part.live = true
-	sent := 0
-	for _, id := range part.order {
-		if rec, ok := part.pending[id]; ok {
-			s.out = append(s.out, rec)
-			sent++
-		}
-	}
-	part.pending, part.order = map[string]*kgo.Record{}, nil
+func (s *Service) caughtUp(p int32, sent int) {
 	if sent > 0 {
 		s.log.Printf("trialog: partition %d caught up; sending %d events the previous owner did not", p, sent)
 	}
 }
+
+// --- records ---
 
 func (s *Service) handle(r *kgo.Record, h map[string]string, trialID string) {
 	kind := h[HeaderKind]
@@ -482,11 +335,7 @@ func (p *played) once(key string) bool {
 }
 
 func (t *trialState) sortedActors() []*played {
-	names := make([]string, 0, len(t.actors))
-	for n := range t.actors {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := sortedKeys(t.actors)
 	out := make([]*played, len(names))
 	for i, n := range names {
 		out[i] = t.actors[n]
@@ -508,29 +357,15 @@ func addressed(receivers []string, spec ActorSpec) bool {
 // emitEvent encodes an event and sends it with the flush after this batch — or, while
 // its partition catches up, sets it aside until the log shows it or catch-up ends.
 func (s *Service) emitEvent(partition int32, kind, schema string, tick int64, sender, receiver, id, trialID string, value any) error {
-	sch, ok := s.cfg.Store.ByName(schema)
-	if !ok {
-		return fmt.Errorf("schema %s missing from the store", schema)
-	}
-	encoded, err := Encode(sch, value)
+	rec, err := s.encodeEvent(partition, kind, schema, tick, sender, receiver, id, trialID, value)
 	if err != nil {
 		return err
 	}
-	rec := &kgo.Record{Topic: s.events, Partition: partition, Key: []byte(trialID), Value: encoded, Headers: eventHeaders(kind, tick, sender, receiver, schema, id)}
 	if s.cfg.Seat != nil { // every record of a seat names its holder, under the tag
 		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: "holder", Value: []byte(s.cfg.Seat.Holder)})
 	}
 	s.cfg.Key.Tag(rec)
-	part := s.parts[partition]
-	if part != nil && !part.live {
-		key := identity(trialID, headers(rec))
-		if _, dup := part.pending[key]; !dup {
-			part.pending[key] = rec
-			part.order = append(part.order, key)
-		}
-		return nil
-	}
-	s.out = append(s.out, rec)
+	s.write(rec, trialID)
 	return nil
 }
 
@@ -539,43 +374,5 @@ func (s *Service) deadLetter(r *kgo.Record, reason string) {
 		s.log.Printf("trialog: skipped: %s", reason) // a seat's observations are the orchestrator's to judge
 		return
 	}
-	if part := s.parts[r.Partition]; part != nil && !part.live {
-		return // reported when it was first read
-	}
-	hs := map[string][]byte{}
-	for _, h := range r.Headers {
-		hs[h.Key] = h.Value
-	}
-	key, value := r.Key, r.Value
-	letter := DeadLetter{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: &key, Value: &value, Headers: hs, Reason: reason, Service: "actors." + s.cfg.Implementation, TimestampMs: r.Timestamp.UnixMilli()}
-	sch, _ := s.cfg.Store.ByName("trialog.DeadLetter")
-	encoded, err := Encode(sch, &letter)
-	if err != nil {
-		s.log.Printf("trialog: cannot write a dead letter: %v", err)
-		return
-	}
-	s.log.Printf("trialog: dead letter: %s", reason)
-	s.out = append(s.out, &kgo.Record{Topic: s.cfg.TopicPrefix + "dead-letters", Key: r.Key, Value: encoded,
-		Headers: []kgo.RecordHeader{{Key: HeaderKind, Value: []byte("dead-letter")}, {Key: HeaderSchema, Value: []byte("trialog.DeadLetter")}}})
-}
-
-func (s *Service) flush(ctx context.Context) error {
-	if len(s.out) == 0 {
-		return nil
-	}
-	out := s.out
-	err := s.client.ProduceSync(ctx, out...).FirstErr()
-	s.out = nil
-	return err
-}
-
-// partitioner writes events to the partition the trial was read from (set on the
-// record) and everything else by key, as Kafka's default partitioner does (murmur2).
-type partitioner struct{ events string }
-
-func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {
-	if topic == p.events {
-		return kgo.ManualPartitioner().ForTopic(topic)
-	}
-	return kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+	s.eventLog.deadLetter(r, reason)
 }

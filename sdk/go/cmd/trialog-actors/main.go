@@ -14,47 +14,24 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"sort"
-	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/trialog/trialog/sdk/go/examples"
 	"github.com/trialog/trialog/sdk/go/trialog"
 )
 
-type serveFlags []string
-
-func (s *serveFlags) String() string     { return strings.Join(*s, ",") }
-func (s *serveFlags) Set(v string) error { *s = append(*s, v); return nil }
-
-func env(name, fallback string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return fallback
-}
-
 func main() {
-	var serve serveFlags
-	brokers := flag.String("brokers", env("TRIALOG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), "Kafka bootstrap servers, comma-separated")
-	prefix := flag.String("topic-prefix", env("TRIALOG_TOPIC_PREFIX", "trialog."), "the deployment's topic prefix")
-	schemas := flag.String("schemas", "schemas", "Trialog's schemas/ directory")
-	keyring := flag.String("keyring", os.Getenv("TRIALOG_KEYRING"), "keyring file (default: TRIALOG_KEY_ACTORS_<IMPL>, else the development keyring for a local broker)")
-	flag.Var(&serve, "serve", "IMPL=AGENT: play implementation IMPL with AGENT (repeatable)")
+	f := trialog.ConfigFromFlags(flag.CommandLine,
+		"keyring file (default: TRIALOG_KEY_ACTORS_<IMPL>, else the development keyring for a local broker)",
+		"IMPL=AGENT: play implementation IMPL with AGENT (repeatable)")
 	seat := flag.String("seat", "", "AGENT: play the client seat of the join token in TRIALOG_JOIN_TOKEN with AGENT")
-	holder := flag.String("holder", env("TRIALOG_HOLDER", fmt.Sprintf("go-%d", os.Getpid())), "this client's holder id (keep it to resume the seat)")
+	holder := flag.String("holder", trialog.EnvOr("TRIALOG_HOLDER", fmt.Sprintf("go-%d", os.Getpid())), "this client's holder id (keep it to resume the seat)")
 	flag.Parse()
-	names := make([]string, 0, len(examples.Agents))
-	for n := range examples.Agents {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	if len(serve) == 0 && *seat == "" {
-		fmt.Fprintf(os.Stderr, "trialog-actors: nothing to serve: pass --serve IMPL=AGENT or --seat AGENT (agents: %s)\n", strings.Join(names, ", "))
+	if len(f.Serve) == 0 && *seat == "" {
+		fmt.Fprintf(os.Stderr, "trialog-actors: nothing to serve: pass --serve IMPL=AGENT or --seat AGENT (agents: %s)\n", trialog.Choices(examples.Agents))
 		os.Exit(2)
 	}
-	store, err := trialog.LoadDir(*schemas)
+	store, err := trialog.LoadDir(f.Schemas)
 	if err != nil {
 		log.Fatalf("trialog-actors: %v", err)
 	}
@@ -63,38 +40,30 @@ func main() {
 	if *seat != "" {
 		factory, ok := examples.Agents[*seat]
 		if !ok {
-			log.Fatalf("trialog-actors: --seat %q: AGENT is one of %s", *seat, strings.Join(names, ", "))
+			log.Fatalf("trialog-actors: --seat %q: AGENT is one of %s", *seat, trialog.Choices(examples.Agents))
 		}
 		s, key, err := trialog.ParseJoinToken(os.Getenv("TRIALOG_JOIN_TOKEN"), *holder)
 		if err != nil {
 			log.Fatalf("trialog-actors: TRIALOG_JOIN_TOKEN: %v", err)
 		}
-		cfg := trialog.Config{Brokers: strings.Split(*brokers, ","), TopicPrefix: *prefix, Seat: s, Store: store, Key: key, NewAgent: factory}
+		cfg := trialog.Config{Brokers: f.BrokerList(), TopicPrefix: f.TopicPrefix, Seat: s, Store: store, Key: key, NewAgent: factory}
 		if err := trialog.Run(ctx, cfg); err != nil {
 			log.Fatalf("trialog-actors: %v", err)
 		}
 		return
 	}
-	var wg sync.WaitGroup
-	for _, s := range serve {
-		impl, agent, _ := strings.Cut(s, "=")
-		factory, ok := examples.Agents[agent]
-		if impl == "" || !ok {
-			log.Fatalf("trialog-actors: --serve %q: want IMPL=AGENT with AGENT one of %s", s, strings.Join(names, ", "))
-		}
-		key, err := trialog.LoadActorKey(impl, *keyring, strings.Split(*brokers, ","))
+	services := trialog.NewServiceGroup(ctx, stop, "trialog-actors")
+	for _, s := range f.Serve {
+		impl, factory, err := trialog.ServeChoice(s, "AGENT", examples.Agents)
 		if err != nil {
 			log.Fatalf("trialog-actors: %v", err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := trialog.Config{Brokers: strings.Split(*brokers, ","), TopicPrefix: *prefix, Implementation: impl, Store: store, Key: key, NewAgent: factory}
-			if err := trialog.Run(ctx, cfg); err != nil {
-				log.Printf("trialog-actors: %s: %v", impl, err)
-				stop()
-			}
-		}()
+		key, err := trialog.LoadActorKey(impl, f.Keyring, f.BrokerList())
+		if err != nil {
+			log.Fatalf("trialog-actors: %v", err)
+		}
+		cfg := trialog.Config{Brokers: f.BrokerList(), TopicPrefix: f.TopicPrefix, Implementation: impl, Store: store, Key: key, NewAgent: factory}
+		services.Go(impl, func(ctx context.Context) error { return trialog.Run(ctx, cfg) })
 	}
-	wg.Wait()
+	services.Wait()
 }

@@ -16,71 +16,40 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"sort"
-	"strings"
-	"sync"
 	"syscall"
 
 	"github.com/trialog/trialog/sdk/go/examples"
 	"github.com/trialog/trialog/sdk/go/trialog"
 )
 
-type serveFlags []string
-
-func (s *serveFlags) String() string     { return strings.Join(*s, ",") }
-func (s *serveFlags) Set(v string) error { *s = append(*s, v); return nil }
-
-func env(name, fallback string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return fallback
-}
-
 func main() {
-	var serve serveFlags
-	brokers := flag.String("brokers", env("TRIALOG_BOOTSTRAP_SERVERS", "127.0.0.1:9092"), "Kafka bootstrap servers, comma-separated")
-	prefix := flag.String("topic-prefix", env("TRIALOG_TOPIC_PREFIX", "trialog."), "the deployment's topic prefix")
-	schemas := flag.String("schemas", "schemas", "Trialog's schemas/ directory")
-	keyring := flag.String("keyring", os.Getenv("TRIALOG_KEYRING"), "keyring file or folder (default: the TRIALOG_KEY_* variables, else the development keyring for a local broker)")
-	flag.Var(&serve, "serve", "IMPL=ENV: host the trials of environment implementation IMPL with ENV (repeatable)")
+	f := trialog.ConfigFromFlags(flag.CommandLine,
+		"keyring file or folder (default: the TRIALOG_KEY_* variables, else the development keyring for a local broker)",
+		"IMPL=ENV: host the trials of environment implementation IMPL with ENV (repeatable)")
 	flag.Parse()
-	names := make([]string, 0, len(examples.Environments))
-	for n := range examples.Environments {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	if len(serve) == 0 {
-		fmt.Fprintf(os.Stderr, "trialog-environment: nothing to serve: pass --serve IMPL=ENV (environments: %s)\n", strings.Join(names, ", "))
+	if len(f.Serve) == 0 {
+		fmt.Fprintf(os.Stderr, "trialog-environment: nothing to serve: pass --serve IMPL=ENV (environments: %s)\n", trialog.Choices(examples.Environments))
 		os.Exit(2)
 	}
-	store, err := trialog.LoadDir(*schemas)
+	store, err := trialog.LoadDir(f.Schemas)
 	if err != nil {
 		log.Fatalf("trialog-environment: %v", err)
 	}
-	keys, err := trialog.LoadKeyring(*keyring, strings.Split(*brokers, ","))
+	keys, err := trialog.LoadKeyring(f.Keyring, f.BrokerList())
 	if err != nil {
 		log.Fatalf("trialog-environment: %v", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	var wg sync.WaitGroup
-	for _, s := range serve {
-		impl, name, _ := strings.Cut(s, "=")
-		factory, ok := examples.Environments[name]
-		if impl == "" || !ok {
-			log.Fatalf("trialog-environment: --serve %q: want IMPL=ENV with ENV one of %s", s, strings.Join(names, ", "))
+	services := trialog.NewServiceGroup(ctx, stop, "trialog-environment")
+	for _, s := range f.Serve {
+		impl, factory, err := trialog.ServeChoice(s, "ENV", examples.Environments)
+		if err != nil {
+			log.Fatalf("trialog-environment: %v", err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := trialog.EnvironmentConfig{Brokers: strings.Split(*brokers, ","), TopicPrefix: *prefix, Implementation: impl,
-				Store: store, Keyring: keys, NewEnvironment: factory}
-			if err := trialog.ServeEnvironment(ctx, cfg); err != nil {
-				log.Printf("trialog-environment: %s: %v", impl, err)
-				stop()
-			}
-		}()
+		cfg := trialog.EnvironmentConfig{Brokers: f.BrokerList(), TopicPrefix: f.TopicPrefix, Implementation: impl,
+			Store: store, Keyring: keys, NewEnvironment: factory}
+		services.Go(impl, func(ctx context.Context) error { return trialog.ServeEnvironment(ctx, cfg) })
 	}
-	wg.Wait()
+	services.Wait()
 }
