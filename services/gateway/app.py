@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
+from pathlib import Path
 
 from starlette.applications import Starlette
 
@@ -28,7 +29,7 @@ from trialog.services.gateway.dashboard import Dashboard
 from trialog.services.gateway.door import Door, Limits
 from trialog.services.gateway.feed import CAUGHT_UP, Feed
 from trialog.services.gateway.messages import Decoded
-from trialog.services.gateway.routes import ROUTES
+from trialog.services.gateway.routes import ROUTES, user_page
 from trialog.spec import Spec
 from trialog.telemetry.health import Health, serve_health
 from trialog.telemetry.logs import get_logger
@@ -52,8 +53,11 @@ class Gateway:
         base_url: str,
         join_wait_s: float = 60.0,
         limits: Limits | None = None,
+        pages: Path | None = None,
     ):
         self.bus = bus
+        # The operator's folder of page modules (``--pages``): ``<environment>.js`` draws that environment.
+        self.pages = Path(pages).resolve() if pages is not None else None
         self.door = Door(limits)
         # People's rewards and messages, and the trials the lobby starts, are the gateway's to sign.
         bus.trust = Authenticator(bus.trust.keyring, role=GATEWAY)
@@ -65,6 +69,14 @@ class Gateway:
         self.dashboard = Dashboard(bus)
         self.feed.watchers.append(self.dashboard.on_record)
         self.controller = Controller(bus, name="gateway")
+
+    def page_of(self, environment: str) -> str | None:
+        """Where a seat's page module is, when the operator's pages folder has one for the
+        trial's environment (``/pages/<environment>.js``); None: the shipped page, if any."""
+        name = f"{environment}.js"
+        if self.pages is None or user_page(self.pages, name) is None:
+            return None
+        return f"/pages/{name}"
 
     async def publish(self, event) -> None:
         await self.bus.publish(EVENTS, event)
@@ -130,9 +142,15 @@ class Gateway:
 
 
 def build_app(
-    bus: Bus, specs: Mapping[str, Spec], *, base_url: str, join_wait_s: float = 60.0, limits: Limits | None = None
+    bus: Bus,
+    specs: Mapping[str, Spec],
+    *,
+    base_url: str,
+    join_wait_s: float = 60.0,
+    limits: Limits | None = None,
+    pages: Path | None = None,
 ) -> Starlette:
-    gateway = Gateway(bus, specs, base_url=base_url, join_wait_s=join_wait_s, limits=limits)
+    gateway = Gateway(bus, specs, base_url=base_url, join_wait_s=join_wait_s, limits=limits, pages=pages)
     app = Starlette(routes=ROUTES, lifespan=_lifespan(gateway))
     app.state.gateway = gateway
     return app
@@ -303,12 +321,13 @@ async def main(
     base_url: str,
     health_port: int = 0,
     limits: Limits | None = None,
+    pages: Path | None = None,
 ) -> None:
     """Serve until SIGTERM/SIGINT (uvicorn handles the signals and closes the sockets)."""
     import uvicorn
 
     limits = limits or Limits()
-    app = build_app(bus, specs, base_url=base_url, limits=limits)
+    app = build_app(bus, specs, base_url=base_url, limits=limits, pages=pages)
     config = server_config(app, host=host, port=port, limits=limits)
     health = Health()
     probes = await serve_health(health, bus.settings.health_host, health_port) if health_port else None

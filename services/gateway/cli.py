@@ -21,6 +21,13 @@ def add(serve) -> None:
     )
     # Probes and metrics on their own port, like every service (the web port answers /livez and /readyz too).
     add_health_port(p, "gateway")
+    p.add_argument(
+        "--pages",
+        default=os.environ.get("TRIALOG_GATEWAY_PAGES"),
+        metavar="DIR",
+        help="a folder of page modules: DIR/<environment>.js draws that environment's trials "
+        "instead of the shipped page (docs/humans.md)",
+    )
     Limits.add_flags(p)
 
     def do_gateway(args) -> int:
@@ -34,6 +41,8 @@ def add(serve) -> None:
             limits = Limits.from_args(args)
         except ValueError as exc:
             raise SystemExit(f"trialog serve gateway: {exc}") from None
+        if args.pages is not None and not os.path.isdir(args.pages):
+            raise SystemExit(f"trialog serve gateway: --pages {args.pages}: not a folder")
         settings = from_args(args)
         bus = connect(settings)
         specs = {s.name: s for s in (load_spec(f, bus.store) for f in spec_files(args))}
@@ -47,6 +56,7 @@ def add(serve) -> None:
                 base_url=settings.gateway_url,
                 health_port=args.health_port,
                 limits=limits,
+                pages=args.pages,
             )
         )
         return 0

@@ -32,6 +32,27 @@ def page(name: str):
     return serve
 
 
+def user_page(folder: Path, name: str) -> Path | None:
+    """The file ``name`` inside the operator's pages folder, or None: missing, or a path
+    that leads out of the folder (``..``, an absolute path, a link pointing elsewhere)."""
+    try:
+        path = (folder / name).resolve()
+    except (OSError, ValueError):
+        return None
+    return path if path.is_relative_to(folder) and path.is_file() else None
+
+
+async def pages(request: Request) -> Response:
+    """A file from the operator's pages folder (``trialog serve gateway --pages DIR``): a
+    page module for an environment and whatever it imports. Never a path from a record."""
+    gw: Gateway = request.app.state.gateway
+    path = user_page(gw.pages, request.path_params["name"]) if gw.pages is not None else None
+    if path is None:
+        return JSONResponse({"error": "no such page"}, status_code=404)
+    media = "text/javascript" if path.suffix in (".js", ".mjs") else None
+    return FileResponse(path, media_type=media, headers={"Cache-Control": "no-cache"})
+
+
 async def lobby(request: Request) -> JSONResponse:
     """Trials waiting for people, trials running, and the seats each spec offers."""
     gw: Gateway = request.app.state.gateway
@@ -136,6 +157,7 @@ ROUTES = [
     Route("/api/lobby", lobby),
     Route("/api/seat", take_seat, methods=["POST"]),
     Route("/api/trials", new_trial, methods=["POST"]),
+    Route("/pages/{name:path}", pages),
     Route("/livez", livez),
     Route("/readyz", readyz),
     WebSocketRoute("/ws/seat", seat_socket),

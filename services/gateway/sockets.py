@@ -318,7 +318,13 @@ async def _seat_from_log(page: Page, gw: Gateway, state: _SeatState, records, ca
             if state.ended is None:
                 await _take_seat(gw, state)
             await page.send(
-                {"type": "welcome", "actor": state.seat.actor, "holder": state.seat.holder, **state.trial.describe()}
+                {
+                    "type": "welcome",
+                    "actor": state.seat.actor,
+                    "holder": state.seat.holder,
+                    **state.trial.describe(),
+                    "page": gw.page_of(state.trial.resolved.environment),
+                }
             )
             if state.ended is not None:
                 await page.send(state.trial.message(state.ended))
@@ -521,7 +527,9 @@ async def _watch_from_log(page: Page, gw: Gateway, state: _Watched, records) -> 
         if isinstance(event, ResolvedTrial):
             if state.trial is None:
                 state.trial = TrialView(gw.bus, event)
-                await page.send({"type": "trial", **state.trial.describe()})
+                await page.send(
+                    {"type": "trial", **state.trial.describe(), "page": gw.page_of(state.trial.resolved.environment)}
+                )
                 state.trial_known.set()
             continue
         if state.trial is None:

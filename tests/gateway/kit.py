@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import uvicorn
 import websockets
@@ -22,12 +23,14 @@ from trialog.spec import Spec, load_spec
 
 
 @contextlib.asynccontextmanager
-async def gateway(bus: Bus, specs: list[Spec], limits: Limits | None = None) -> AsyncIterator[str]:
+async def gateway(
+    bus: Bus, specs: list[Spec], limits: Limits | None = None, pages: Path | None = None
+) -> AsyncIterator[str]:
     """Serve a gateway (uvicorn configured as ``trialog serve gateway`` does); yields its base URL (http://127.0.0.1:PORT)."""
     port = free_ports(1)[0]
     base = f"http://127.0.0.1:{port}"
     limits = limits or Limits()
-    app = build_app(bus, {s.name: s for s in specs}, base_url=base, join_wait_s=30, limits=limits)
+    app = build_app(bus, {s.name: s for s in specs}, base_url=base, join_wait_s=30, limits=limits, pages=pages)
     server = uvicorn.Server(server_config(app, host="127.0.0.1", port=port, limits=limits))
     task = asyncio.create_task(server.serve())
     try:
@@ -43,11 +46,13 @@ async def gateway(bus: Bus, specs: list[Spec], limits: Limits | None = None) -> 
 
 
 @contextlib.asynccontextmanager
-async def people_deployment(settings: Settings, spec_file, limits: Limits | None = None) -> AsyncIterator[tuple]:
+async def people_deployment(
+    settings: Settings, spec_file, limits: Limits | None = None, pages: Path | None = None
+) -> AsyncIterator[tuple]:
     """Services for a spec and a gateway beside them, on the real broker: (bus, controller, gateway URL)."""
     bus = KafkaBus(settings)
     spec = load_spec(spec_file, bus.store)
-    async with deployment(bus, spec) as (_, ctl), gateway(KafkaBus(settings, bus.store), [spec], limits) as base:
+    async with deployment(bus, spec) as (_, ctl), gateway(KafkaBus(settings, bus.store), [spec], limits, pages) as base:
         yield bus, ctl, base
 
 

@@ -31,7 +31,7 @@ import numpy as np
 from gymnasium import spaces
 
 from trialog.adapters.spaces import SpaceCodec, infer_space, space_codec
-from trialog.adapters.views import VIEWS
+from trialog.adapters.views import VIEWS, view_function
 from trialog.environment import ActorInfo, Environment, Step, TrialInfo
 from trialog.errors import SpecError, TrialError
 from trialog.protocol.spaces import ACTION_MASK
@@ -99,7 +99,7 @@ class ActorCodecs:
 class HostedEnvironment(Environment):
     """Hosts an environment with PettingZoo's parallel API. Subclasses implement :meth:`open`."""
 
-    CODE_KEYS = ("env", "rewards")  # import paths: from the service's own spec only (I-9)
+    CODE_KEYS = ("env", "rewards", "view")  # import paths: from the service's own spec only (I-9)
 
     @classmethod
     def open(cls, config: HostConfig) -> Any:
@@ -178,7 +178,7 @@ class HostedEnvironment(Environment):
     def view(self) -> dict[str, Any] | None:
         if self.config.view is None:
             return None
-        return VIEWS[self.config.view](getattr(self.env, "unwrapped", self.env), self.agent_of)
+        return view_function(self.config.view)(getattr(self.env, "unwrapped", self.env), self.agent_of)
 
     def set_parameters(self, parameters: Mapping[str, Any]) -> None:
         coefficients = parameters.get("reward_coefficients")
@@ -390,8 +390,11 @@ def _resolve_agent(possible: list[Any], ref: Any) -> Any:
 
 
 def _view_name(name: Any) -> str | None:
-    if name is not None and name not in VIEWS:
-        raise SpecError(f"unknown view {name!r}; shipped views: {', '.join(VIEWS)}", path="environment_config.view")
+    if name is not None and name not in VIEWS and not (isinstance(name, str) and ":" in name):
+        raise SpecError(
+            f"unknown view {name!r}: a shipped view ({', '.join(VIEWS)}) or your own as 'package.module:function'",
+            path="environment_config.view",
+        )
     return name
 
 

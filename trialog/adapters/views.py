@@ -1,13 +1,16 @@
 """Views of hosted environments for people: what a page needs to draw a trial,
 compact (a few hundred bytes per tick), published with each tick's observations.
 
-An adapter's environment config picks one by name (``view: overcooked``), never by
-import path: views run inside the environment service, so only the ones shipped
-here can be chosen.
+An adapter's environment config picks one by name (``view: overcooked``) or names the
+operator's own function by import path (``view: "my_project.views:draw"``, called as
+``draw(env, actors)`` like the shipped ones). ``view`` is one of the adapter's code keys:
+the environment service takes it from the spec it was started with, never from a record
+(I-9), so a start request cannot make it import anything.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -85,3 +88,16 @@ def overcooked(env: Any, actors: Mapping[str, Any]) -> dict[str, Any]:
 
 
 VIEWS: dict[str, Callable[[Any, Mapping[str, Any]], dict[str, Any]]] = {"overcooked": overcooked}
+
+
+@functools.cache
+def view_function(name: str) -> Callable[[Any, Mapping[str, Any]], dict[str, Any]]:
+    """A shipped view by name, or the operator's by import path ``module:function``."""
+    if name in VIEWS:
+        return VIEWS[name]
+    from trialog.spec import load_entry
+
+    draw = load_entry(name, what="view")
+    if not callable(draw):
+        raise TypeError(f"view {name!r} is not a function")
+    return draw

@@ -1,5 +1,6 @@
 // A seat: one person playing one client actor of a trial through the gateway's socket.
-// The game's look lives in ./games/<environment>.js (generic.js when there is none).
+// The game's look lives in the operator's page for the environment (welcome.page, from the
+// gateway's --pages folder), else ./games/<environment>.js, else generic.js.
 import { connect, holderId } from "./socket.js";
 
 const $ = (sel) => document.querySelector(sel);
@@ -38,8 +39,9 @@ function act(action) {
 async function loadGame(welcome) {
   let module;
   try {
-    module = await import(`./games/${welcome.environment}.js`);
-  } catch {
+    module = await import(welcome.page || `./games/${welcome.environment}.js`);
+  } catch (err) {
+    if (welcome.page) log(`the page ${welcome.page} failed to load (${err}): the generic page draws the trial`);
     module = await import("./games/generic.js");
   }
   return module.create($("#game"), welcome, act);

@@ -50,7 +50,7 @@ const handlers = {
     $("#title").textContent = `${msg.spec}: ${msg.trial}`;
     $("#judge-actor").replaceChildren(...msg.actors.map((a) => new Option(`${a.name} (${a.implementation})`, a.name)));
     try {
-      const module = await import(`./games/${msg.environment}.js`);
+      const module = await import(msg.page || `./games/${msg.environment}.js`);
       if (module.watcher) look = module.watcher($("#picture"), msg);
     } catch {
       look = null;
