@@ -43,7 +43,7 @@ import numpy as np
 
 from trialog.adapters.hosting import HostConfig, _map_actors
 from trialog.adapters.pettingzoo import PettingZooEnvironment
-from trialog.adapters.views import VIEWS
+from trialog.adapters.views import view_function
 from trialog.environment import ActorInfo, Environment, Step, TrialInfo
 from trialog.errors import SpecError, TrialError
 from trialog.spec import load_entry
@@ -235,7 +235,7 @@ class _Core:
 class CoGridJaxEnvironment(Environment):
     """A CoGrid environment on JAX; :meth:`update_batch` steps many trials in one vmapped call."""
 
-    CODE_KEYS = ("env",)  # an import path: from the service's own spec only (I-9)
+    CODE_KEYS = ("env", "view")  # import paths: from the service's own spec only (I-9)
 
     def __init__(self, trial: TrialInfo) -> None:
         super().__init__(trial)
@@ -330,7 +330,7 @@ class CoGridJaxEnvironment(Environment):
             possible_agents=self.core.possible,
             cumulative_score=self.score,
         )
-        return VIEWS[self.config.view](shim, self.agent_of)
+        return view_function(self.config.view)(shim, self.agent_of)
 
     @classmethod
     def describe(cls, config: Mapping[str, Any], actor_class: str) -> dict[str, Any]:
