@@ -15,8 +15,6 @@ reward against that environment stepped with the same actions.
 from __future__ import annotations
 
 import asyncio
-import base64
-import dataclasses
 import shlex
 import sys
 import tempfile
@@ -44,7 +42,8 @@ from trialog.protocol.topics import EVENTS
 from trialog.protocol.trial import ClassSchemas, class_schemas, trial_info
 from trialog.settings import Settings
 from trialog.spec import Spec, load_entry, load_spec
-from trialog.tools.conformance.checks import Check, report
+from trialog.tools.conformance.checks import Check
+from trialog.tools.conformance.harness import give_key, keyless_env, own_topics, run_checks
 from trialog.tools.conformance.trial import RESTART_TIMEOUT_S, ServiceUnderTest, TrialLog
 from trialog.trust.tags import MAC_PREFIX, MacKey, mac_input
 
@@ -512,9 +511,8 @@ async def run_environment_conformance(
     settings: Settings, spec_file: str, environment: str, command: str | None, *, same_as: str | None, seed: int
 ) -> int:
     from trialog.bus import connect
-    from trialog.tools.campaign import _settings_env
 
-    settings = dataclasses.replace(settings, topic_prefix=f"{settings.topic_prefix}conformance-{uuid.uuid4().hex[:8]}.")
+    settings = own_topics(settings)
     bus = connect(settings)
     spec = load_spec(spec_file, bus.store)
     if environment not in spec.environments:
@@ -531,25 +529,14 @@ async def run_environment_conformance(
         raise TrialogError(f"{environment!r} is served outside Trialog: pass --command, the command that serves it")
     logs = Path(tempfile.mkdtemp(prefix="trialog-conformance-"))
     # An environment service is core: it gets the deployment's keyring, as TRIALOG_KEY_* variables.
-    env = {k: v for k, v in _settings_env(settings).items() if not k.startswith("TRIALOG_KEY_")}
-    env["TRIALOG_KEYRING"] = ""
+    env = keyless_env(settings)
     for key_id in ("orchestrator", "environment", "controller", "gateway", "learner", "actors", "seats"):
-        secret = bus.trust.keyring.key(key_id)
-        if secret is None:
-            raise TrialogError(
-                f"the keyring ({bus.trust.keyring.source}) cannot give {key_id}: "
-                "conformance needs the operator's keyring"
-            )
-        env["TRIALOG_KEY_" + key_id.upper()] = base64.urlsafe_b64encode(secret).rstrip(b"=").decode()
+        give_key(env, bus.trust.keyring, key_id)
     service = ServiceUnderTest(argv, env, logs / "service.log")
     print(
         f"conformance: environment {environment} from {spec_file}, topics {settings.topic_prefix}*, logs in {logs}",
         flush=True,
     )
-    async with bus:
-        await bus.create_topics()
-        checks = await EnvSuite(bus, spec, environment, service, same_as=same_as, seed=seed).run()
-    code = report(checks)
-    if code:
-        print(f"--- the logs of the command under test are in {logs}", file=sys.stderr)
-    return code
+    return await run_checks(
+        bus, logs, lambda: EnvSuite(bus, spec, environment, service, same_as=same_as, seed=seed).run()
+    )

@@ -6,8 +6,6 @@ on a fresh topic prefix for a command under test."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import dataclasses
 import shlex
 import sys
 import tempfile
@@ -34,7 +32,8 @@ from trialog.protocol.topics import EVENTS
 from trialog.protocol.trial import class_schemas, trial_info
 from trialog.settings import Settings
 from trialog.spec import Spec, load_entry, load_spec
-from trialog.tools.conformance.checks import CHECKS, Check, check_answers, check_probes, check_seats, report
+from trialog.tools.conformance.checks import CHECKS, Check, check_answers, check_probes, check_seats
+from trialog.tools.conformance.harness import give_key, keyless_env, own_topics, run_checks
 from trialog.tools.conformance.trial import (
     RESTART_TIMEOUT_S,
     TICKS,
@@ -246,9 +245,8 @@ async def run_conformance(
     settings: Settings, spec_file: str, implementation: str, command: str | None, *, trials: int, seed: int
 ) -> int:
     from trialog.bus import connect
-    from trialog.tools.campaign import _settings_env
 
-    settings = dataclasses.replace(settings, topic_prefix=f"{settings.topic_prefix}conformance-{uuid.uuid4().hex[:8]}.")
+    settings = own_topics(settings)
     bus = connect(settings)
     spec = load_spec(spec_file, bus.store)
     if implementation not in spec.actors:
@@ -277,19 +275,9 @@ async def run_conformance(
     logs = Path(tempfile.mkdtemp(prefix="trialog-conformance-"))
     # The command gets what a deployment gives it: an actor service its own key only, a
     # seat only its join token (TRIALOG_JOIN_TOKEN, with TRIALOG_HOLDER).
-    env = {k: v for k, v in _settings_env(settings).items() if not k.startswith("TRIALOG_KEY_")}
-    env["TRIALOG_KEYRING"] = ""
+    env = keyless_env(settings)
     if not impl.client:
-        key_id = actor_key_id(implementation)
-        secret = bus.trust.keyring.key(key_id)
-        if secret is None:
-            raise TrialogError(
-                f"the keyring ({bus.trust.keyring.source}) cannot give {key_id}: "
-                "conformance needs the operator's keyring"
-            )
-        env["TRIALOG_KEY_" + key_id.upper().replace(".", "_").replace("-", "_")] = (
-            base64.urlsafe_b64encode(secret).rstrip(b"=").decode()
-        )
+        give_key(env, bus.trust.keyring, actor_key_id(implementation))
 
     def make_service(extra: dict[str, str], name: str = "service") -> ServiceUnderTest:
         return ServiceUnderTest(argv, {**env, **extra}, logs / f"{name}.log")
@@ -297,10 +285,6 @@ async def run_conformance(
     print(
         f"conformance: {implementation} from {spec_file}, topics {settings.topic_prefix}*, logs in {logs}", flush=True
     )
-    async with bus:
-        await bus.create_topics()
-        checks = await Suite(bus, spec, implementation, make_service, trials=trials, seed=seed).run()
-    code = report(checks)
-    if code:
-        print(f"--- the logs of the command under test are in {logs}", file=sys.stderr)
-    return code
+    return await run_checks(
+        bus, logs, lambda: Suite(bus, spec, implementation, make_service, trials=trials, seed=seed).run()
+    )
