@@ -147,23 +147,17 @@ async def test_phases_versions_and_a_learner_killed_mid_training_resumes(kafka_s
 
 def test_trialog_train_runs_a_preset_and_its_exit_code_is_the_validation_rule(kafka_settings, tmp_path):
     """`trialog train PRESET` as documented: progress, a table, a plot with its data; exit 0 when the rule holds."""
-    import subprocess
-    import sys
+    from tests.integration.training import train
 
-    from trialog.tools.campaign import _settings_env
-
-    preset = tmp_path / "tiny.py"
-    preset.write_text(f"""
+    preset = f"""
 from trialog.learn.train import Preset, Schedule, Validation
 preset = Preset(name="tiny", spec={str(ROOT / "examples" / "cartpole" / "spec.yaml")!r}, implementation="dqn",
                 agent={{"learning_starts": 100, "train_frequency": 100, "gradient_steps": 5, "hidden": [8]}},
                 schedule=Schedule(heatup_steps=100, steps_between_evaluations=300, evaluation_trials=2, \
 total_steps=300, concurrency=4),
                 validation=Validation(min_reward_threshold=5))
-""")
-    env = {**_settings_env(kafka_settings), "TRIALOG_LOG_FORMAT": "json"}
-    done = subprocess.run([sys.executable, "-m", "trialog.cli", "train", str(preset), "--out", str(tmp_path / "run")],
-                          env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+"""
+    done = train(kafka_settings, tmp_path, preset, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert (
         "eval return" in done.stdout and "validation: mean eval return ≥ 5" in done.stdout and "PASSED" in done.stdout

@@ -7,46 +7,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.integration.training import ROOT, latest_version, train
 from tests.unit.test_learn_curves import assert_curve, read_scalars
-from trialog import model_registry
-from trialog.bus.kafka import KafkaBus
-from trialog.tools.campaign import _settings_env
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
-
-
-async def _latest(settings, model: str):
-    async with KafkaBus(settings) as bus:
-        return (await model_registry.latest_versions(bus)).get(model)
 
 
 def test_trialog_train_through_the_log_sizes_the_net_from_the_spaces_and_writes_curves(kafka_settings, tmp_path):
-    preset = tmp_path / "acrobot.py"
-    preset.write_text(f"""
+    tb = tmp_path / "curves"
+    preset = f"""
 from trialog.learn.train import Preset, Schedule
 preset = Preset(name="curves-acrobot", spec={str(ROOT / "examples" / "acrobot" / "spec.yaml")!r}, implementation="dqn",
                 agent={{"learning_starts": 100, "train_frequency": 100, "gradient_steps": 5, "hidden": [8]}},
                 schedule=Schedule(heatup_steps=100, steps_between_evaluations=1000, evaluation_trials=1, \
 total_steps=1500, concurrency=2))
-""")
-    tb = tmp_path / "curves"
-    env = {**_settings_env(kafka_settings), "TRIALOG_LOG_FORMAT": "json"}
-    done = subprocess.run(
-        [sys.executable, "-m", "trialog.cli", "train", str(preset), "--out", str(tmp_path / "run"),
-         "--tensorboard", str(tb)],
-        env=env, capture_output=True, text=True, timeout=420,
-    )  # fmt: skip
+"""
+    done = train(kafka_settings, tmp_path, preset, "--tensorboard", str(tb))
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert f"TensorBoard curves in {tb}" in done.stderr
 
-    version = asyncio.run(_latest(kafka_settings, "curves-acrobot"))
+    version = asyncio.run(latest_version(kafka_settings, "curves-acrobot"))
     config = version.meta["config"]
     assert (config["observation_size"], config["actions"], config["hidden"]) == (6, 3, [8])
 

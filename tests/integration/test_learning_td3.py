@@ -7,47 +7,31 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from trialog import model_registry
-from trialog.bus.kafka import KafkaBus
-from trialog.tools.campaign import _settings_env
+from tests.integration.training import ROOT, latest_version, train
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[2]
-
-
-async def _latest(settings, model: str):
-    async with KafkaBus(settings) as bus:
-        return (await model_registry.latest_versions(bus)).get(model)
 
 
 def test_td3_trains_on_pendulum_through_the_log(kafka_settings, tmp_path):
-    preset = tmp_path / "pendulum.py"
-    preset.write_text(f"""
+    preset = f"""
 from trialog.learn.train import Preset, Schedule
 preset = Preset(name="td3-smoke", spec={str(ROOT / "examples" / "pendulum" / "spec.yaml")!r}, implementation="td3",
                 agent={{"learning_starts": 200, "train_frequency": 100, "gradient_steps": 10, "hidden": [16],
                         "batch_size": 32}},
                 schedule=Schedule(heatup_steps=200, steps_between_evaluations=400, evaluation_trials=1, \
 total_steps=600, concurrency=2))
-""")
-    done = subprocess.run(
-        [sys.executable, "-m", "trialog.cli", "train", str(preset), "--out", str(tmp_path / "run")],
-        env={**_settings_env(kafka_settings), "TRIALOG_LOG_FORMAT": "json"},
-        capture_output=True, text=True, timeout=420,
-    )  # fmt: skip
+"""
+    done = train(kafka_settings, tmp_path, preset)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["algorithm"] == "td3" and summary["mode"] == "log", done.stderr[-3000:]
     assert summary["env_steps"] >= 600 and summary["evaluations"], done.stderr[-3000:]
     # Pendulum's returns lie in [-16.3 * 200, 0]: the evaluation played whole trials of torques.
     assert all(-3300 < mean < 0 for _, mean in summary["evaluations"])
 
-    version = asyncio.run(_latest(kafka_settings, "td3-smoke"))
+    version = asyncio.run(latest_version(kafka_settings, "td3-smoke"))
     config = version.meta["config"]
     assert (config["observation_size"], config["action_size"]) == (3, 1)
     assert (config["action_low"], config["action_high"]) == ([-2.0], [2.0])
