@@ -17,14 +17,7 @@ import (
 // The keyring of an environment service derives the keys of schemas/vectors/trust.json
 // and tags as Python does.
 func TestKeyringDerivesAndTagsAsTheVectors(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(schemasDir, "vectors", "trust.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v trustVectors
-	if err := json.Unmarshal(raw, &v); err != nil {
-		t.Fatal(err)
-	}
+	v := readTrustVectors(t)
 	file := filepath.Join(t.TempDir(), "keyring.json")
 	doc, _ := json.Marshal(map[string]any{"trialog_keyring": 1, "keys": v.Keyring.Keys})
 	if err := os.WriteFile(file, doc, 0o600); err != nil {

@@ -36,7 +36,9 @@ type trustVectors struct {
 	} `json:"join_token"`
 }
 
-func TestTrustVectors(t *testing.T) {
+// readTrustVectors reads schemas/vectors/trust.json.
+func readTrustVectors(t *testing.T) trustVectors {
+	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(schemasDir, "vectors", "trust.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -45,8 +47,14 @@ func TestTrustVectors(t *testing.T) {
 	if err := json.Unmarshal(raw, &v); err != nil {
 		t.Fatal(err)
 	}
+	return v
+}
+
+func TestTrustVectors(t *testing.T) {
+	v := readTrustVectors(t)
 	keys := map[string][]byte{}
 	for id, text := range v.Keyring.Keys {
+		var err error
 		if keys[id], err = unb64(text); err != nil {
 			t.Fatalf("keyring key %s: %v", id, err)
 		}
