@@ -104,14 +104,16 @@ func unb64(s string) ([]byte, error) {
 func LoadActorKey(implementation, keyringFile string, brokers []string) (ActorKey, error) {
 	id := "actors." + implementation
 	env := "TRIALOG_KEY_" + strings.NewReplacer(".", "_", "-", "_").Replace(strings.ToUpper(id))
-	if v := os.Getenv(env); v != "" {
-		secret, err := unb64(v)
-		if err != nil {
-			return ActorKey{}, fmt.Errorf("%s is not base64url: %w", env, err)
-		}
-		return ActorKey{id, secret}, nil
-	}
+	// The order of Trialog's own services: a keyring file given wins (the variable is then not
+	// read), else the variable, else the development keyring for a broker on this machine.
 	if keyringFile == "" {
+		if v := os.Getenv(env); v != "" {
+			secret, err := unb64(v)
+			if err != nil {
+				return ActorKey{}, fmt.Errorf("%s is not base64url: %w", env, err)
+			}
+			return ActorKey{id, secret}, nil
+		}
 		if !loopback(brokers) {
 			return ActorKey{}, fmt.Errorf("no key for %s: set %s (from `trialog keyring export --implementation %s`) or pass a keyring file", id, env, implementation)
 		}

@@ -1,8 +1,12 @@
 package trialog
 
 import (
+	"bytes"
 	"crypto/hmac"
+	"encoding/base64"
 	"encoding/hex"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -51,5 +55,31 @@ func TestJoinTokenGivesTheSeatAndItsKey(t *testing.T) {
 	}
 	if _, _, err := ParseJoinToken("tl2.x.y", "h"); err == nil {
 		t.Fatal("a malformed token was accepted")
+	}
+}
+
+// The order of Trialog's own services: a keyring file given wins over the variable, which is
+// read only when no file is given; no key at all for a remote cluster is an error.
+func TestAKeyringFileWinsOverTheVariable(t *testing.T) {
+	master := bytes.Repeat([]byte{7}, 32)
+	file := filepath.Join(t.TempDir(), "keyring.json")
+	doc := `{"trialog_keyring": 1, "keys": {"actors": "` + base64.RawURLEncoding.EncodeToString(master) + `"}}`
+	if err := os.WriteFile(file, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	variable := bytes.Repeat([]byte{9}, 32)
+	t.Setenv("TRIALOG_KEY_ACTORS_GO", base64.RawURLEncoding.EncodeToString(variable))
+	remote := []string{"kafka.example:9092"}
+	fromFile, err := LoadActorKey("go", file, remote)
+	if err != nil || !hmac.Equal(fromFile.Secret, Derive(master, "actors", "go")) {
+		t.Fatalf("the keyring file's key, not the variable's: %v %x", err, fromFile.Secret)
+	}
+	fromVariable, err := LoadActorKey("go", "", remote)
+	if err != nil || !hmac.Equal(fromVariable.Secret, variable) {
+		t.Fatalf("the variable's key without a file: %v %x", err, fromVariable.Secret)
+	}
+	t.Setenv("TRIALOG_KEY_ACTORS_GO", "")
+	if _, err := LoadActorKey("go", "", remote); err == nil {
+		t.Fatal("no key for a remote cluster must be an error")
 	}
 }

@@ -68,8 +68,10 @@ const unb64 = (s: string) => Buffer.from(s.trim(), "base64url");
 export function loadActorKey(implementation: string, keyringFile: string, brokers: string[], env = process.env): ActorKey {
   const id = `actors.${implementation}`;
   const variable = `TRIALOG_KEY_${id.toUpperCase().replace(/[.-]/g, "_")}`;
-  if (env[variable]) return new ActorKey(id, unb64(env[variable]!));
+  // The order of Trialog's own services: a keyring file given wins (the variable is then not
+  // read), else the variable, else the development keyring for a broker on this machine.
   let file = keyringFile;
+  if (!file && env[variable]) return new ActorKey(id, unb64(env[variable]!));
   if (!file) {
     if (!brokers.every(isLoopback)) throw new Error(`no key for ${id}: set ${variable} (from \`trialog keyring export --implementation ${implementation}\`) or pass a keyring file`);
     file = join(env.XDG_STATE_HOME || join(homedir(), ".local", "state"), "trialog", "dev-keyring.json");

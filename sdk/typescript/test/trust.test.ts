@@ -1,6 +1,9 @@
 import assert from "node:assert/strict";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { test } from "node:test";
-import { ActorKey, derive, parseJoinToken } from "../src/trust.js";
+import { ActorKey, derive, loadActorKey, parseJoinToken } from "../src/trust.js";
 
 // The key and tag of a fixed record as Python's trialog.trust computes them
 // (derive(master, "actors", "go"), compute_tag(key, mac_input(...))).
@@ -25,4 +28,19 @@ test("a join token gives the seat and its key", () => {
   assert.equal(key.id, "seat.bob");
   assert.ok(key.secret.equals(derive(Buffer.from("0123456789abcdef0123456789abcdef"), "seat", "trial-1", "bob")));
   assert.throws(() => parseJoinToken("tl2.x.y", "h"), /not a Trialog join token/);
+});
+
+// The order of Trialog's own services: a keyring file given wins over the variable, which is
+// read only when no file is given; no key at all for a remote cluster is an error.
+test("a keyring file wins over the variable, as in Trialog's services", () => {
+  const dir = mkdtempSync(join(tmpdir(), "trialog-keys-"));
+  const file = join(dir, "keyring.json");
+  const master = Buffer.alloc(32, 7);
+  writeFileSync(file, JSON.stringify({ trialog_keyring: 1, keys: { actors: master.toString("base64url") } }));
+  const env = { TRIALOG_KEY_ACTORS_TS: Buffer.alloc(32, 9).toString("base64url") };
+  const fromFile = loadActorKey("ts", file, ["kafka.example:9092"], env);
+  assert.ok(fromFile.secret.equals(derive(master, "actors", "ts")));
+  const fromVariable = loadActorKey("ts", "", ["kafka.example:9092"], env);
+  assert.ok(fromVariable.secret.equals(Buffer.alloc(32, 9)));
+  assert.throws(() => loadActorKey("ts", "", ["kafka.example:9092"], {}), /no key for actors.ts/);
 });
