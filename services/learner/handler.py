@@ -137,6 +137,16 @@ class LearnerHandler(Handler):
         """Before folding anything: the last version's weights and counters (what it counted
         must not count twice when the log is replayed)."""
         latest = (await model_registry.latest_versions(self.loop.bus)).get(self.model)
+        if latest is not None and "imported_from" in latest.meta:
+            # `trialog models import`: a policy's weights, no learner state (target, optimizer,
+            # counters) to resume from. Training starts afresh, its versions numbered after it.
+            self.version = latest.version
+            log.warning(
+                "the newest version was imported, not learned: training starts afresh, numbered after it",
+                model=self.model,
+                version=self.version,
+            )
+            latest = None
         if latest is not None:
             meta = latest.meta
             self.learner.restore(latest.tensors(), meta)

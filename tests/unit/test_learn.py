@@ -462,3 +462,23 @@ async def test_learner_service_adds_each_step_as_logged_following_each_actors_se
 def test_a_schedule_that_could_not_run_is_refused_with_its_field(field, value):
     with pytest.raises(TrialogError, match=f"schedule: {field} must be"):
         Schedule(**{field: value})
+
+
+async def test_a_learner_whose_newest_version_was_imported_starts_afresh_after_it():
+    """`trialog models import` publishes a policy's weights alone: a learner restarted over it
+    cannot resume from it (no target, optimizer or counters), so it starts afresh and numbers
+    its versions after the imported one, rather than failing to start or reusing its number."""
+    from trialog import model_registry
+    from trialog.settings import Settings
+
+    bus = MemoryBus(Settings.load({}, environ={}))
+    config = {"observation_size": 4, "actions": 2, "model": "cartpole-dqn", "learning_starts": 10**9}
+    trained = DQNLearner(DQNConfig.of(config))
+    policy_only = {k: v for k, v in trained.policy_weights().items()}
+    imported = make_version("cartpole-dqn", 7, "dqn", policy_only, {"imported_from": {"file": "q.safetensors"}})
+    async with bus:
+        await model_registry.publish(bus, imported)
+        handler = LearnerHandler("dqn", DQNPolicy, config)
+        handler.loop = SimpleNamespace(bus=bus)
+        await handler._restore()
+    assert handler.restored.is_set() and handler.version == 7 and handler.learner.env_steps == 0
