@@ -49,7 +49,9 @@ log = get_logger(__name__)
 _UNREADABLE = (UnsupportedCodecError, CorruptRecordException)
 
 FETCH_MAX_WAIT_MS = 500
-ASK_AGAIN_S = (0.1, 0.2, 0.4, 0.8, None)  # a topic just created may be unknown to the node asked: waits, then give up
+# A topic just created may be unknown to the node asked: waits, then gives up. Up to 6.3 s: a
+# broker started a moment ago took longer than 1.5 s to know the first topics created on it.
+ASK_AGAIN_S = (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, None)
 STOP_TIMEOUT_S = 30.0  # the longest a replaced consumer may take to leave its group
 RESTART_PATIENCE_S = 300.0  # how long a replacement consumer keeps trying to start while Kafka is away
 BATCH_MIN_BYTES = 256 * 1024
