@@ -21,6 +21,7 @@ from trialog.controller import Controller
 from trialog.datalog.replay import read_trials
 from trialog.protocol.events import HEADER_KIND, Action, Observation, StartRequest, TrialEnded, TrialStarted
 from trialog.protocol.topics import CONTROL, EVENTS
+from trialog.runtime.log_watch import LogWatch
 
 
 class IncompleteRun(AssertionError):
@@ -156,7 +157,7 @@ class _DiscardingLoop:
     def is_live(self, role, partition) -> bool:
         return True
 
-    log_time = staticmethod(time.monotonic)  # the log never away here
+    log = LogWatch("orchestrator")  # never watched: the log never away here
 
     def dead_letter(self, record, reason) -> None:
         raise AssertionError(f"orchestrator dead-lettered a benchmark record: {reason}")

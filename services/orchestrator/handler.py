@@ -83,7 +83,7 @@ class _Live:
     experiment: str = ""
     phase: str = ""
     environment_deadline: float | None = None  # monotonic; cleared by the first observation
-    last_activity: float = 0.0  # ServiceLoop.log_time(): the log's outages are not inactivity
+    last_activity: float = 0.0  # ServiceLoop.log.time(): the log's outages are not inactivity
     away_before: float = 0.0  # seconds the log had been away before the trial began (see periodic)
     tick: int = 0
     waiting_for: set[str] = field(default_factory=set)
@@ -205,7 +205,7 @@ class OrchestratorHandler(Handler):
                 if self.loop.bus.refusal(record) is None:  # forged or altered: its owner reports it
                     self._activity(record.trial_id, trial, tick)
                 return
-        trial.unverified = (record, self.loop.log_time())
+        trial.unverified = (record, self.loop.log.time())
 
     def _inactive(self, trial: _Live, mono: float) -> bool:
         """Past its inactivity limit, counting the latest glanced record if its tag holds."""
@@ -262,7 +262,7 @@ class OrchestratorHandler(Handler):
             case ActorJoined():
                 if trial.actors.get(event.actor) is None or event.actor in trial.served:
                     raise BadRecord(f"actor.joined for {event.actor!r}, who is not a client actor of trial {tid!r}")
-                trial.last_activity = self.loop.log_time()
+                trial.last_activity = self.loop.log.time()
                 refusal, _ = self.seats.joined(tid, event.actor, *seat_headers(record.headers))
                 if refusal is not None:
                     raise BadRecord(f"refused: {refusal}")
@@ -278,14 +278,14 @@ class OrchestratorHandler(Handler):
                     raise BadRecord(f"observation for {event.actor!r}, who is not an actor of trial {tid!r}")
                 self._activity(tid, trial, event.tick)
             case _:  # action, actor.timeout, actor.left, parameters.changed, trial.terminating
-                trial.last_activity = self.loop.log_time()
+                trial.last_activity = self.loop.log.time()
 
     def unsent(self, event: Event, reason: str) -> None:
         if isinstance(event, (TrialStarted, TrialPending)):  # e.g. a config too large to log: reject the trial
             self.loop.emit(TrialRejected(event.trial_id, reason=f"{event.KIND} not sent: {reason}"))
 
     def _activity(self, tid: str, trial: _Live, tick: int) -> None:
-        trial.last_activity = self.loop.log_time()
+        trial.last_activity = self.loop.log.time()
         trial.environment_deadline = None
         trial.tick = max(trial.tick, tick)
         # A backstop only: the environment runtime ends trials at max_ticks itself.
@@ -322,7 +322,7 @@ class OrchestratorHandler(Handler):
         problem = message_problem(message, trial.tick, trial.actors)
         if problem:
             raise BadRecord(problem)
-        trial.last_activity = self.loop.log_time()
+        trial.last_activity = self.loop.log.time()
 
     # --- control -----------------------------------------------------------------------------
     def _control(self, record: Record, event: Event) -> None:
@@ -394,10 +394,10 @@ class OrchestratorHandler(Handler):
                 phase=event.phase,
                 actors={a.name: a.actor_class for a in event.actors},
                 served=frozenset(a.name for a in event.actors if not a.client),
-                away_before=time.monotonic() - self.loop.log_time(),
+                away_before=time.monotonic() - self.loop.log.time(),
             )
             self.live_trials[tid] = trial
-        trial.last_activity = self.loop.log_time()
+        trial.last_activity = self.loop.log.time()
         if isinstance(event, TrialPending):
             trial.pending = event
             trial.waiting_for = {a.name for a in event.actors if a.client}
@@ -406,7 +406,7 @@ class OrchestratorHandler(Handler):
             if trial.status == "running":
                 return
             trial.status, trial.pending, trial.join_deadline_ms = "running", None, None
-            trial.environment_deadline = self.loop.log_time() + self.environment_timeout_s
+            trial.environment_deadline = self.loop.log.time() + self.environment_timeout_s
             trial.created_ms = record.timestamp_ms  # the wall clock runs from the start proper
             if self.loop.is_live(EVENTS, record.partition):
                 log.info("trial started", trial=tid, spec=trial.spec, implementations=trial.implementations)
@@ -467,10 +467,10 @@ class OrchestratorHandler(Handler):
 
     # --- timers and partitions ---------------------------------------------------------------------
     def periodic(self, now: float) -> None:
-        if not self.loop.log_sure:
+        if not self.loop.log.sure:
             return  # a trial's silence may be the log's: decide once it answers (or is known away)
         now_ms = int(now * 1000)
-        mono = self.loop.log_time()
+        mono = self.loop.log.time()
         away = time.monotonic() - mono  # seconds the log has been away: a wall-clock limit does not count them
         for tid, trial in list(self.live_trials.items()):
             if trial.end_sent or not self.loop.is_live(EVENTS, trial.partition):
@@ -505,7 +505,7 @@ class OrchestratorHandler(Handler):
 
     def caught_up(self, role: str, partition: int) -> None:
         if role == EVENTS:
-            now = self.loop.log_time()
+            now = self.loop.log.time()
             for trial in self.live_trials.values():
                 if trial.partition == partition:
                     trial.last_activity = now  # inactivity is measured from when we took over

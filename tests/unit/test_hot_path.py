@@ -14,6 +14,7 @@ from trialog.bus.memory import MemoryBus
 from trialog.protocol.events import Message, Observation
 from trialog.protocol.topics import EVENTS
 from trialog.runtime.handler import Handler
+from trialog.runtime.log_watch import LogWatch
 from trialog.runtime.pace import Pace
 from trialog.runtime.service import ServiceLoop
 from trialog.trust.keys import Keyring
@@ -221,9 +222,7 @@ class OrchestratorLoop:
     def is_live(self, role, partition):
         return True
 
-    log_time = staticmethod(time.monotonic)  # the log never away here
-    log_away = False
-    log_sure = True
+    log = LogWatch("orchestrator")  # never watched: the log never away here
 
     def dead_letter(self, record, reason):
         raise AssertionError(reason)

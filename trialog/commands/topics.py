@@ -47,15 +47,15 @@ def add(sub) -> None:
         if not described:
             print("no Trialog topics here: run `trialog topics create`", file=sys.stderr)
             return 1
+        # Fewer copies in sync than kept: a broker is down or catching up, and losing one more
+        # may lose writes (or, below min.insync.replicas, refuse them).
+        under = sorted(n for n, i in described.items() if i["in_sync_replicas"] < i["replication_factor"])
         for name, info in sorted(described.items()):
             keys = ("cleanup.policy", "retention.ms", "min.insync.replicas", "max.message.bytes")
             configs = " ".join(f"{k}={info['configs'].get(k)}" for k in keys)
             replicas = f"replication={info['replication_factor']} in_sync={info['in_sync_replicas']}"
-            # Fewer copies in sync than kept: a broker is down or catching up, and losing one
-            # more may lose writes (or, below min.insync.replicas, refuse them).
-            under = " UNDER-REPLICATED" if info["in_sync_replicas"] < info["replication_factor"] else ""
-            print(f"{name:36} partitions={info['partitions']} {replicas} " + configs + under)
-        under = sorted(n for n, i in described.items() if i["in_sync_replicas"] < i["replication_factor"])
+            flag = " UNDER-REPLICATED" if name in under else ""
+            print(f"{name:36} partitions={info['partitions']} {replicas} " + configs + flag)
         if under:
             print(f"under-replicated (a copy out of sync: a broker down or catching up): {', '.join(under)}",
                   file=sys.stderr)  # fmt: skip

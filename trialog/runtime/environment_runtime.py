@@ -392,7 +392,7 @@ class EnvironmentHandler(Handler):
         ):  # not while replaying a trial taken over (counted by its first host)
             ticks, tick_seconds = self._tick_metrics(trial.started.environment)
             ticks.inc()
-            tick_seconds.observe(self.loop.log_time() - trial.waiting_since)
+            tick_seconds.observe(self.loop.log.time() - trial.waiting_since)
         rewards = self._rewards_of(step.rewards)
         problem = next((p for r in rewards if (p := reward_bounds_problem(r.value, r.confidence)) is not None), None)
         if problem is not None:  # the user's environment: the trial ends with the reason, as for a bad observation
@@ -501,7 +501,7 @@ class EnvironmentHandler(Handler):
             )
 
     def _begin_wait(self, trial: _Trial) -> None:
-        trial.waiting_since = self.loop.log_time()  # response deadlines do not count the log's outages
+        trial.waiting_since = self.loop.log.time()  # response deadlines do not count the log's outages
         trial.timed_out = trial.due = False
         interval = trial.started.tick_interval_ms
         if interval and self.loop.is_live(EVENTS, trial.partition):
@@ -516,7 +516,7 @@ class EnvironmentHandler(Handler):
         trial = self.trials.get(trial_id)
         if trial is None or trial.done or trial.tick != tick or trial.due:
             return
-        if self.loop.log_away:  # nothing can be written meanwhile: the tick waits with the log
+        if self.loop.log.away:  # nothing can be written meanwhile: the tick waits with the log
             return self._begin_wait(trial)
         trial.due = True
         if all(a in trial.actions for a in trial.active):
@@ -549,9 +549,9 @@ class EnvironmentHandler(Handler):
 
     # --- timers, partitions ----------------------------------------------------------------------
     def periodic(self, now: float) -> None:
-        if not self.loop.log_sure:
+        if not self.loop.log.sure:
             return  # an actor's silence may be the log's: decide once it answers (or is known away)
-        mono = self.loop.log_time()
+        mono = self.loop.log.time()
         for trial in list(self.trials.values()):
             if trial.done or trial.timed_out or trial.stepping or trial.started.tick_interval_ms:
                 continue  # real-time trials time out at their tick deadline instead

@@ -83,7 +83,7 @@ async def _watch_health(health: Health, loops: Sequence[ServiceLoop]) -> None:
         if all(time.monotonic() - loop.turned_at < LOOP_STALL_S for loop in loops):
             health.beat()
         waiting = [loop.handler.service_name for loop in loops if not loop.ready.is_set()]
-        away = [loop.handler.service_name for loop in loops if loop.log_away]
+        away = [loop.handler.service_name for loop in loops if loop.log.away]
         if waiting:
             health.set_ready(False, f"catching up or waiting for partitions: {', '.join(waiting)}")
         else:  # a loop the log is away from acts on nothing until it is back (trialog.runtime.log_watch)

@@ -112,7 +112,7 @@ class ServiceLoop:
         self._stopping = asyncio.Event()
         self._writing_since: float | None = None  # monotonic start of the writes under way (see _watch_log)
         self._sending = 0  # events in the write under way
-        self.log = LogWatch(handler.service_name)  # the clock deadlines are measured on (log_watch)
+        self.log = LogWatch(handler.service_name)  # is the log there; the clock deadlines are measured on
         self._recalls = type(handler).recall is not Handler.recall  # see Handler.recall
         # On the tick path, a record this loop writes to a partition it reads is handled as read
         # back without fetching it back: the consumer holds its fetches while the record is on
@@ -436,17 +436,6 @@ class ServiceLoop:
             await self.consumer.commit(offsets)
         except TransportError as exc:
             log.info("commit skipped", reason=str(exc))
-
-    def log_time(self) -> float:
-        return self.log.time()
-
-    @property
-    def log_away(self) -> bool:
-        return self.log.away
-
-    @property
-    def log_sure(self) -> bool:
-        return self.log.sure
 
     def _watch_log(self, now: float) -> None:
         writing = now - self._writing_since if self._writing_since is not None else 0.0

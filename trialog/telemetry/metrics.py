@@ -126,7 +126,7 @@ class _LoopCollector:
         for loop in list(_loops):
             service, group = loop.handler.service_name, loop.group or ""
             live.add_metric([service, group], loop.handler.live_trial_count())
-            log_away.add_metric([service, group], 1 if loop.log_away else 0)
+            log_away.add_metric([service, group], 1 if loop.log.away else 0)
             since_turn.add_metric([service, group], now - loop.turned_at)
             for (role, partition), part in list(loop.parts.items()):
                 labels = [service, group, role, str(partition)]
