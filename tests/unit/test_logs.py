@@ -48,6 +48,7 @@ def test_the_kafka_clients_connectivity_lines_are_counted_not_written():
         record("aiokafka.producer.sender", "Got error produce response: KafkaConnectionError: closed"),
         record("aiokafka.consumer.group_coordinator", "Heartbeat failed for group g: coordinator (node 3) is …"),
         record("aiokafka.producer.sender", "Got error produce response: NotEnoughReplicasError"),
+        record("aiokafka", "Unable to update metadata from [2, 1]"),
     ]
     other = record("aiokafka.producer", "Topic authorization failed for topic t", level=logging.WARNING)
     assert said([*lost, other], repeats) == ["Topic authorization failed for topic t"]

@@ -22,10 +22,10 @@ REPEATS_EVERY_S = 60.0  # a library's message said again within this long is cou
 # Trialog's own words by the services' log watch ("the log is away", "back": log_watch.py),
 # which counts these (connectivity_lines_held) instead of writing them.
 _CONNECTIVITY = (
-    "Unable connect to node", "Unable to request metadata", "coordinator dead", "Heartbeat session expired",
-    "Heartbeat failed", "KafkaConnectionError", "NodeNotReadyError", "NotLeaderForPartitionError",
-    "NotLeaderOrFollower", "LeaderNotAvailableError", "NotCoordinator", "CoordinatorNotAvailable",
-    "CoordinatorLoadInProgress", "NotEnoughReplicas", "RequestTimedOutError",
+    "Unable connect to node", "Unable to request metadata", "Unable to update metadata", "coordinator dead",
+    "Heartbeat session expired", "Heartbeat failed", "KafkaConnectionError", "NodeNotReadyError",
+    "NotLeaderForPartitionError", "NotLeaderOrFollower", "LeaderNotAvailableError", "NotCoordinator",
+    "CoordinatorNotAvailable", "CoordinatorLoadInProgress", "NotEnoughReplicas", "RequestTimedOutError",
 )  # fmt: skip
 _held = [0]  # connectivity lines of the Kafka client held back in this process
 
