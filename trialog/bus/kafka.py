@@ -20,6 +20,7 @@ producer whose batch failed answers every later send to that partition with
 from __future__ import annotations
 
 import asyncio
+import time
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -39,6 +40,7 @@ from trialog.errors import RecordsTooLarge, TransportError
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS, plan
 from trialog.telemetry.logs import get_logger
 
+TOPICS_KNOWN_WITHIN_S = 30.0  # topics created and still unknown to the cluster after this: an error
 KEYED = frozenset({CONTROL, EVENTS, TRIALS})  # partitioned by trial ID, same count (I-2)
 
 log = get_logger(__name__)
@@ -220,11 +222,30 @@ class KafkaBus(Bus):
                     created.append(t.name)
                 except TopicAlreadyExistsError:  # created meanwhile by another instance: fine
                     pass
+            await self._until_known(admin, created)
             if self._producer is not None:
                 await self._learn_partitions()
             return created
         finally:
             await admin.close()
+
+    async def _until_known(self, admin: AIOKafkaAdminClient, names: list[str]) -> None:
+        """Return once the cluster answers with every partition of the topics just created: a
+        broker started a moment ago took seconds to know its first topics, and a reader started
+        meanwhile would find them missing (readers ask again only briefly: ASK_AGAIN_S)."""
+        wanted = {t.name: t.partitions for t in plan(self.settings) if t.name in names}
+        deadline = time.monotonic() + TOPICS_KNOWN_WITHIN_S
+        while wanted:
+            found = await partitions_of(admin._client, list(wanted))  # noqa: SLF001
+            wanted = {name: n for name, n in wanted.items() if len(found[name]) < n}
+            if not wanted:
+                return
+            if time.monotonic() > deadline:
+                raise TransportError(
+                    f"topics created but not known to the cluster after {TOPICS_KNOWN_WITHIN_S:.0f} s: "
+                    f"{', '.join(sorted(wanted))}"
+                )
+            await asyncio.sleep(0.1)
 
     async def describe_topics(self) -> dict[str, dict]:
         admin = await self._admin()
