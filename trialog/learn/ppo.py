@@ -105,6 +105,20 @@ class PPOPolicy(Policy):
 # --- learning -----------------------------------------------------------------------------------------------
 
 
+class HeldBack:
+    """What the learner service trims its window of ended trials by (``learner.memory.capacity``,
+    as for an off-policy learner's replay memory): how many of the newest transitions a restart
+    still needs. The service commits the start of the oldest trial it keeps, so that a restarted
+    learner, resuming from its last version, reads them again from the log."""
+
+    def __init__(self, learner: PPOLearner) -> None:
+        self.learner = learner
+
+    @property
+    def capacity(self) -> int:
+        return max(1, self.learner.held_back())
+
+
 class PPOLearner:
     algorithm = "ppo"
     on_policy = True
@@ -143,6 +157,13 @@ class PPOLearner:
         self.rounds = 0
         self.updates = 0
         self.round_scalars: dict[str, float] = {}  # the last update's means, for the curves
+        # What a restart needs (HeldBack): the transitions from `needed_from` on (not in a batch
+        # whose version is published), and each one's sequence from its start, the first serial of
+        # a sequence kept by its last one.
+        self.needed_from = 0
+        self.taken_to: int | None = None  # the end of the batch taken, until its version is published
+        self.firsts: dict[int, int] = {}  # serial of a sequence's last transition -> of its first
+        self.memory = HeldBack(self)
 
         def loss(params, b):
             m = b["mask"]  # 0 for the padding that makes every minibatch one compiled shape
@@ -196,6 +217,9 @@ class PPOLearner:
         with self.lock:
             serials = self.added + np.arange(len(t), dtype=np.int64)
             self.pending.append((t, self.added, follows, count))
+            if len(t):
+                first = self.firsts.pop(follows, follows) if follows >= 0 else self.added
+                self.firsts[self.added + len(t) - 1] = first
             self.added += len(t)
             self.env_steps += len(t) if count else 0
             if self.version > self.closed:
@@ -217,9 +241,25 @@ class PPOLearner:
                 if i >= 0 and serial - starts[i] < len(self.pending[i][0]):
                     self.pending[i][0].rewards[serial - starts[i]] = reward
 
+    def held_back(self) -> int:
+        """How many of the newest transitions a restart still needs: those not in the batch of a
+        published version (the next batches' and the discarded ones', which the next batch takes),
+        with the whole of each one's sequence — an actor's steps in one trial, reaching back to
+        the trial's start, whose record a restarted learner must read again to fold them. Counted
+        from the first transition of the oldest such sequence: the learner service keeps every
+        ended trial with a transition among them (they end after it; see HeldBack)."""
+        with self.lock:
+            first = min((f for last, f in self.firsts.items() if last >= self.needed_from), default=self.added)
+            # A sequence that left no transition to keep for long is not coming back: forget it.
+            for last in [s for s in self.firsts if s < self.needed_from - 64 * self.cfg.rollout_steps]:
+                del self.firsts[last]
+            return self.added - min(first, self.needed_from)
+
     def published(self, version: int) -> None:
         """Actors act with ``version`` from now on (the drivers call this as they publish it)."""
         with self.lock:
+            if self.taken_to is not None:  # the batch taken is in this version: a restart resumes after it
+                self.needed_from, self.taken_to = self.taken_to, None
             self.version = version
             self.acted[version] = self.policy_weights()
             for old in [v for v in self.acted if v < version - self.cfg.late_versions]:
@@ -234,6 +274,7 @@ class PPOLearner:
         with self.lock:
             pending, self.pending = self.pending, []
             version, self.closed, self.current = self.version, self.version, 0
+            self.taken_to = self.added
             acted = dict(self.acted)
         batch = self._batch(pending, version, acted) if pending else None
         n, cfg = (len(batch["obs"]) if batch else 0), self.cfg
