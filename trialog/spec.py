@@ -17,7 +17,9 @@ what is wrong.
         action: auto
     environments:
       rps: {entry: "trialog.examples.rps.game:RockPaperScissors", config: {target_score: 5},
-            overridable: [target_score]}   # config keys a start request may set (none by default)
+            overridable: [target_score],   # config keys a start request may set (none by default)
+            page: games/hands.js}          # the gateway's page module for its trials, in its --pages
+                                           # folder (default: <environment>.js; docs/humans.md)
     actors:                          # actor implementations
       random: {entry: "trialog.agents.random_agent:RandomAgent"}
       counter: {entry: "trialog.examples.rps.players:CounterPlayer", classes: [player]}
@@ -48,7 +50,7 @@ import importlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import orjson
@@ -90,6 +92,7 @@ class Implementation:
     classes: tuple[str, ...] = ()
     external: bool = False  # served by a process outside Trialog's services (another language)
     overridable: tuple[str, ...] = ()  # config keys a start request may set (I-9: nothing else)
+    page: str = ""  # an environment's page module, inside the gateway's pages folder ("": <environment>.js)
 
     @property
     def served_here(self) -> bool:
@@ -318,7 +321,7 @@ def parse_spec(
 
 def _implementation(r: SpecReader, name: str, value: Any, path: str, *, allow_client: bool) -> Implementation:
     v = r.mapping(value, path)
-    allowed = {"entry", "config", "classes", "external", "overridable"} | ({"client"} if allow_client else set())
+    allowed = {"entry", "config", "classes", "external", "overridable"} | ({"client"} if allow_client else {"page"})
     r.keys(v, path, allowed)
     client = _flag(r, v, "client", path)
     external = _flag(r, v, "external", path)
@@ -347,7 +350,24 @@ def _implementation(r: SpecReader, name: str, value: Any, path: str, *, allow_cl
     if not isinstance(overridable, list) or not all(isinstance(k, str) for k in overridable):
         raise r.fail(f"{path}.overridable", "expected a list of config keys a start request may set")
     config = r.mapping(v.get("config"), f"{path}.config", required=False)
-    return Implementation(name, entry, config, client, tuple(classes), external, tuple(overridable))
+    page = _page(r, v["page"], f"{path}.page") if "page" in v else ""
+    return Implementation(name, entry, config, client, tuple(classes), external, tuple(overridable), page)
+
+
+def _page(r: SpecReader, value: Any, path: str) -> str:
+    """An environment's page module: a ``.js`` file named by a path relative to the gateway's
+    pages folder (``tug.js``, ``games/tug.js``), never one that could lead out of it."""
+    page = r.string(value, path)
+    parts = PurePosixPath(page).parts
+    if "\\" in page or page.startswith("/") or ".." in parts or ":" in page or not parts:
+        raise r.fail(
+            path,
+            f"{page!r}: name a page module by its path inside the gateway's pages folder "
+            "(like tug.js or games/tug.js): no '..', no absolute path, no drive, no backslash",
+        )
+    if not page.endswith(".js"):
+        raise r.fail(path, f"{page!r}: a page module is a JavaScript file ending in .js")
+    return str(PurePosixPath(*parts))
 
 
 def _flag(r: SpecReader, v: dict[str, Any], key: str, path: str) -> bool:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import quote
 
 from starlette.applications import Starlette
 
@@ -56,8 +57,10 @@ class Gateway:
         pages: Path | None = None,
     ):
         self.bus = bus
-        # The operator's folder of page modules (``--pages``): ``<environment>.js`` draws that environment.
+        # The operator's folder of page modules (``--pages``): the module a spec's environment names
+        # (``page:``), else ``<environment>.js``, draws that environment.
         self.pages = Path(pages).resolve() if pages is not None else None
+        self.named_pages = _named_pages(specs, self.pages)
         self.door = Door(limits)
         # People's rewards and messages, and the trials the lobby starts, are the gateway's to sign.
         bus.trust = Authenticator(bus.trust.keyring, role=GATEWAY)
@@ -72,11 +75,14 @@ class Gateway:
 
     def page_of(self, environment: str) -> str | None:
         """Where a seat's page module is, when the operator's pages folder has one for the
-        trial's environment (``/pages/<environment>.js``); None: the shipped page, if any."""
-        name = f"{environment}.js"
-        if self.pages is None or user_page(self.pages, name) is None:
+        trial's environment: the module its spec names (``page:``), else ``<environment>.js``
+        (``/pages/…``); None: the shipped page, if any, else the generic one."""
+        if self.pages is None:
             return None
-        return f"/pages/{name}"
+        for name in (self.named_pages.get(environment), f"{environment}.js"):
+            if name and user_page(self.pages, name) is not None:
+                return f"/pages/{quote(name)}"
+        return None
 
     async def publish(self, event) -> None:
         await self.bus.publish(EVENTS, event)
@@ -139,6 +145,32 @@ class Gateway:
             raise TrialError(f"spec {spec_name!r} has no seat {actor!r} a person can take")
         trial_id = await self.controller.start_trial(spec_name, implementations={actor: client})
         return trial_id, link(self.base_url, self.bus.trust.keyring, trial_id, actor)
+
+
+def _named_pages(specs: Mapping[str, Spec], folder: Path | None) -> dict[str, str]:
+    """Environment → the page module its spec names (``page:``, checked when the spec was
+    loaded). A page named but not in the folder is said once here; the trials of that
+    environment then get the next page in line (``<environment>.js``, shipped, generic)."""
+    named: dict[str, str] = {}
+    for spec in specs.values():
+        for environment, impl in spec.environments.items():
+            if not impl.page:
+                continue
+            if named.get(environment, impl.page) != impl.page:
+                raise TrialError(
+                    f"spec {spec.name!r} names page {impl.page!r} for environment {environment!r}, "
+                    f"another spec of this gateway {named[environment]!r}: give one page per environment name"
+                )
+            named[environment] = impl.page
+            if folder is None or user_page(folder, impl.page) is None:
+                log.warning(
+                    "a spec names a page the gateway's pages folder does not have; another page draws its trials",
+                    spec=spec.name,
+                    environment=environment,
+                    page=impl.page,
+                    pages=str(folder) if folder else "none (--pages)",
+                )
+    return named
 
 
 def build_app(

@@ -8,13 +8,14 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 from starlette.testclient import TestClient
 
 from trialog.adapters.hosting import HostConfig, HostedEnvironment
 from trialog.adapters.views import view_function
 from trialog.bus.memory import MemoryBus
 from trialog.environment import TrialInfo
-from trialog.errors import SpecError
+from trialog.errors import SpecError, TrialError
 from trialog.protocol.trial import operator_code
 from trialog.services.gateway.app import build_app
 from trialog.services.gateway.routes import user_page
@@ -112,3 +113,93 @@ def test_a_hosted_environment_draws_its_view_with_the_operators_function():
     env.start()
     assert env.view() == {"kind": "mine", "actors": {"pole": env.agent_of["pole"]}, "env": "CartPoleEnv"}
     env.end()
+
+
+# --- a spec's environment names its page (``page:``) ------------------------------------------
+
+SPEC_WITH_PAGE = """
+name: {name}
+actor_classes:
+  player: {{observation: {{type: int}}, action: {{type: int}}}}
+environments:
+  {environment}: {{entry: "trialog.examples.rps.game:RockPaperScissors", page: {page}}}
+actors:
+  random: {{entry: "trialog.agents.random_agent:RandomAgent"}}
+trial:
+  environment: {environment}
+  actors: [{{name: a, class: player, implementation: random}}]
+"""
+
+
+def spec_with_page(page: str, *, name: str = "s", environment: str = "bids"):
+    from trialog.spec import parse_spec
+
+    return parse_spec(yaml.safe_load(SPEC_WITH_PAGE.format(name=name, environment=environment, page=page)))
+
+
+@pytest.mark.parametrize(
+    ("page", "kept"),
+    [("rope.js", "rope.js"), ("games/rope.js", "games/rope.js"), ("./games//rope.js", "games/rope.js")],
+)
+def test_a_spec_names_an_environments_page_by_a_relative_path(page, kept):
+    assert spec_with_page(page).environments["bids"].page == kept
+
+
+@pytest.mark.parametrize(
+    ("page", "why"),
+    [
+        ("../rope.js", "no '..'"),
+        ("games/../../rope.js", "no '..'"),
+        ("/srv/pages/rope.js", "no absolute path"),
+        ("C:/pages/rope.js", "no drive"),
+        ("games\\\\rope.js", "no backslash"),
+        ("rope.html", "ending in .js"),
+        ("rope", "ending in .js"),
+        ("'.'", "by its path inside"),
+        ("''", "non-empty string"),
+        ("[rope.js]", "non-empty string"),
+    ],
+)
+def test_a_page_that_could_lead_out_of_the_folder_is_refused_when_the_spec_loads(page, why):
+    with pytest.raises(SpecError) as caught:
+        spec_with_page(page)
+    assert why in str(caught.value) and "environments.bids.page" in str(caught.value)
+
+
+def test_only_an_environment_names_a_page():
+    from trialog.spec import parse_spec
+
+    raw = yaml.safe_load(SPEC_WITH_PAGE.format(name="s", environment="bids", page="rope.js"))
+    raw["actors"]["random"]["page"] = "rope.js"
+    with pytest.raises(SpecError, match="actors.random"):
+        parse_spec(raw)
+
+
+def test_the_named_page_draws_its_environment_then_environment_js_then_the_shipped_page(tmp_path):
+    pages = tmp_path / "pages"
+    (pages / "games").mkdir(parents=True)
+    (pages / "games" / "rope.js").write_text("export function create() { return {}; }\n")
+    (pages / "duel.js").write_text("export function create() { return {}; }\n")
+    specs = [
+        spec_with_page("games/rope.js", name="one", environment="tug"),
+        spec_with_page("games/rope.js", name="two", environment="pull"),  # one page, two environments
+        spec_with_page("missing.js", name="three", environment="duel"),  # not in the folder: duel.js
+        spec_with_page("missing.js", name="four", environment="rps"),  # nor rps.js: the shipped page
+    ]
+    app = build_app(MemoryBus(Settings()), {s.name: s for s in specs}, base_url="http://testserver", pages=pages)
+    gw = app.state.gateway
+    assert gw.page_of("tug") == gw.page_of("pull") == "/pages/games/rope.js"
+    assert gw.page_of("duel") == "/pages/duel.js" and gw.page_of("rps") is None
+    assert TestClient(app).get("/pages/games/rope.js").status_code == 200
+    # Without a folder no page is the operator's, whatever the specs name.
+    bare = build_app(MemoryBus(Settings()), {s.name: s for s in specs}, base_url="http://testserver")
+    assert bare.state.gateway.page_of("tug") is None
+
+
+def test_two_specs_naming_different_pages_for_one_environment_stop_the_gateway(tmp_path):
+    specs = [
+        spec_with_page("a.js", name="one", environment="tug"),
+        spec_with_page("b.js", name="two", environment="tug"),
+    ]
+    with pytest.raises(TrialError, match="one page per environment name"):
+        build_app(MemoryBus(Settings()), {s.name: s for s in specs}, base_url="http://testserver", pages=tmp_path)
