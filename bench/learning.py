@@ -1,7 +1,7 @@
-"""Learning benchmark: DQN on CartPole-v1 through Trialog vs in-process, and behaviour
-cloning on Overcooked from the planner's demonstrations.
+"""Learning benchmark: DQN on CartPole-v1 and TD3 on Pendulum-v1 through Trialog vs
+in-process, and behaviour cloning on Overcooked from the planner's demonstrations.
 
-    python bench/learning.py [--out DIR] [--json PATH] [--short] [--only dqn|bc]
+    python bench/learning.py [--out DIR] [--json PATH] [--short] [--only dqn|td3|bc]
 
 **DQN.** The same preset (presets/dqn_cartpole.py: algorithm, hyperparameters, schedule)
 run two ways: through Trialog — ``trialog train``'s phases with the orchestrator,
@@ -15,6 +15,10 @@ and the seeds' min, median and max (each seed's curve in the JSON); checked: tha
 Trialog's final evaluation reaches 475 and that each of its evaluations lies within the
 in-process seeds' min–max at the same evaluation (10 seeds by default: with 5, a run
 like them falls outside at an evaluation with probability 1/3).
+
+**TD3.** presets/td3_pendulum.py (continuous actions, Pendulum-v1) through Trialog, then
+in-process with the preset's seeds; checked: that the final mean evaluation return of each
+mode reaches the preset's threshold (−250). One run each: no spread.
 
 **BC.** Planner+planner trials make the demonstrations; ``trialog export`` writes them;
 :mod:`trialog.learn.bc` clones the planner and publishes the model; then trials of
@@ -122,6 +126,48 @@ def dqn(
     }
 
 
+TD3_SHORT_STEPS = 2_000  # --short: the heatup (1,000 steps) and five rounds of training
+
+
+def td3(settings: Settings, out: Path, short: bool) -> dict:
+    """The TD3 preset through Trialog, then in-process; each mode's final evaluation against the
+    preset's threshold. Short: the same schedule over 2,000 steps, one evaluation (no claims)."""
+    preset = load_preset(ROOT / "presets" / "td3_pendulum.py")
+    threshold = preset.validation.min_reward_threshold
+    if short:
+        schedule = dataclasses.replace(
+            preset.schedule, total_steps=TD3_SHORT_STEPS, steps_between_evaluations=TD3_SHORT_STEPS
+        )
+        preset = dataclasses.replace(preset, schedule=schedule)
+    figures: dict = {"threshold": threshold, "total_steps": preset.schedule.total_steps}
+    for mode, run in (
+        ("trialog", lambda: train(settings, preset, out / "td3-trialog", quiet=short)),
+        ("in_process", lambda: train_in_process(preset, out / "td3-in-process", quiet=True)),
+    ):
+        result = run()
+        curve = [(e.env_steps, e.mean_return) for e in result.evaluations]
+        final = curve[-1][1] if curve else None
+        figures[mode] = {
+            "evaluations": curve,
+            "final": final,
+            "best": max((r for _, r in curve), default=None),
+            "final_reached_threshold": final is not None and final >= threshold,
+            "seconds": result.seconds,
+            "env_steps": result.env_steps,
+            "model_version": result.model_version,
+        }
+        if mode == "trialog":
+            print(table(preset, result))
+    t, i = figures["trialog"], figures["in_process"]
+    figures["wall_clock_ratio"] = t["seconds"] / i["seconds"] if i["seconds"] else None
+    print(
+        f"TD3 Pendulum-v1 ({preset.schedule.total_steps:,} steps): final eval through Trialog {t['final']}, "
+        f"in-process {i['final']} (threshold {threshold}); wall clock {t['seconds']:.0f} s and "
+        f"{i['seconds']:.0f} s ({figures['wall_clock_ratio'] or 0:.1f}x)"
+    )
+    return figures
+
+
 def behaviour_cloning(
     settings: Settings, out: Path, demo_trials: int, eval_trials: int, max_ticks: int, epochs: int
 ) -> dict:
@@ -206,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="", help="folder for plots, data and logs (default: a temporary folder)")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--short", action="store_true", help="a few minutes: every part end to end, no claims")
-    parser.add_argument("--only", choices=("dqn", "bc"))
+    parser.add_argument("--only", choices=("dqn", "td3", "bc"))
     parser.add_argument(
         "--seeds",
         type=int,
@@ -237,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             f"best per seed {d['in_process_best']}; "
             f"Trialog evaluations within the in-process spread: {d['evaluations_within_spread']}; plot {d['plot']}"
         )
+    if args.only in (None, "td3"):
+        figures["td3"] = td3(settings, out, args.short)
     if args.only in (None, "bc"):
         figures["bc"] = behaviour_cloning(settings, out, *((4, 4, 60, 5) if args.short else (24, 16, 200, 40)))
     if args.short:
@@ -255,6 +303,11 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(
                 f"DQN through Trialog: only {d['evaluations_within_spread']} evaluations within the in-process spread"
             )
+    if not args.short and "td3" in figures:
+        for mode, name in (("trialog", "through Trialog"), ("in_process", "in-process")):
+            d = figures["td3"][mode]
+            if not d["final_reached_threshold"]:
+                failed.append(f"TD3 {name}: final evaluation {d['final']} below {figures['td3']['threshold']}")
     if (
         not args.short
         and "bc" in figures
