@@ -28,6 +28,14 @@ def add(serve) -> None:
         metavar="DIR",
         help="write TensorBoard curves (loss, value estimates, versions) into DIR as it trains",
     )
+    p.add_argument(
+        "--learn-from",
+        action="append",
+        default=[],
+        metavar="SENDER",
+        help="learn only from the rewards of these senders (repeatable; shell patterns: env, env/*, "
+        "'person:*' for the judges of the watch page, an actor's name); default: every source",
+    )
     p.set_defaults(func=_run)
 
 
@@ -51,6 +59,7 @@ def _run(args) -> int:
             experiment=args.experiment,
             health_port=args.health_port,
             tensorboard=args.tensorboard,
+            learn_from=tuple(args.learn_from),
         )
     )
     return 0

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,7 @@ from trialog.bus.base import Record
 from trialog.datalog.samples import TrialFold
 from trialog.learn.curves import Curves
 from trialog.learn.memory import transitions
+from trialog.protocol.rewards import senders_matching
 from trialog.protocol.events import (
     Action,
     ActorJoined,
@@ -105,8 +106,11 @@ class LearnerHandler(Handler):
         experiment: str = "",
         model_store: str = "",
         tensorboard: str = "",
+        learn_from: tuple[str, ...] = (),
     ):
         self.implementation = implementation
+        # The reward sources it learns from (None: all); the log and the datalog keep every one.
+        self.learn_from = senders_matching(learn_from)
         self.curves = Curves(tensorboard) if tensorboard else None  # loss, value estimates, versions
         self.learner = policy_class.learner(config)
         self.on_policy = getattr(self.learner, "on_policy", False)  # Coach's two modes (trialog.learn)
@@ -213,6 +217,8 @@ class LearnerHandler(Handler):
         if tick < 0 or tick in serials:
             return  # the first observation, or a repeat: the transition is in memory already
         now, after = folding.fold.sample(tick, actor), folding.fold.sample(tick + 1, actor)
+        if now is not None and self.learn_from is not None:
+            now = replace(now, reward=folding.fold.reward(tick, actor, self.learn_from))
         t = transitions([now, after]) if now is not None and after is not None else None
         if t is None:
             return  # no action at tick (the actor did not answer), or the observation did not count
@@ -224,7 +230,8 @@ class LearnerHandler(Handler):
         for actor, serials in folding.serials.items():
             serial = serials.get(tick)
             if serial is not None:
-                self.learner.set_rewards(np.array([serial]), np.array([folding.fold.reward(tick, actor)], np.float32))
+                reward = folding.fold.reward(tick, actor, self.learn_from)
+                self.learner.set_rewards(np.array([serial]), np.array([reward], np.float32))
 
     def _ended(self, record: Record, folding: _Folding) -> None:
         self.window.append((folding.partition, folding.start_offset, folding.added))

@@ -14,7 +14,15 @@ from trialog.services.learner.handler import LearnerHandler
 from trialog.spec import Spec, load_entry
 
 
-def loop_for(bus: Bus, spec: Spec, implementation: str, *, experiment: str = "", tensorboard: str = "") -> ServiceLoop:
+def loop_for(
+    bus: Bus,
+    spec: Spec,
+    implementation: str,
+    *,
+    experiment: str = "",
+    tensorboard: str = "",
+    learn_from: tuple[str, ...] = (),
+) -> ServiceLoop:
     impl = spec.actors.get(implementation)
     if impl is None:
         raise SpecError(
@@ -35,12 +43,20 @@ def loop_for(bus: Bus, spec: Spec, implementation: str, *, experiment: str = "",
         experiment=experiment,
         model_store=bus.settings.model_store,
         tensorboard=tensorboard,
+        learn_from=learn_from,
     )
     return ServiceLoop(bus, handler, group=handler.service_name)
 
 
 async def main(
-    bus: Bus, spec: Spec, implementation: str, *, experiment: str = "", health_port: int = 0, tensorboard: str = ""
+    bus: Bus,
+    spec: Spec,
+    implementation: str,
+    *,
+    experiment: str = "",
+    health_port: int = 0,
+    tensorboard: str = "",
+    learn_from: tuple[str, ...] = (),
 ) -> None:
-    loop = loop_for(bus, spec, implementation, experiment=experiment, tensorboard=tensorboard)
+    loop = loop_for(bus, spec, implementation, experiment=experiment, tensorboard=tensorboard, learn_from=learn_from)
     await serve(bus, [loop], name="learner", health_port=health_port)

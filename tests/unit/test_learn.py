@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -374,24 +375,69 @@ async def test_an_off_policy_learner_slower_than_its_samples_publishes_after_eac
     assert published == [(1, 5)]
 
 
+async def cartpole_trials(settings, seeds) -> tuple[MemoryBus, dict[str, list[tuple[Record, Any]]]]:
+    """Random CartPole trials of the train phase, run on an in-memory bus: each trial's records, decoded."""
+    bus = MemoryBus(settings)
+    spec = load_spec(ROOT / "examples" / "cartpole" / "spec.yaml", bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tids = [
+            await ctl.start_trial("cartpole", seed=s, implementations={"agent": "random"}, phase="train") for s in seeds
+        ]
+        for tid in tids:
+            await ctl.wait_ended(tid, timeout=30)
+    return bus, {
+        tid: [(r, bus.codec.decode(r.value, r.header("kind"))) for r in bus.records(EVENTS) if r.trial_id == tid]
+        for tid in tids
+    }
+
+
+async def test_a_learner_told_its_reward_sources_learns_from_those_only(memory_settings):
+    """Learning from a judge: with --learn-from 'person:*' the environment's reward of 1 a
+    tick is left out of every transition and the judge's ratings — early, late (after the
+    tick's transition is in memory) and corrected — are what memory holds; told nothing,
+    the learner aggregates every source, as the datalog does."""
+    bus, logged = await cartpole_trials(memory_settings, seeds=(3,))
+    (tid, events), = logged.items()
+    judged = {2: 0.25, 5: -1.0}  # tick -> the judge's last word (tick 5 is corrected)
+
+    def rating(tick, value, offset):
+        reward = Reward(tid, tick=tick, receiver="agent", value=value, confidence=0.5, sender="person:ann")
+        return Record(EVENTS, 0, offset, None, b"", (), 0), reward
+
+    records = [(Record(EVENTS, 0, i, r.key, r.value, r.headers, r.timestamp_ms), e) for i, (r, e) in enumerate(events)]
+    n = len(records)
+    observed_2 = next(i for i, (_, e) in enumerate(records) if e.KIND == "observation" and e.tick == 2)
+    records.insert(observed_2 + 1, rating(2, 0.25, n))  # tick 2 observed, its transition not yet complete
+    records += [rating(5, 0.75, n + 1), rating(5, -1.0, n + 2)]  # after it, then corrected
+    config = {"observation_size": 4, "actions": 2, "buffer_size": 10_000, "learning_starts": 10**9}
+
+    def memory_rewards(learn_from) -> dict[int, float]:
+        handler = LearnerHandler("random", DQNPolicy, config, learn_from=learn_from)
+        handler.loop = SimpleNamespace(bus=bus)
+        handler.restored.set()
+        for record, event in records:
+            if handler.should_decode(record, event.KIND):
+                handler.handle(record, event)
+        serials = handler.recent[tid].serials["agent"]
+        memory = handler.learner.memory
+        return {tick: float(memory.rewards[serial % memory.capacity]) for tick, serial in serials.items()}
+
+    judge_only = memory_rewards(("person:*",))
+    assert len(judge_only) > 6 and judge_only == {t: judged.get(t, 0.0) for t in judge_only}
+    every_source = memory_rewards(())
+    assert every_source[0] == 1.0 and every_source[2] == pytest.approx((1.0 + 0.5 * 0.25) / 1.5)
+    assert every_source[5] == pytest.approx((1.0 - 0.5) / 1.5)
+    with pytest.raises(ValueError, match="not ''"):
+        LearnerHandler("random", DQNPolicy, config, learn_from=("",))
+
+
 async def test_learner_service_adds_each_step_as_logged_following_each_actors_sequence(memory_settings):
     """Two trials' records, interleaved as a log of several partitions may hand them over:
     the learner's memory holds each transition once, as the trial's whole fold gives it,
     n-step returns follow each trial's own steps, a late reward corrects its transition,
     and a learner replaying the log after a restart counts only what its version did not."""
-    bus = MemoryBus(memory_settings)
-    spec = load_spec(ROOT / "examples" / "cartpole" / "spec.yaml", bus.store)
-    async with deployment(bus, spec) as (_, ctl):
-        tids = [
-            await ctl.start_trial("cartpole", seed=s, implementations={"agent": "random"}, phase="train")
-            for s in (1, 2)
-        ]
-        for tid in tids:
-            await ctl.wait_ended(tid, timeout=30)
-    logged = {
-        tid: [(r, bus.codec.decode(r.value, r.header("kind"))) for r in bus.records(EVENTS) if r.trial_id == tid]
-        for tid in tids
-    }
+    bus, logged = await cartpole_trials(memory_settings, seeds=(1, 2))
+    tids = list(logged)
     a, b = logged.values()
     interleaved = [x for pair in zip(a, b) for x in pair] + a[len(b) :] + b[len(a) :]
     # One partition, offsets in the order fed; one observation fed twice (a redelivery).

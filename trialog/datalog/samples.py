@@ -42,7 +42,7 @@ nothing (I-8).
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -356,10 +356,12 @@ class TrialFold:
             return None
         return self._sample(obs)
 
-    def reward(self, tick: int, actor: str) -> float:
+    def reward(self, tick: int, actor: str, senders: Callable[[str], bool] | None = None) -> float:
         """The aggregated reward of one (tick, actor) so far (I-4), as its sample has it,
-        without decoding the sample's payloads."""
-        return aggregate(self._reward_sources(tick, actor))
+        without decoding the sample's payloads; of the ``senders`` given only (a learner told
+        which sources to learn from: :func:`trialog.protocol.rewards.senders_matching`)."""
+        sources = self._reward_sources(tick, actor)
+        return aggregate(r for r in sources if senders is None or senders(r.sender))
 
     def _reward_sources(self, tick: int, actor: str) -> tuple[RewardSource, ...]:
         actor_class = self._classes[actor]

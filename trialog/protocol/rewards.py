@@ -17,7 +17,8 @@ rewards stay in the log; aggregation happens when reading.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from fnmatch import fnmatchcase
 from typing import Protocol
 
 # The bounds a reward must keep to count (docs/protocol.md): with them Σcᵢvᵢ cannot
@@ -54,3 +55,16 @@ def aggregate(rewards: Iterable[_Weighted]) -> float:
             total += r.confidence * r.value
             weight += r.confidence
     return total / weight if weight > 0 else 0.0
+
+
+def senders_matching(patterns: Iterable[str]) -> Callable[[str], bool] | None:
+    """Whether a reward's sender is one to learn from: shell-style patterns on the sender
+    (``env``, ``env/*`` for an environment's modular sources, ``person:*`` for the judges of
+    the watch page, an actor's name). None for no patterns: every source counts."""
+    patterns = tuple(patterns)
+    if not patterns:
+        return None
+    for pattern in patterns:
+        if not isinstance(pattern, str) or not pattern.strip():
+            raise ValueError(f"a reward source to learn from is a sender or a pattern, not {pattern!r}")
+    return lambda sender: any(fnmatchcase(sender, pattern) for pattern in patterns)
