@@ -397,7 +397,7 @@ async def test_a_learner_told_its_reward_sources_learns_from_those_only(memory_s
     tick's transition is in memory) and corrected — are what memory holds; told nothing,
     the learner aggregates every source, as the datalog does."""
     bus, logged = await cartpole_trials(memory_settings, seeds=(3,))
-    (tid, events), = logged.items()
+    ((tid, events),) = logged.items()
     judged = {2: 0.25, 5: -1.0}  # tick -> the judge's last word (tick 5 is corrected)
 
     def rating(tick, value, offset):
