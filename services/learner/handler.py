@@ -45,7 +45,6 @@ from trialog.bus.base import Record
 from trialog.datalog.samples import TrialFold
 from trialog.learn.curves import Curves
 from trialog.learn.memory import transitions
-from trialog.protocol.rewards import senders_matching
 from trialog.protocol.events import (
     Action,
     ActorJoined,
@@ -57,6 +56,7 @@ from trialog.protocol.events import (
     TrialPending,
     TrialStarted,
 )
+from trialog.protocol.rewards import senders_matching
 from trialog.runtime.handler import Handler, safe_point
 from trialog.runtime.recent import RecentlyEnded
 from trialog.telemetry.logs import get_logger
