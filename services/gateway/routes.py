@@ -58,6 +58,7 @@ async def lobby(request: Request) -> JSONResponse:
     gw: Gateway = request.app.state.gateway
     trials = [
         {"trial": r.trial_id, "spec": r.spec, "status": r.status, "ticks": r.ticks, "reason": r.reason,
+         "experiment": r.experiment, "phase": r.phase,
          "seats": gw.client_seats(r.spec, r.implementations), "created_ms": r.created_ms}
         for r in sorted(gw.feed.index.values(), key=lambda r: -r.created_ms)[:200]
     ]  # fmt: skip

@@ -67,6 +67,7 @@ from trialog.learn.train import (
     _Progress,
     _valid,
     derived_spec,
+    judging,
     learner_for,
     played_actors,
     write_summary,
@@ -76,6 +77,7 @@ from trialog.protocol.codec import Schema, SchemaStore
 from trialog.protocol.rewards import aggregate, reward_bounds_problem
 from trialog.protocol.trial import reaches
 from trialog.spec import load_entry, load_spec
+from trialog.tools.judge import JUDGE_CONFIDENCE, JUDGE_NAME
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ class InProcess:
         self.spec = load_spec(derived_spec(preset, out_dir), self.store)
         spec, t = self.spec, self.spec.trial
         self.learner = learner_for(preset, spec)  # first: a preset with nothing to train fails with the reason
+        self.learn_from, self.judges = judging(preset)
         self.on_policy = bool(getattr(self.learner, "on_policy", False))
         if t.pre_trial_hooks:
             raise TrialogError(
@@ -371,7 +374,8 @@ class InProcess:
     def _stepped(self, trial: _Live, step: Step) -> str | None:
         """Rewards, transitions and the next observations of one update; the reason the trial ends, if it does."""
         tick, info = trial.tick, trial.info
-        rewards = self._rewards(trial, step, tick)
+        sources = self._rewards(trial, step, tick)
+        rewards = {name: aggregate(r for _, r in reaching) for name, reaching in sources.items()}
         trial.tick = next_tick = tick + 1
         ended_now = {a for a in trial.active if step.terminated.get(a) or step.truncated.get(a)}
         reason = None
@@ -380,6 +384,15 @@ class InProcess:
         elif info.max_ticks is not None and next_tick >= info.max_ticks:
             reason = "max_ticks"
         observations = self._observe(trial, step.observations, next_tick)
+        if self.learn_from is not None:  # what the learner is told to learn from, the judges' ratings among them
+            final = ended_now | (trial.active if reason else set())
+            learned = {
+                name: self._learned(name, sources.get(name, []), trial.actors[name].observation, obs, name in final)
+                for name, obs in observations.items()
+                if trial.actors[name].learning
+            }
+        else:
+            learned = rewards
         for m in step.messages:
             for name, actor in trial.actors.items():
                 cls = actor.info.actor_class
@@ -389,7 +402,7 @@ class InProcess:
             trial.actors[name].total += reward
         for name in trial.active:
             actor = trial.actors[name]
-            reward, terminated = rewards.get(name, 0.0), bool(step.terminated.get(name, False))
+            reward, terminated = learned.get(name, 0.0), bool(step.terminated.get(name, False))
             if actor.learning:  # each step as it completes, after the same actor's previous one
                 row = (actor.observation, actor.action, reward, observations[name], terminated, actor.version)
                 actor.serial = int(self.learner.add(_transitions([row]), count=True, follows=actor.serial)[0])
@@ -397,8 +410,19 @@ class InProcess:
         trial.active -= ended_now
         return reason
 
-    def _rewards(self, trial: _Live, step: Step, tick: int) -> dict[str, float]:
-        """Per actor, the aggregated reward of the tick (I-4: Σcv/Σc over the sources reaching it)."""
+    def _learned(self, name: str, reaching: list, before: Any, after: Any, final: bool) -> float:
+        """The reward the learner takes for one step when told its sources (I-4 over those only):
+        the environment's that match, and each judge's rating of the step, as ``trialog judge``
+        sends it through the log."""
+        judged = [
+            (f"person:{JUDGE_NAME}-{i}", RewardOut(name, value, JUDGE_CONFIDENCE))
+            for i, rate in enumerate(self.judges)
+            if (value := rate(before, after, final)) is not None
+        ]
+        return aggregate(r for sender, r in [*reaching, *judged] if self.learn_from(sender))
+
+    def _rewards(self, trial: _Live, step: Step, tick: int) -> dict[str, list[tuple[str, RewardOut]]]:
+        """Per actor, the rewards of the tick reaching it, by sender (their aggregate, Σcv/Σc, is its reward: I-4)."""
         items = (
             [RewardOut(name, value) for name, value in step.rewards.items()]
             if isinstance(step.rewards, Mapping)
@@ -416,7 +440,7 @@ class InProcess:
             reaching = [(sender, r) for (sender, to), r in sources.items() if reaches(to, sender, name, cls)]
             if not reaching:
                 continue
-            out[name] = aggregate(r for _, r in reaching)
+            out[name] = reaching
             if actor.agent is not None:
                 for sender, r in reaching:
                     actor.agent.on_reward(RewardEvent(tick, float(r.value), float(r.confidence), sender, r.user_data))

@@ -45,7 +45,7 @@ import inspect
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,7 +102,31 @@ class Preset:
     environment_processes: int = 1
     actor_processes: int = 1
     stop_when_valid: bool = False  # end at the first evaluation that meets the rule
+    # The reward senders the learner learns from (shell patterns: env, 'person:*'…; empty: every
+    # source), and judges rating its heatup and train trials' steps late, as a person on the watch
+    # page does: rate(before, after, final) functions by entry (`trialog judge`, one process each,
+    # beside a gateway; their rewards come from person:judge-<i>).
+    learn_from: tuple[str, ...] = ()
+    judges: tuple[str, ...] = ()
     file: str = ""  # set by load_preset
+
+
+def judging(preset: Preset) -> tuple[Callable[[str], bool] | None, list[Callable]]:
+    """Which senders the preset's learner learns from (None: all), and its judges' rating
+    functions; a preset whose learner would learn from no source is refused."""
+    from trialog.protocol.rewards import senders_matching
+    from trialog.spec import load_entry
+    from trialog.tools.judge import JUDGE_NAME
+
+    learn_from = senders_matching(preset.learn_from)
+    judges = [load_entry(entry, what="judge") for entry in preset.judges]
+    senders = ["env", *(f"person:{JUDGE_NAME}-{i}" for i in range(len(judges)))]
+    if learn_from is not None and not any(map(learn_from, senders)):
+        raise TrialogError(
+            f"preset {preset.name}: learn_from {list(preset.learn_from)} matches none of its reward sources "
+            f"({', '.join(senders)}): the learner would learn from nothing"
+        )
+    return learn_from, judges
 
 
 def shipped_presets() -> Path:
@@ -507,7 +531,8 @@ def train(
     ``out_dir/tensorboard``; the learner's in its ``learner`` folder)."""
     from trialog.bus import connect
     from trialog.spec import load_spec
-    from trialog.tools.campaign import local_services
+    from trialog.tools.campaign import free_port, local_services
+    from trialog.tools.judge import judge_processes
 
     out_dir.mkdir(parents=True, exist_ok=True)
     spec_file = derived_spec(preset, out_dir)
@@ -526,16 +551,23 @@ def train(
     tensorboard = tensorboard or out_dir / "tensorboard"
     if not quiet:
         print(f"{preset.name}: TensorBoard curves in {tensorboard}", file=sys.stderr)
+    judging(preset)  # a preset whose learner would learn from nothing fails now
     learner = ["--implementation", preset.implementation, "--experiment", preset.name]
+    learner += [arg for sender in preset.learn_from for arg in ("--learn-from", sender)]
+    gateway_port = free_port() if preset.judges else None
     curves = Curves(tensorboard)
     try:
-        with local_services(
-            settings,
-            str(spec_file),
-            environment_processes=preset.environment_processes,
-            actor_processes=preset.actor_processes,
-            log_dir=str(out_dir / "logs"),
-            learners=[[*learner, "--tensorboard", str(learner_dir(tensorboard).resolve())]],
+        with (
+            local_services(
+                settings,
+                str(spec_file),
+                environment_processes=preset.environment_processes,
+                actor_processes=preset.actor_processes,
+                log_dir=str(out_dir / "logs"),
+                learners=[[*learner, "--tensorboard", str(learner_dir(tensorboard).resolve())]],
+                gateway_port=gateway_port,
+            ),
+            judge_processes(preset.judges, preset.name, f"http://127.0.0.1:{gateway_port}", out_dir / "logs"),
         ):
             result = asyncio.run(run_phases(settings, preset, spec, quiet=quiet, curves=curves))
     finally:
