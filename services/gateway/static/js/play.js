@@ -10,6 +10,9 @@ const token = new URLSearchParams(location.search).get("token") || "";
 const stats = (window.trialog = { tick: null, waiting: null, latencies: [], actions: 0, ended: null, refused: null, score: 0 });
 
 let game = null;
+// The game's module loads while messages go on arriving: they reach it in order once it has.
+let loaded = Promise.resolve();
+const toGame = (draw) => loaded.then(() => game && draw(game));
 let queued = null; // an action chosen before its observation arrived (real-time play)
 let sentAt = null;
 
@@ -51,12 +54,13 @@ const handlers = {
   async welcome(msg) {
     $("#title").textContent = `You are ${msg.actor} in ${msg.spec} (${msg.trial})`;
     status("playing");
-    game = await loadGame(msg);
+    loaded = loadGame(msg).then((g) => (game = g));
+    await loaded;
   },
   observation(msg) {
     stats.tick = msg.tick;
     $("#tick").textContent = msg.tick;
-    game?.observation(msg);
+    toGame((g) => g.observation(msg));
     if (sentAt !== null) {
       const ms = performance.now() - sentAt;
       stats.latencies.push(ms);
@@ -69,7 +73,7 @@ const handlers = {
     }
   },
   view(msg) {
-    game?.view?.(msg);
+    toGame((g) => g.view?.(msg));
   },
   reward(msg) {
     stats.score += msg.value;
@@ -87,7 +91,7 @@ const handlers = {
     stats.ended = msg.reason;
     stats.waiting = null;
     status(`trial over: ${msg.reason} at tick ${msg.tick}`, "ended");
-    game?.end?.(msg);
+    toGame((g) => g.end?.(msg));
   },
   refused(msg) {
     stats.refused = msg.reason;
