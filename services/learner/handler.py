@@ -124,6 +124,11 @@ class LearnerHandler(Handler):
             deque()
         )  # (partition, start offset, transitions) of what memory holds
         self.version = 0
+        # The newest version of the model on `models`, whoever published it: a rollback or an import
+        # while this learner runs takes a number, and the learner numbers its next one after it.
+        self.newest = 0
+        self._follower: model_registry.ModelFollower | None = None
+        self._adopt: model_registry.ModelVersion | None = None  # a rollback to resume training from
         self.counted_through: dict[
             int, int
         ] = {}  # partition -> offset of the last record whose transitions were counted
@@ -165,10 +170,39 @@ class LearnerHandler(Handler):
             )
         elif getattr(self.learner, "publish_initial", False):
             await self._publish(loss=0.0, rounds=0)  # on-policy: actors act with version 1 before anything is learned
+        self.newest = max(self.newest, self.version)
+        self._follower = model_registry.ModelFollower(self.loop.bus, self._seen)
+        self._follower.start()
         self.restored.set()
         waiting, self._waiting = self._waiting, []
         for record, event in waiting:
             self.handle(record, event)
+
+    def _seen(self, v: model_registry.ModelVersion) -> None:
+        """A version of the model on `models`: one this learner did not publish (a rollback, an
+        import) takes its number; a rollback's weights are where training goes on from."""
+        if v.model != self.model or v.version <= self.newest:
+            return
+        self.newest = v.version
+        self._adopt = v if "rolled_back_from" in v.meta else None
+        log.warning(
+            "a version of the model was published beside this learner: the next is numbered after it"
+            + (", trained on from its weights" if self._adopt else ""),
+            model=self.model,
+            version=v.version,
+            rolled_back_from=v.meta.get("rolled_back_from"),
+            imported_from=v.meta.get("imported_from"),
+        )
+
+    def _adopted(self) -> None:
+        """Go on from a rollback's weights (and target and optimizer), keeping this learner's counters."""
+        v, self._adopt = self._adopt, None
+        if v is None:
+            return
+        try:
+            self.learner.restore(v.tensors(), {**v.meta, **self.learner.metadata()})
+        except (KeyError, ValueError) as exc:  # a rollback to an imported version: no learner state
+            log.warning("cannot train on from the version rolled back to", version=v.version, error=str(exc))
 
     # --- folding -----------------------------------------------------------------------------
     def should_decode(self, record: Record, kind: str | None) -> bool:
@@ -258,6 +292,7 @@ class LearnerHandler(Handler):
             self._training = asyncio.get_running_loop().create_task(self._train())
 
     async def _train(self) -> None:
+        self._adopted()
         # From now on an on-policy learner keeps only what the version being made will act.
         self.version += 1
         rounds, loss = 0, 0.0
@@ -271,7 +306,9 @@ class LearnerHandler(Handler):
         await self._publish(loss, rounds, number=self.version)
 
     async def _publish(self, loss: float, rounds: int, number: int | None = None) -> None:
-        self.version = number or self.version + 1
+        # Never a number the model has: a version published beside this learner meanwhile came first.
+        self.version = max(number or self.version + 1, self.newest + 1)
+        self.newest = self.version
         meta = {
             **self.learner.metadata(),
             "counted_through": {str(p): o for p, o in self.counted_through.items()},
@@ -321,6 +358,8 @@ class LearnerHandler(Handler):
             del self.trials[tid]
 
     async def close(self) -> None:
+        if self._follower is not None:
+            await self._follower.stop()
         if self._training is not None:
             await asyncio.gather(self._training, return_exceptions=True)
         if self.curves is not None:
