@@ -28,7 +28,7 @@ __all__ = ["COMMANDS", "build_parser", "main"]
 # The SDK's command modules, trialog.commands.<name>, in the order `trialog --help` lists them.
 COMMANDS = (
     "broker", "trust", "settings", "topics", "serve", "trial", "run", "demo", "check", "conformance", "datalog", "plot",
-    "analytics", "deadletters", "train", "models", "judge",
+    "analytics", "deadletters", "train", "models", "judge", "teaming",
 )  # fmt: skip
 
 
