@@ -117,6 +117,15 @@ def _play_tug(url: str) -> dict:
         }
 
 
+def _watch(url: str) -> str:
+    """The watch page of the ended trial, drawn by rope.js's watcher: the rope as it ended."""
+    with chromium() as driver:
+        driver.get(url)
+        rope = until(lambda: driver.find_elements(By.ID, "tug-rope"), timeout=60, what="rope.js on the watch page")
+        until(lambda: "●" in rope[0].text, what="the knot drawn from the log's views")
+        return rope[0].text
+
+
 def _person(argv, env, cwd, timeout: float = 120) -> tuple[dict, str]:
     """``trialog trial start … --wait``: read the join link it prints, play it, then its end."""
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -146,7 +155,7 @@ def test_the_tutorial_runs_as_written(kafka_settings, tmp_path):
     env = _environment(kafka_settings, gateway_port)
     background: list[subprocess.Popen] = []
     outputs: dict[str, str] = {}
-    page = None
+    page = watched = None
     try:
         for line in shell_lines():
             kind = how_to_run(line)
@@ -178,6 +187,8 @@ def test_the_tutorial_runs_as_written(kafka_settings, tmp_path):
                 _ready(health)
             elif kind == "person":
                 page, outputs[line] = _person(_argv(line), env, tmp_path)
+                trial_id = outputs[line].split()[0]
+                watched = _watch(f"{env['TRIALOG_GATEWAY_URL']}/watch/{trial_id}")
             else:
                 out = subprocess.run(_argv(line), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
                 assert out.returncode == 0, f"{line}\n{out.stdout}\n{out.stderr}"
@@ -193,10 +204,13 @@ def test_the_tutorial_runs_as_written(kafka_settings, tmp_path):
 
     # The campaign: 20 trials of the good sport against random.
     run = next(out for line, out in outputs.items() if line.startswith("trialog run "))
-    assert "20/20 done" in run and re.search(r"sport \+ random\s+20\s", run), run
+    summary = re.search(r"sport \+ random\s+20\s+[\d.]+\s+(-?[\d.]+)\s+(-?[\d.]+)", run)
+    assert "20/20 done" in run and summary, run
+    assert float(summary[1]) > 0, f"the good sport wins more games than it loses, as docs/tutorial.md says:\n{run}"
     # The person played bob through rope.js, named by the spec, and the trial ended.
     assert page is not None and page["pulled"] and page["status"].startswith("game over")
     person = next(out for line, out in outputs.items() if line.startswith("trialog trial start "))
+    assert watched.startswith("alice") and watched.endswith("bob")  # drawn from the first player's side
     assert re.search(r"ended: (environment|max_ticks)", person), person
     # The export has exactly the person's pulls, in order, and the script prints them.
     pulls = next(out for line, out in outputs.items() if line.startswith("python "))

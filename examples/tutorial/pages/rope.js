@@ -31,7 +31,8 @@ export function create(root, trial, act) {
       const mark = at === knot ? "●" : Math.abs(at) === LINE ? "|" : "─";
       cells.push(`<span data-at="${at}" style="width:1.5em;text-align:center">${mark}</span>`);
     }
-    root.querySelector("#tug-rope").innerHTML = `<b>you</b>${cells.join("")}<b>${other}</b>`;
+    const mine = trial.watching ? me : "you";
+    root.querySelector("#tug-rope").innerHTML = `<b>${mine}</b>${cells.join("")}<b>${other}</b>`;
     root.querySelector("#tug-mine").textContent = view.stamina[me];
     root.querySelector("#tug-theirs").textContent = view.stamina[other];
     root.querySelector("#tug-last").textContent = `you ${view.pulls[me]}, ${other} ${view.pulls[other]}`;
@@ -58,7 +59,7 @@ export function create(root, trial, act) {
 
 // The watch page draws the rope from the first player's side.
 export function watcher(root, trial) {
-  const seat = { ...trial, actor: trial.actors[0].name };
+  const seat = { ...trial, actor: trial.actors[0].name, watching: true };
   const page = create(root, seat, () => {});
   return { drawView: (view) => page.view({ view }) };
 }
