@@ -152,7 +152,8 @@ def test_scripted_people_are_named_module_function():
     assert seat_socket_url("https://h/play?token=T", "me") == "wss://h/ws/seat?token=T&holder=me"
 
 
-def test_a_stand_in_answers_each_waiting_observation_on_the_seat_socket():
+@pytest.mark.parametrize("kind", ["function", "coroutine function"])
+def test_a_stand_in_answers_each_waiting_observation_on_the_seat_socket(kind):
     """A socket speaking the gateway's seat protocol: welcome, a view (observations are null
     when the trial has views), observations; the stand-in answers the waiting tick only."""
     got: list[dict] = []
@@ -169,9 +170,15 @@ def test_a_stand_in_answers_each_waiting_observation_on_the_seat_socket():
         await ws.send(json.dumps({"type": "observation", "tick": 3, "actor": "a", "final": True, "observation": None}))
         await ws.send(json.dumps({"type": "end", "tick": 3, "reason": "max_ticks", "details": None}))
 
-    def person(page: Page):
+    def decide(page: Page):
         assert page.view == {"kind": "k", "t": page.tick}
         return page.tick + 1
+
+    async def slow(page: Page):
+        await asyncio.sleep(0.01)
+        return decide(page)
+
+    person = decide if kind == "function" else slow
 
     async def go():
         async with websockets.serve(gateway, "127.0.0.1", 0) as server:
