@@ -236,6 +236,15 @@ def played_actors(preset: Preset, spec) -> dict[str, str]:
     return {a: preset.implementation for a in names if not preset.actors or a in preset.actors}
 
 
+def hosted_implementations(preset: Preset, spec) -> list[str]:
+    """The implementations the preset's trials play that an actor service hosts (not people's):
+    only these, since each hosted one is a consumer group reading every record (a spec may
+    declare more: CartPole's has dqn, ppo and random, and a DQN run reads the log once, not thrice)."""
+    played = played_actors(preset, spec)
+    chosen = {played.get(a.name, a.implementation) for a in spec.trial.actors}
+    return sorted(i for i in chosen if i in spec.actors and spec.actors[i].served_here)
+
+
 def learner_for(preset: Preset, spec) -> Any:
     """The learner of the preset's implementation, built from its config in ``spec`` (the derived
     spec) — as the learner service builds it; a clear error when there is none to build."""
@@ -566,6 +575,7 @@ def train(
                 log_dir=str(out_dir / "logs"),
                 learners=[[*learner, "--tensorboard", str(learner_dir(tensorboard).resolve())]],
                 gateway_port=gateway_port,
+                actor_implementations=hosted_implementations(preset, spec),
             ),
             judge_processes(preset.judges, preset.name, f"http://127.0.0.1:{gateway_port}", out_dir / "logs"),
         ):

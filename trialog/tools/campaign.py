@@ -92,15 +92,20 @@ def local_services(
     learners: Sequence[list[str]] = (),
     gateway_port: int | None = None,
     gateway_args: Sequence[str] = (),
+    actor_implementations: Sequence[str] = (),
 ) -> Iterator[dict[str, subprocess.Popen]]:
     """Run the orchestrator, environment and actor services (and the logger, when an
     archive folder is given, a learner per entry of ``learners``: its ``trialog serve
     learner`` arguments, and the web gateway on ``gateway_port`` with ``gateway_args`` when given) as child
-    processes; wait until each reports ready."""
+    processes; wait until each reports ready. The actor services host ``actor_implementations``
+    when given, else every one of the spec: each hosted implementation is a consumer group
+    reading every record (docs/performance.md, "The consumer layout"), so a run that plays
+    few of a spec's implementations should host only those."""
     log_dir = log_dir or tempfile.mkdtemp(prefix="trialog-services-")
     commands: list[tuple[str, list[str]]] = [("orchestrator", ["orchestrator"])]
     commands += [(f"environment-{i}", ["environment"]) for i in range(environment_processes)]
-    commands += [(f"actors-{i}", ["actors"]) for i in range(actor_processes)]
+    hosted = [arg for impl in actor_implementations for arg in ("--implementation", impl)]
+    commands += [(f"actors-{i}", ["actors", *hosted]) for i in range(actor_processes)]
     if archive_dir:
         commands.append(("logger", ["logger", "--archive-dir", archive_dir]))
     commands += [(f"learner-{i}", ["learner", *args]) for i, args in enumerate(learners)]
