@@ -1,7 +1,8 @@
 """DQN on CartPole-v1 learning from a judge's ratings only: `trialog train presets/dqn_cartpole_judged.py`.
 
-The DQN preset (presets/dqn_cartpole.py: the same hyperparameters, schedule and validation),
-with the environment's own reward left out of training. A judge — a separate process
+The DQN preset (presets/dqn_cartpole.py: the same hyperparameters and validation), with
+the environment's own reward left out of training, and 2 trials at once: one judge's
+ratings then stay well under the gateway's message rate per address (200/s). A judge — a separate process
 (`trialog judge trialog.examples.cartpole.judge:upright`) watching each heatup and train
 trial through the gateway, as a person on the watch page would — rates every step 1 while
 the pole is up and the cart on the track after it, 0 for the step that loses them, and
