@@ -223,7 +223,8 @@ class InProcess:
 
         run_until("heatup", s.heatup_steps)
         next_eval = s.steps_between_evaluations
-        while result.env_steps < s.total_steps:
+        # Every run ends with an evaluation, even one whose heatup (its trials in flight finishing) ate the budget.
+        while result.env_steps < s.total_steps or not result.evaluations:
             run_until("train", min(next_eval, s.total_steps))
             next_eval = result.env_steps + s.steps_between_evaluations
             live = [self._start("evaluate") for _ in range(s.evaluation_trials)]

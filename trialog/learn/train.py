@@ -450,7 +450,8 @@ async def run_phases(
         version = 0
         await run_until("heatup", s.heatup_steps)
         next_eval = s.steps_between_evaluations
-        while result.env_steps < s.total_steps:
+        # Every run ends with an evaluation, even one whose heatup (its trials in flight finishing) ate the budget.
+        while result.env_steps < s.total_steps or not result.evaluations:
             await run_until("train", min(next_eval, s.total_steps))
             next_eval = result.env_steps + s.steps_between_evaluations
             # Evaluate the version that has seen every step so far (the learner may lag a little).
