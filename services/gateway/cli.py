@@ -25,8 +25,8 @@ def add(serve) -> None:
         "--pages",
         default=os.environ.get("TRIALOG_GATEWAY_PAGES"),
         metavar="DIR",
-        help="a folder of page modules: DIR/<environment>.js draws that environment's trials "
-        "instead of the shipped page (docs/humans.md)",
+        help="a folder of page modules: the module an environment's spec names (page: FILE.js), else "
+        "DIR/<environment>.js, draws that environment's trials instead of the shipped page (docs/humans.md)",
     )
     Limits.add_flags(p)
 
