@@ -12,34 +12,16 @@ environment's return (the judge leaves evaluation trials alone). `--in-process` 
 same steps with the same function, directly (docs/learning.md, "Learning from a judge").
 """
 
-from trialog.learn.train import Preset, Schedule, Validation
+import dataclasses
+from pathlib import Path
 
-preset = Preset(
+from trialog.learn.train import load_preset
+
+dqn = load_preset(Path(__file__).resolve().parent / "dqn_cartpole.py")
+preset = dataclasses.replace(
+    dqn,
     name="dqn-cartpole-judged",
-    spec="../examples/cartpole/spec.yaml",
-    implementation="dqn",
-    agent={
-        "learning_rate": 2.3e-3,
-        "learning_rate_decay_steps": 50_000,
-        "batch_size": 64,
-        "learning_starts": 1_000,
-        "train_frequency": 256,
-        "gradient_steps": 512,
-        "target_update_interval": 512,
-        "n_step": 3,
-        "tau": 1.0,
-        "double": True,
-        "huber": False,
-        "max_grad_norm": 10.0,
-        "exploration_steps": 8_000,
-        "end_e": 0.04,
-        "hidden": [128, 128],
-        "seed": 1,
-    },  # fmt: skip
-    schedule=Schedule(
-        heatup_steps=1_000, steps_between_evaluations=5_000, evaluation_trials=10, total_steps=50_000, concurrency=2
-    ),
-    validation=Validation(min_reward_threshold=475),
+    schedule=dataclasses.replace(dqn.schedule, concurrency=2),
     learn_from=("person:*",),
     judges=("trialog.examples.cartpole.judge:upright",),
 )

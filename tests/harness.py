@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
-from trialog.bus.base import Bus
+from trialog.bus.base import Bus, Record
 from trialog.controller import Controller
 from trialog.runtime.service import ServiceLoop
 from trialog.services.actors.main import loops_for as actor_loops
@@ -64,3 +65,26 @@ async def deployment(
                 yield d, ctl
         finally:
             await d.stop()
+
+
+async def cartpole_trials(settings, seeds) -> tuple[Any, dict[str, list[tuple[Record, Any]]]]:
+    """Random CartPole trials of the train phase on an in-memory bus: each trial's records as
+    logged, decoded (what a learner service is fed)."""
+    from pathlib import Path
+
+    from trialog.bus.memory import MemoryBus
+    from trialog.protocol.topics import EVENTS
+    from trialog.spec import load_spec
+
+    bus = MemoryBus(settings)
+    spec = load_spec(Path(__file__).resolve().parents[1] / "examples" / "cartpole" / "spec.yaml", bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tids = [
+            await ctl.start_trial("cartpole", seed=s, implementations={"agent": "random"}, phase="train") for s in seeds
+        ]
+        for tid in tids:
+            await ctl.wait_ended(tid, timeout=30)
+    return bus, {
+        tid: [(r, bus.codec.decode(r.value, r.header("kind"))) for r in bus.records(EVENTS) if r.trial_id == tid]
+        for tid in tids
+    }

@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
 import yaml
 
-from tests.harness import deployment
+from tests.harness import cartpole_trials
 from trialog.actor import DecideRequest
 from trialog.bus.base import Record
 from trialog.bus.memory import MemoryBus
@@ -25,7 +24,6 @@ from trialog.model_registry import ModelVersion, from_safetensors, make_version
 from trialog.protocol.events import Reward
 from trialog.protocol.topics import EVENTS
 from trialog.services.learner.handler import LearnerHandler
-from trialog.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -373,22 +371,6 @@ async def test_an_off_policy_learner_slower_than_its_samples_publishes_after_eac
     published.clear()
     await handler._train()
     assert published == [(1, 5)]
-
-
-async def cartpole_trials(settings, seeds) -> tuple[MemoryBus, dict[str, list[tuple[Record, Any]]]]:
-    """Random CartPole trials of the train phase, run on an in-memory bus: each trial's records, decoded."""
-    bus = MemoryBus(settings)
-    spec = load_spec(ROOT / "examples" / "cartpole" / "spec.yaml", bus.store)
-    async with deployment(bus, spec) as (_, ctl):
-        tids = [
-            await ctl.start_trial("cartpole", seed=s, implementations={"agent": "random"}, phase="train") for s in seeds
-        ]
-        for tid in tids:
-            await ctl.wait_ended(tid, timeout=30)
-    return bus, {
-        tid: [(r, bus.codec.decode(r.value, r.header("kind"))) for r in bus.records(EVENTS) if r.trial_id == tid]
-        for tid in tids
-    }
 
 
 async def test_a_learner_told_its_reward_sources_learns_from_those_only(memory_settings):

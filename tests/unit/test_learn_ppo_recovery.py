@@ -12,33 +12,21 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from tests.harness import deployment
+from tests.harness import cartpole_trials
 from trialog.bus.base import Record
 from trialog.bus.memory import MemoryBus
 from trialog.learn.ppo import PPOPolicy
 from trialog.protocol.events import Action
 from trialog.protocol.topics import EVENTS
 from trialog.services.learner.handler import LearnerHandler
-from trialog.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = {"model": "m", "observation_size": 4, "actions": 2, "hidden": [8], "rollout_steps": 4, "update_epochs": 1}
 
 
-async def logged_trials(settings, seeds: list[int]) -> tuple[MemoryBus, list[list[tuple[Record, object]]]]:
-    """Train-phase CartPole trials of the random implementation, each trial's records as logged."""
-    bus = MemoryBus(settings)
-    spec = load_spec(ROOT / "examples" / "cartpole" / "spec.yaml", bus.store)
-    async with deployment(bus, spec) as (_, ctl):
-        tids = [
-            await ctl.start_trial("cartpole", seed=s, implementations={"agent": "random"}, phase="train") for s in seeds
-        ]
-        for tid in tids:
-            await ctl.wait_ended(tid, timeout=30)
-    return bus, [
-        [(r, bus.codec.decode(r.value, r.header("kind"))) for r in bus.records(EVENTS) if r.trial_id == tid]
-        for tid in tids
-    ]
+async def trials_of(settings, seeds: list[int]) -> tuple[MemoryBus, list[list[tuple[Record, object]]]]:
+    bus, logged = await cartpole_trials(settings, seeds)
+    return bus, list(logged.values())
 
 
 def laid_out(sequence: list[tuple[Record, object]], switch: int) -> list[tuple[Record, object]]:
@@ -96,7 +84,7 @@ def restarted(bus, records, handler: LearnerHandler) -> LearnerHandler:
 
 
 async def test_the_committed_offset_passes_the_trials_a_published_version_trained_on(memory_settings):
-    bus, (t1, t2, t3, t4) = await logged_trials(memory_settings, [1, 2, 3, 4])
+    bus, (t1, t2, t3, t4) = await trials_of(memory_settings, [1, 2, 3, 4])
     n12 = len(t1) + len(t2)
     records = laid_out(t1 + t2 + t3 + t4, n12)
     handler = learner_at(bus, 1)
@@ -116,7 +104,7 @@ async def test_a_trial_that_outlived_the_batch_is_kept_though_later_trials_ended
     acted after the batch was taken; the one ending after it (b) began before the batch too.
     Trial a's start stays the committed offset, though b and c hold more transitions than
     are still needed."""
-    bus, trials = await logged_trials(memory_settings, list(range(1, 9)))
+    bus, trials = await trials_of(memory_settings, list(range(1, 9)))
     a, b = sorted(trials, key=len)[:: len(trials) - 1]  # the shortest and the longest
     c = next(t for t in trials if t is not a and t is not b)
     interleaved = [x for pair in zip(a, b) for x in pair] + b[len(a) :]

@@ -200,10 +200,6 @@ def judge_processes(entries: Sequence[str], experiment: str, gateway: str, log_d
                 procs.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT))
         yield
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        from trialog.tools.campaign import stop_services
+
+        stop_services(procs)
