@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import csv
+import dataclasses
 import json
 import math
 import statistics
@@ -20,6 +21,7 @@ from trialog.tools.plot import TrialReturn
 from trialog.tools.teaming import (
     ModeSummary,
     TeamTrial,
+    check_ended,
     mode_implementations,
     parse_modes,
     summaries,
@@ -124,6 +126,16 @@ def test_results_are_written_as_a_plot_a_csv_and_a_json(tmp_path):
     assert doc["summary"][1]["ci_low"] is None  # one trial: no interval (NaN is not JSON)
     assert doc["trials"][0]["returns"] == {"a": 9.0, "b": 9.0}
     assert ModeSummary(**doc["summary"][0]) == rows[0]
+
+
+def test_a_trial_that_did_not_end_as_a_trial_should_is_left_out_and_named():
+    nobody_came = dataclasses.replace(_trial("human", 2, 0.0), reason="join_timeout")
+    never_indexed = dataclasses.replace(_trial("human", 3, 0.0), result=None)
+    trials = [_trial("human", 1, 4.0), nobody_came, never_indexed]
+    assert [(r.trials, r.mean) for r in summaries(trials, ["human"])] == [(1, 4.0)]
+    assert check_ended(trials) == [
+        "t-human-2 (human-only 2): join_timeout", "t-human-3 (human-only 3): no return in the log",
+    ]  # fmt: skip
 
 
 WELCOME = {

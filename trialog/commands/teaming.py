@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from trialog.commands.parts import command, positive_int, require_extra, run_async
-from trialog.settings import from_args
+from trialog.settings import Settings, from_args
 
 
 def add(sub) -> None:
@@ -50,7 +50,8 @@ def add(sub) -> None:
     )  # fmt: skip
     p.add_argument(
         "--local", action="store_true",
-        help="also run the spec's services and a web gateway locally for the evaluation's duration",
+        help="also run the spec's services and a web gateway locally for the evaluation's duration "
+        "(join links then start with http://127.0.0.1:PORT unless --gateway-url names another address)",
     )  # fmt: skip
     p.add_argument(
         "--gateway-port", type=positive_int, default=8000, help="with --local: the gateway's port (default 8000)"
@@ -88,7 +89,8 @@ def run(args) -> int:
     if args.local:
         from trialog.tools.campaign import create_topics, local_services
 
-        settings = dataclasses.replace(settings, gateway_url=f"http://127.0.0.1:{args.gateway_port}")
+        if settings.gateway_url == Settings().gateway_url:  # unless people reach it by another address
+            settings = dataclasses.replace(settings, gateway_url=f"http://127.0.0.1:{args.gateway_port}")
         asyncio.run(create_topics(settings))
         print(f"starting the services for {spec.name} and the gateway on port {args.gateway_port}…", file=sys.stderr)
         with local_services(settings, str(Path(spec_file).resolve()), gateway_port=args.gateway_port):

@@ -35,6 +35,7 @@ from trialog.tools.person import Person, play_seat
 from trialog.tools.plot import TrialReturn, trial_return
 
 MODES = {"ai": "AI-only", "human": "human-only", "mixed": "human+AI"}
+COMPLETE = ("environment", "max_ticks")  # the ends of trials that the summary counts
 
 # Student's t, two-sided 95% (the 0.975 quantile), by degrees of freedom; past 30, the
 # quantile of the largest tabulated degrees of freedom not above (a slightly wider interval).
@@ -98,6 +99,11 @@ class TeamTrial:
     ticks: int
     stand_in_actions: Mapping[str, int] = field(default_factory=dict)  # seat -> actions its stand-in sent
     result: TrialReturn | None = None  # from the log
+
+    @property
+    def complete(self) -> bool:
+        """Ended by the environment or max_ticks (not a join timeout, an error…), its return in the log."""
+        return self.reason in COMPLETE and self.result is not None
 
     def value(self, actor: str | None = None) -> float:
         if self.result is None:
@@ -191,7 +197,8 @@ async def run_teaming(
 
 async def returns_of(bus, trial_ids: Sequence[str], timeout: float = 60) -> dict[str, TrialReturn]:
     """The returns of these trials, replayed from the log as ``trialog plot`` computes them.
-    Waits (up to ``timeout``) for the ``trials`` index to list every one of them."""
+    Waits (up to ``timeout``) for the ``trials`` index to list every one of them; a trial it
+    does not list by then (one that never started) has none."""
     from trialog.controller import Controller
     from trialog.datalog.replay import read_trials
 
@@ -200,12 +207,8 @@ async def returns_of(bus, trial_ids: Sequence[str], timeout: float = 60) -> dict
     deadline = loop.time() + timeout
     while True:
         indexed = {r.trial_id for r in await Controller(bus).list_trials() if r.start_offset is not None}
-        if wanted <= indexed:
+        if wanted <= indexed or loop.time() > deadline:
             break
-        if loop.time() > deadline:
-            raise TrialogError(
-                f"the trials index does not list {len(wanted - indexed)} of the trials after {timeout} s"
-            )
         await asyncio.sleep(0.5)
     created: dict[str, int] = {}
 
@@ -222,7 +225,7 @@ async def returns_of(bus, trial_ids: Sequence[str], timeout: float = 60) -> dict
 
 def summaries(trials: Sequence[TeamTrial], modes: Sequence[str], actor: str | None = None) -> list[ModeSummary]:
     """One summary per mode, in the order of ``modes``."""
-    return [summarize(m, [t.value(actor) for t in trials if t.mode == m and t.result is not None]) for m in modes]
+    return [summarize(m, [t.value(actor) for t in trials if t.mode == m and t.complete]) for m in modes]
 
 
 def _nan(value: Any) -> bool:
@@ -296,7 +299,7 @@ def plot_modes(
     fig = Figure(figsize=(7, 4.5), dpi=100, layout="constrained")
     ax = fig.add_subplot()
     for x, r in enumerate(rows):
-        values = [t.value(actor) for t in trials if t.mode == r.mode and t.result is not None]
+        values = [t.value(actor) for t in trials if t.mode == r.mode and t.complete]
         n = len(values)
         xs = [x - 0.12 + (0.24 * k / (n - 1) if n > 1 else 0.12) for k in range(n)]
         dots = ax.plot(xs, values, "o", alpha=0.45, label=None)[0]
@@ -315,11 +318,11 @@ def plot_modes(
 
 
 def check_ended(trials: Sequence[TeamTrial]) -> list[str]:
-    """The trials that did not end as a trial should (by the environment or max_ticks), or have no return."""
+    """The trials left out of the summary: not ended by the environment or max_ticks, or with no return."""
     return [
         f"{t.trial_id} ({MODES[t.mode]} {t.index}): {t.reason if t.result is not None else 'no return in the log'}"
         for t in trials
-        if t.reason not in ("environment", "max_ticks") or t.result is None
+        if not t.complete
     ]
 
 
