@@ -55,6 +55,9 @@ const handlers = {
     } catch {
       look = null;
     }
+    // The history goes on arriving while the module loads (an ended trial's may all be in by
+    // then): draw the shown tick with the page's look now, not at the next message.
+    render();
   },
   observation(msg) {
     frame(msg.tick).observations[msg.actor] = msg.observation;
