@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from trialog.telemetry.logs import get_logger
+from trialog.tools.campaign import stop_services
 
 log = get_logger(__name__)
 
@@ -200,6 +201,4 @@ def judge_processes(entries: Sequence[str], experiment: str, gateway: str, log_d
                 procs.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT))
         yield
     finally:
-        from trialog.tools.campaign import stop_services
-
         stop_services(procs)
