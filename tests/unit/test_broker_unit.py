@@ -292,3 +292,11 @@ def test_cli_start_flags_reach_the_config(tmp_path):
 def test_cli_needs_a_broker_command():
     with pytest.raises(SystemExit):
         _parser().parse_args(["broker"])
+
+
+def test_a_broker_slow_to_answer_says_how_much_storage_it_loads(tmp_path):
+    config = _config(tmp_path)
+    assert process._storage_size(config) == ""  # no storage yet
+    for index in range(1200):
+        (config.log_dirs / f"test-{index}.events-0").mkdir(parents=True)
+    assert process._storage_size(config).startswith("its storage holds 1200 partitions")

@@ -201,6 +201,16 @@ def _probe_options(config: BrokerConfig) -> dict[str, Any] | None:
     return secure.admin_settings(config).kafka_client_options()
 
 
+def _storage_size(config: BrokerConfig) -> str:
+    """What the broker loads before it answers, said when it is much: thousands of partitions
+    left by earlier runs take a broker on a small machine minutes to load."""
+    try:
+        partitions = sum(1 for entry in config.log_dirs.iterdir() if entry.is_dir())
+    except OSError:
+        return ""
+    return f"its storage holds {partitions} partitions, which it loads first; " if partitions >= 1000 else ""
+
+
 def _wait_until_answering(config: BrokerConfig, pid: int, bootstrap: str, timeout: float, log_offset: int) -> None:
     deadline = time.monotonic() + timeout
     options = _probe_options(config)
@@ -216,7 +226,8 @@ def _wait_until_answering(config: BrokerConfig, pid: int, bootstrap: str, timeou
             _terminate(config, pid, timeout=30.0)
             raise BrokerError(
                 f"the Kafka broker did not answer on {bootstrap} within {timeout:.0f} s, so it was stopped; "
-                f"try again with a longer --timeout, or see {config.broker_log}. Its last lines:\n"
+                f"{_storage_size(config)}try again with a longer --timeout (or start over with empty storage: "
+                f"`trialog broker start --fresh`), or see {config.broker_log}. Its last lines:\n"
                 f"{_log_since(config.broker_log, log_offset)}"
             )
         time.sleep(0.5)
