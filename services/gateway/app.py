@@ -73,13 +73,13 @@ class Gateway:
         self.feed.watchers.append(self.dashboard.on_record)
         self.controller = Controller(bus, name="gateway")
 
-    def page_of(self, environment: str) -> str | None:
+    def page_of(self, spec: str, environment: str) -> str | None:
         """Where a seat's page module is, when the operator's pages folder has one for the
-        trial's environment: the module its spec names (``page:``), else ``<environment>.js``
-        (``/pages/…``); None: the shipped page, if any, else the generic one."""
+        trial's environment: the module the trial's spec names for it (``page:``), else
+        ``<environment>.js`` (``/pages/…``); None: the shipped page, if any, else the generic one."""
         if self.pages is None:
             return None
-        for name in (self.named_pages.get(environment), f"{environment}.js"):
+        for name in (self.named_pages.get((spec, environment)), f"{environment}.js"):
             if name and user_page(self.pages, name) is not None:
                 return f"/pages/{quote(name)}"
         return None
@@ -147,21 +147,17 @@ class Gateway:
         return trial_id, link(self.base_url, self.bus.trust.keyring, trial_id, actor)
 
 
-def _named_pages(specs: Mapping[str, Spec], folder: Path | None) -> dict[str, str]:
-    """Environment → the page module its spec names (``page:``, checked when the spec was
-    loaded). A page named but not in the folder is said once here; the trials of that
-    environment then get the next page in line (``<environment>.js``, shipped, generic)."""
-    named: dict[str, str] = {}
+def _named_pages(specs: Mapping[str, Spec], folder: Path | None) -> dict[tuple[str, str], str]:
+    """(spec, environment) → the page module the spec names for it (``page:``, checked when the
+    spec was loaded): two specs may draw one environment name with pages of their own. A page
+    named but not in the folder is said once here; the trials of that environment then get the
+    next page in line (``<environment>.js``, shipped, generic)."""
+    named: dict[tuple[str, str], str] = {}
     for spec in specs.values():
         for environment, impl in spec.environments.items():
             if not impl.page:
                 continue
-            if named.get(environment, impl.page) != impl.page:
-                raise TrialError(
-                    f"spec {spec.name!r} names page {impl.page!r} for environment {environment!r}, "
-                    f"another spec of this gateway {named[environment]!r}: give one page per environment name"
-                )
-            named[environment] = impl.page
+            named[(spec.name, environment)] = impl.page
             if folder is None or user_page(folder, impl.page) is None:
                 log.warning(
                     "a spec names a page the gateway's pages folder does not have; another page draws its trials",

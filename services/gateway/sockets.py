@@ -308,6 +308,11 @@ async def _after(event: asyncio.Event, start) -> None:
     await start()
 
 
+def _page(gw: Gateway, trial: TrialView) -> str | None:
+    """The page module that draws this trial, for its spec's environment (None: the shipped one)."""
+    return gw.page_of(trial.resolved.spec, trial.resolved.environment)
+
+
 async def _seat_from_log(page: Page, gw: Gateway, state: _SeatState, records, caught_up: asyncio.Event) -> None:
     me = state.seat.actor
     async for record in records:
@@ -323,7 +328,7 @@ async def _seat_from_log(page: Page, gw: Gateway, state: _SeatState, records, ca
                     "actor": state.seat.actor,
                     "holder": state.seat.holder,
                     **state.trial.describe(),
-                    "page": gw.page_of(state.trial.resolved.environment),
+                    "page": _page(gw, state.trial),
                 }
             )
             if state.ended is not None:
@@ -527,9 +532,7 @@ async def _watch_from_log(page: Page, gw: Gateway, state: _Watched, records) -> 
         if isinstance(event, ResolvedTrial):
             if state.trial is None:
                 state.trial = TrialView(gw.bus, event)
-                await page.send(
-                    {"type": "trial", **state.trial.describe(), "page": gw.page_of(state.trial.resolved.environment)}
-                )
+                await page.send({"type": "trial", **state.trial.describe(), "page": _page(gw, state.trial)})
                 state.trial_known.set()
             continue
         if state.trial is None:

@@ -15,7 +15,7 @@ from trialog.adapters.hosting import HostConfig, HostedEnvironment
 from trialog.adapters.views import view_function
 from trialog.bus.memory import MemoryBus
 from trialog.environment import TrialInfo
-from trialog.errors import SpecError, TrialError
+from trialog.errors import SpecError
 from trialog.protocol.trial import operator_code
 from trialog.services.gateway.app import build_app
 from trialog.services.gateway.routes import user_page
@@ -53,13 +53,14 @@ def test_the_gateway_serves_the_folder_and_refuses_paths_out_of_it(folders):
         answer = client.get(path)
         assert answer.status_code == 404 and "not for browsers" not in answer.text, path
     gw = app.state.gateway
-    assert gw.page_of("bids") == "/pages/bids.js" and gw.page_of("rps") is None and gw.page_of("../secret") is None
+    assert gw.page_of("any", "bids") == "/pages/bids.js"
+    assert gw.page_of("any", "rps") is None and gw.page_of("any", "../secret") is None
 
 
 def test_without_a_folder_no_page_is_served():
     app = build_app(MemoryBus(Settings()), {}, base_url="http://testserver")
     assert TestClient(app).get("/pages/bids.js").status_code == 404
-    assert app.state.gateway.page_of("bids") is None
+    assert app.state.gateway.page_of("any", "bids") is None
 
 
 def draw(env, actors):
@@ -188,18 +189,23 @@ def test_the_named_page_draws_its_environment_then_environment_js_then_the_shipp
     ]
     app = build_app(MemoryBus(Settings()), {s.name: s for s in specs}, base_url="http://testserver", pages=pages)
     gw = app.state.gateway
-    assert gw.page_of("tug") == gw.page_of("pull") == "/pages/games/rope.js"
-    assert gw.page_of("duel") == "/pages/duel.js" and gw.page_of("rps") is None
+    assert gw.page_of("one", "tug") == gw.page_of("two", "pull") == "/pages/games/rope.js"
+    assert gw.page_of("three", "duel") == "/pages/duel.js" and gw.page_of("four", "rps") is None
+    assert gw.page_of("another", "tug") is None  # no tug.js: a spec that names no page for tug gets the shipped one
     assert TestClient(app).get("/pages/games/rope.js").status_code == 200
     # Without a folder no page is the operator's, whatever the specs name.
     bare = build_app(MemoryBus(Settings()), {s.name: s for s in specs}, base_url="http://testserver")
-    assert bare.state.gateway.page_of("tug") is None
+    assert bare.state.gateway.page_of("one", "tug") is None
 
 
-def test_two_specs_naming_different_pages_for_one_environment_stop_the_gateway(tmp_path):
+def test_two_specs_may_draw_one_environment_name_with_pages_of_their_own(tmp_path):
+    for name in ("a.js", "b.js", "tug.js"):
+        (tmp_path / name).write_text("export function create() { return {}; }\n")
     specs = [
         spec_with_page("a.js", name="one", environment="tug"),
         spec_with_page("b.js", name="two", environment="tug"),
     ]
-    with pytest.raises(TrialError, match="one page per environment name"):
-        build_app(MemoryBus(Settings()), {s.name: s for s in specs}, base_url="http://testserver", pages=tmp_path)
+    gw = build_app(MemoryBus(Settings()), {s.name: s for s in specs}, base_url="http://testserver", pages=tmp_path)
+    gw = gw.state.gateway
+    assert (gw.page_of("one", "tug"), gw.page_of("two", "tug")) == ("/pages/a.js", "/pages/b.js")
+    assert gw.page_of("three", "tug") == "/pages/tug.js"  # a spec naming no page: <environment>.js
