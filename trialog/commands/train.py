@@ -36,10 +36,11 @@ def add(sub) -> None:
     )  # fmt: skip
 
     def do_train(args) -> int:
+        from trialog.learn.curriculum import CurriculumResult, stages_table
         from trialog.learn.train import load_preset, plot, table
 
         preset = load_preset(args.preset)
-        if args.total_steps is not None:
+        if args.total_steps is not None:  # a curriculum shares it among its stages (trialog.learn.curriculum)
             schedule = dataclasses.replace(preset.schedule, total_steps=args.total_steps)  # checked by Schedule
             preset = dataclasses.replace(preset, schedule=schedule)
         out = Path(args.out or f"train-{preset.name}")
@@ -54,6 +55,8 @@ def add(sub) -> None:
 
             result = train(from_args(args), preset, out, tensorboard=tensorboard)
         print(table(preset, result))
+        if isinstance(result, CurriculumResult):
+            print(stages_table(result))
         files = plot(preset, result, out / "eval_return.png")
         print(f"plot: {files.png} (data: {files.csv}, {files.json})")
         print(f"summary: {out / 'summary.json'}")

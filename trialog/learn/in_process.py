@@ -156,8 +156,9 @@ class InProcess:
         # service's process), a decide-style class one instance per (trial, actor).
         self.policies: dict[str, Policy] = {}
         self.agent_classes: dict[str, type] = {}
-        for a in t.actors:
-            impl_name = self.played.get(a.name, a.implementation)
+        pools = getattr(preset, "partners_of", lambda _: {})(spec)  # a curriculum's stages' partners (and baseline)
+        partners = [(a, i) for a in t.actors for i in pools.get(a.name, ())]
+        for a, impl_name in [(a, self.played.get(a.name, a.implementation)) for a in t.actors] + partners:
             if impl_name in self.policies or impl_name in self.agent_classes:
                 continue
             impl = spec.actors[impl_name]
@@ -181,7 +182,7 @@ class InProcess:
         self.policy = self.policies[preset.implementation]
         self.model = self.policy.model or preset.implementation
         for name, policy in self.policies.items():
-            if name != preset.implementation and policy.model:
+            if name != preset.implementation and policy.model and policy.model not in getattr(preset, "models", {}):
                 self._say(
                     f"{preset.name}: {name!r} follows model {policy.model!r}, which in-process mode does not load "
                     "(it acts as it does before any version)"
@@ -203,8 +204,11 @@ class InProcess:
     def _run(self) -> TrainResult:
         s, result = self.preset.schedule, self.result
         progress, recent = _Progress(self.quiet), []
+        start = result.env_steps  # a curriculum's stage goes on from the steps before it
         started = time.monotonic()
-        if getattr(self.learner, "publish_initial", False):
+        if (
+            getattr(self.learner, "publish_initial", False) and self.version == 0
+        ):  # (a curriculum's next stage: not again)
             self._publish(0.0)  # on-policy: actors act with version 1 before anything is learned
 
         def run_until(phase: str, target_steps: int) -> None:
@@ -219,13 +223,13 @@ class InProcess:
                     recent.append(ret)
                     self.curves.trial_ended(result.env_steps, ret, self.version)
                     last = result.evaluations[-1] if result.evaluations else None
-                    progress.show(phase, result.env_steps, s.total_steps, recent, last, self.version)
+                    progress.show(phase, result.env_steps, start + s.total_steps, recent, last, self.version)
 
-        run_until("heatup", s.heatup_steps)
-        next_eval = s.steps_between_evaluations
+        run_until("heatup", start + s.heatup_steps)
+        next_eval = start + s.steps_between_evaluations
         # Every run ends with an evaluation, even one whose heatup (its trials in flight finishing) ate the budget.
-        while result.env_steps < s.total_steps or not result.evaluations:
-            run_until("train", min(next_eval, s.total_steps))
+        while result.env_steps < start + s.total_steps or not result.evaluations:
+            run_until("train", min(next_eval, start + s.total_steps))
             next_eval = result.env_steps + s.steps_between_evaluations
             live = [self._start("evaluate") for _ in range(s.evaluation_trials)]
             rets = []
@@ -235,7 +239,7 @@ class InProcess:
                     rets.append(ret)
             e = Evaluation(result.env_steps, result.episodes, sum(rets) / len(rets), rets, self.version)
             result.evaluations.append(e)
-            progress.evaluated(e, s.total_steps)
+            progress.evaluated(e, start + s.total_steps)
             self.curves.evaluated(e)
             if self.preset.stop_when_valid and _valid(self.preset, result):
                 break
@@ -249,12 +253,12 @@ class InProcess:
     # --- trials -----------------------------------------------------------------------------------------
     def _start(self, phase: str) -> _Live:
         seed, self.next_seed = self.next_seed, self.next_seed + 1
-        t = self.spec.trial
+        t, setup = self.spec.trial, self.preset.trial_setup(self.played, seed)
         actors = tuple(
             ActorInfo(
                 a.name,
                 a.actor_class,
-                (impl := self.played.get(a.name, a.implementation)),
+                (impl := setup["implementations"].get(a.name, a.implementation)),
                 {**self.spec.actors[impl].config, **a.config},
             )
             for a in t.actors
@@ -264,7 +268,7 @@ class InProcess:
             seed=seed,
             config=dict(self.env_config),
             actors=actors,
-            parameters=dict(t.parameters),
+            parameters={**t.parameters, **setup.get("parameters", {})},
             max_ticks=t.max_ticks,
             experiment=self.preset.name,
             phase=phase,
@@ -516,6 +520,6 @@ def train_in_process(
     curves into ``tensorboard``, by default ``out_dir/tensorboard``)."""
     run = InProcess(preset, out_dir, quiet=quiet, tensorboard=tensorboard)
     run._say(f"{preset.name}: TensorBoard curves in {run.tensorboard}")
-    result = run.run()
+    result = preset.run_in_process(run) if hasattr(preset, "run_in_process") else run.run()  # a curriculum: stages
     write_summary(out_dir, preset, result)
     return result

@@ -110,6 +110,14 @@ class Preset:
     judges: tuple[str, ...] = ()
     file: str = ""  # set by load_preset
 
+    def trial_setup(self, played: Mapping[str, str], seed: int) -> dict[str, Any]:
+        """The start request's implementations for the trial seeded ``seed`` (a curriculum's stage
+        adds its partners and its label: trialog.learn.curriculum)."""
+        return {"implementations": dict(played)}
+
+    async def run(self, settings: Settings, spec, **kwargs) -> TrainResult:  # a curriculum runs its stages
+        return await run_phases(settings, self, spec, **kwargs)
+
 
 def judging(preset: Preset) -> tuple[Callable[[str], bool] | None, list[Callable]]:
     """Which senders the preset's learner learns from (None: all), and its judges' rating
@@ -241,7 +249,8 @@ def hosted_implementations(preset: Preset, spec) -> list[str]:
     only these, since each hosted one is a consumer group reading every record (a spec may
     declare more: CartPole's has dqn, ppo and random, and a DQN run reads the log once, not thrice)."""
     played = played_actors(preset, spec)
-    chosen = {played.get(a.name, a.implementation) for a in spec.trial.actors}
+    partners = getattr(preset, "partners_of", lambda _: {})(spec)  # a curriculum's stages' (trialog.learn.curriculum)
+    chosen = {played.get(a.name, a.implementation) for a in spec.trial.actors}.union(*partners.values())
     return sorted(i for i in chosen if i in spec.actors and spec.actors[i].served_here)
 
 
@@ -314,6 +323,7 @@ def write_summary(out_dir: Path, preset: Preset, result: TrainResult) -> Path:
         "model_version": result.model_version,
         "schedule": dataclasses.asdict(preset.schedule),
         "seed": preset.seed,
+        **getattr(result, "summary_fields", {}),  # a curriculum's stages (trialog.learn.curriculum)
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "summary.json"
@@ -384,14 +394,17 @@ async def run_phases(
     quiet: bool = False,
     version_timeout: float = 120,
     curves: Curves | None = None,
+    result: TrainResult | None = None,
 ) -> TrainResult:
     """Heatup, then train ↔ evaluate until the budget, against services already running
-    (``spec``: the loaded spec the orchestrator serves); the run's TensorBoard ``curves`` as it goes."""
+    (``spec``: the loaded spec the orchestrator serves); the run's TensorBoard ``curves`` as it goes;
+    a curriculum's stage goes on from the counters of the ``result`` before it."""
     from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
 
-    s, result, progress = preset.schedule, TrainResult(), _Progress(quiet)
+    s, result, progress = preset.schedule, result or TrainResult(), _Progress(quiet)
+    start = result.env_steps
     played = played_actors(preset, spec)
     recent: list[float] = []
     next_seed = preset.seed
@@ -415,9 +428,8 @@ async def run_phases(
         async def one(phase: str) -> tuple[int, float]:
             nonlocal next_seed
             seed, next_seed = next_seed, next_seed + 1
-            tid = await ctl.start_trial(
-                spec.name, seed=seed, implementations=played, experiment=preset.name, phase=phase
-            )
+            setup = preset.trial_setup(played, seed)
+            tid = await ctl.start_trial(spec.name, seed=seed, **setup, experiment=preset.name, phase=phase)
             started = await ctl.wait_started(tid)
             learning = next((a.name for a in started.actors if a.implementation == preset.implementation), "")
             ended = await ctl.wait_ended(tid, timeout=600)
@@ -441,18 +453,18 @@ async def run_phases(
                 progress.show(
                     phase,
                     result.env_steps,
-                    s.total_steps,
+                    start + s.total_steps,
                     recent,
                     result.evaluations[-1] if result.evaluations else None,
                     version,
                 )
 
         version = 0
-        await run_until("heatup", s.heatup_steps)
-        next_eval = s.steps_between_evaluations
+        await run_until("heatup", start + s.heatup_steps)
+        next_eval = start + s.steps_between_evaluations
         # Every run ends with an evaluation, even one whose heatup (its trials in flight finishing) ate the budget.
-        while result.env_steps < s.total_steps or not result.evaluations:
-            await run_until("train", min(next_eval, s.total_steps))
+        while result.env_steps < start + s.total_steps or not result.evaluations:
+            await run_until("train", min(next_eval, start + s.total_steps))
             next_eval = result.env_steps + s.steps_between_evaluations
             # Evaluate the version that has seen every step so far (the learner may lag a little).
             deadline = time.monotonic() + version_timeout
@@ -468,7 +480,7 @@ async def run_phases(
             rets = [r for _, r in await asyncio.gather(*(one("evaluate") for _ in range(s.evaluation_trials)))]
             e = Evaluation(result.env_steps, result.episodes, sum(rets) / len(rets), rets, version)
             result.evaluations.append(e)
-            progress.evaluated(e, s.total_steps)
+            progress.evaluated(e, start + s.total_steps)
             if curves is not None:
                 curves.evaluated(e)
             if preset.stop_when_valid and _valid(preset, result):
@@ -580,7 +592,7 @@ def train(
             ),
             judge_processes(preset.judges, preset.name, f"http://127.0.0.1:{gateway_port}", out_dir / "logs"),
         ):
-            result = asyncio.run(run_phases(settings, preset, spec, quiet=quiet, curves=curves))
+            result = asyncio.run(preset.run(settings, spec, quiet=quiet, curves=curves))
     finally:
         curves.close()
     result.on_policy = on_policy
