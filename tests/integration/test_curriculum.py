@@ -80,7 +80,8 @@ async def test_a_curriculum_runs_its_stages_through_the_log(kafka_settings, tmp_
     assert (mixed["name"], mixed["met"], mixed["ended_by"]) == ("mixed", False, "budget")
     assert mixed["env_steps"] >= 48 and len(mixed["evaluations"]) == 3
     assert summary["env_steps"] == warm["env_steps"] + mixed["env_steps"]
-    assert "published partner model chain-clone v1" in done.stderr
+    assert "published partner model chain-clone v1 (16 demonstrations of partner" in done.stderr
+    assert summary["partner_models"]["chain-clone"]["version"] == 1  # 2 trials × 4 ticks × 2 actors
     assert "mixed" in done.stdout and "not met" in done.stdout  # the stages' table
 
     stages = load_preset(tmp_path / "preset.py").stages

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import sys
+import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -236,10 +238,11 @@ def check(preset: Curriculum, spec) -> None:
 class CurriculumResult(TrainResult):
     stages: list[dict[str, Any]] = field(default_factory=list)
     baseline: dict[str, Any] | None = None
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)  # partner models made: version, metadata
 
     @property
     def summary_fields(self) -> dict[str, Any]:  # what summary.json adds for a curriculum
-        return {"stages": self.stages, "baseline": self.baseline}
+        return {"stages": self.stages, "baseline": self.baseline, "partner_models": self.models}
 
 
 def _stage_record(stage: Stage, before: TrainResult, after: TrainResult, seconds: float) -> dict[str, Any]:
@@ -296,8 +299,6 @@ async def run_stages_through_log(
 ) -> CurriculumResult:
     """The stages in turn against the services :func:`trialog.learn.train.train` started, after
     publishing the partners' models; then the baseline."""
-    import time
-
     from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
@@ -311,7 +312,8 @@ async def run_stages_through_log(
                 algorithm, tensors, meta = await asyncio.to_thread(make, spec)
                 data = model_registry.to_safetensors(tensors)
                 v = await model_registry.publish_next(bus, catalog, name, algorithm, data, meta)
-                _say(quiet, f"{preset.name}: published partner model {name} v{v.version}")
+                _say(quiet, f"{preset.name}: published partner model {name} v{v.version}{_about(meta)}")
+                total.models[name] = {"version": v.version, "algorithm": algorithm, **meta}
         await asyncio.sleep(2.0)  # the actor services load it from `models`
     for stage in preset.stages:
         _say(quiet, f"{preset.name}: stage {stage.name} (partners {_partners_text(stage)})")
@@ -351,12 +353,11 @@ async def run_stages_through_log(
 def run_stages_in_process(run) -> CurriculumResult:
     """The stages in turn in one :class:`trialog.learn.in_process.InProcess` run (its learner, policy
     and seeds going on from stage to stage), the partners' models loaded first; then the baseline."""
-    import time
-
     from trialog.learn.curves import Curves, learner_dir
     from trialog.model_registry import make_version
 
     preset: Curriculum = run.preset
+    made = {}
     for name, make in preset.models.items():
         algorithm, tensors, meta = make(run.spec)
         version = make_version(name, 1, algorithm, tensors, meta, store=str((run.out_dir / "models").resolve()))
@@ -364,8 +365,9 @@ def run_stages_in_process(run) -> CurriculumResult:
             if policy.model == name:
                 policy.load(version)
                 policy.policy_version = version.version
-        _say(run.quiet, f"{preset.name}: loaded partner model {name} v1")
-    total = CurriculumResult(mode="in-process", on_policy=run.on_policy, algorithm=run.result.algorithm)
+        _say(run.quiet, f"{preset.name}: loaded partner model {name} v1{_about(meta)}")
+        made[name] = {"version": 1, "algorithm": algorithm, **meta}
+    total = CurriculumResult(mode="in-process", on_policy=run.on_policy, algorithm=run.result.algorithm, models=made)
     run.curves, run.learner_curves = Curves(run.tensorboard), Curves(learner_dir(run.tensorboard))
     try:
         for stage in preset.stages:
@@ -485,8 +487,14 @@ def _partners_text(stage: Stage) -> str:
     )
 
 
-def _say(quiet: bool, text: str) -> None:
-    import sys
+def _about(meta: Mapping[str, Any]) -> str:
+    """What a partner model's metadata says of how it was made (a clone: its demonstrations and accuracy)."""
+    if "demonstrations" not in meta:
+        return ""
+    accuracy = f", accuracy {meta['accuracy']:.2f} on them" if "accuracy" in meta else ""
+    return f" ({meta['demonstrations']:,} demonstrations of {meta.get('of', '?')}{accuracy})"
 
+
+def _say(quiet: bool, text: str) -> None:
     if not quiet:
         print(text, file=sys.stderr, flush=True)
