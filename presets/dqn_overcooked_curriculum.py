@@ -39,7 +39,7 @@ preset = Curriculum(
         "n_step": 3,
         "gamma": 0.99,
         "max_grad_norm": 10.0,
-        "exploration_steps": 16_000,
+        "exploration_steps": 30_000,
         "end_e": 0.05,
         "hidden": [128, 128],
         "seed": 1,

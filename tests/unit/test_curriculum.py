@@ -119,6 +119,20 @@ def test_stages_run_in_turn_moving_on_at_their_rule_or_their_budget(tmp_path):
     assert summary["valid"] is False and summary["env_steps"] == 48
 
 
+def test_a_stage_without_a_rule_runs_its_whole_budget(tmp_path):
+    preset = curriculum(
+        tmp_path,
+        Stage("first", {"partner": "partner"}, schedule(16, heatup=8)),
+        Stage("second", {"partner": "still"}, schedule(24)),
+    )
+    result = train_in_process(preset, tmp_path / "run", quiet=True)
+    assert [(s["env_steps"], len(s["evaluations"]), s["met"], s["ended_by"]) for s in result.stages] == [
+        (16, 2, None, "budget"),
+        (24, 3, None, "budget"),
+    ]
+    assert result.valid is None
+
+
 def test_every_trial_records_its_stage_and_plays_its_stages_partners(tmp_path):
     preset = two_stages(tmp_path)
     train_in_process(preset, tmp_path / "run", quiet=True)

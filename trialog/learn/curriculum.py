@@ -152,7 +152,14 @@ class Curriculum(Preset):
             rule = dataclasses.replace(
                 rule, max_episodes_to_achieve_reward=episodes + rule.max_episodes_to_achieve_reward
             )
-        return _with(self, stage=stage.name, schedule=stage.schedule, validation=rule, seed=seed, stop_when_valid=True)
+        return _with(
+            self,
+            stage=stage.name,
+            schedule=stage.schedule,
+            validation=rule,
+            seed=seed,
+            stop_when_valid=rule is not None,
+        )
 
     async def run(self, settings, spec, **kwargs) -> TrainResult:
         return await run_stages_through_log(settings, self, spec, **kwargs)
