@@ -50,6 +50,7 @@ actors:
   learning: {entry: "trialog.learn.dqn:DQNPolicy", config: {observation_size: 2, actions: 2}}
   partner: {entry: "tests.unit.test_learn_in_process:Partner"}
   still: {entry: "tests.unit.test_curriculum:Still"}
+  person: {client: true}
 trial:
   environment: chain
   actors:
@@ -219,6 +220,7 @@ def test_bad_stage_configs_are_refused_with_the_reason(tmp_path):
         (Stage("a", {"carol": "partner"}, schedule(8)), "no actor 'carol' in the trial"),
         (Stage("a", {"learner": "partner"}, schedule(8)), "'learner' is played by the learning implementation"),
         (Stage("a", {"partner": "nobody"}, schedule(8)), "partner 'nobody' is no actor implementation"),
+        (Stage("a", {"partner": "person"}, schedule(8)), "is a person .client seat.: stages take"),
     ]:
         with pytest.raises(SpecError, match=problem):
             InProcess(curriculum(tmp_path, stage), tmp_path / "bad")

@@ -229,6 +229,13 @@ def check(preset: Curriculum, spec) -> None:
                         f"implementation of the spec ({', '.join(spec.actors)})",
                         file=spec.file,
                     )
+                if declared.client or declared.external:
+                    raise SpecError(
+                        f"curriculum {preset.name}, stage {s.name}: {actor!r}'s partner {impl!r} is "
+                        f"{'a person (client seat)' if declared.client else 'an external implementation'}: "
+                        "stages take Trialog's own agents and policies (a stage of people is not supported yet)",
+                        file=spec.file,
+                    )
                 if declared.classes and actors[actor] not in declared.classes:
                     raise SpecError(
                         f"curriculum {preset.name}, stage {s.name}: {impl!r} does not play class {actors[actor]!r}",
