@@ -6,7 +6,10 @@ implementation plays both, and the learner takes the transitions of both — eac
 linked to its own previous ones, so that n-step returns follow one cook. The reward is common
 (CoGrid's cramped room gives both cooks every soup's 20, and the shaping's 3 per onion in a pot
 and 5 per soup in a dish), so a cook's return is the team's. planner+planner on the same layout
-is the bar: 145 on every seed (docs/learning.md, "Self-play on Overcooked").
+is the bar: 145 on every seed. Measured (docs/learning.md, "Self-play on Overcooked"): the two
+cooks learn to fill the pot and, late, to dish a soup, and reach 7.9 at best through the log, 5 %
+of the bar (the issue asks half); the same policy with ε 0.05 delivers soups in training, where
+the greedy evaluation's identical cooks get stuck.
 
 One shared policy rather than two: the cooks' observations are each cook's own view (its
 position, direction and inventory first, then its partner's), so one network serves both seats
@@ -19,9 +22,9 @@ spec declares `ppo` too, to try it).
 Hyperparameters: the curriculum preset's DQN for Overcooked (892 features, 7 actions, 128x128,
 3-step returns, rate 5e-4) with one update per transition. The learner counts transitions, two
 per tick: its step counts (learning_starts, exploration_steps, the rate's decay) are twice the
-ticks they stand for. CoGrid's numpy backend (the PettingZoo adapter), not the JAX one: in a
-3,200-step run on the shared machine the JAX adapter compiled its batch sizes for 72 s (the run
-took 65 s against 45 s on numpy), which a run of this length does not clearly win back.
+ticks they stand for. CoGrid's numpy backend (the PettingZoo adapter), not the JAX one: the JAX
+adapter compiles its batch sizes first (72 s in a trial run on the shared machine, its first 3,200
+ticks no faster than numpy's), not clearly won back in a run of this length; not measured further.
 """
 
 from trialog.learn.train import Preset, Schedule
