@@ -206,9 +206,7 @@ class InProcess:
         progress, recent = _Progress(self.quiet), []
         start = result.env_steps  # a curriculum's stage goes on from the steps before it
         started = time.monotonic()
-        if (
-            getattr(self.learner, "publish_initial", False) and self.version == 0
-        ):  # (a curriculum's next stage: not again)
+        if getattr(self.learner, "publish_initial", False) and self.version == 0:  # once (a curriculum: stages)
             self._publish(0.0)  # on-policy: actors act with version 1 before anything is learned
 
         def run_until(phase: str, target_steps: int) -> None:
