@@ -7,9 +7,10 @@ linked to its own previous ones, so that n-step returns follow one cook. The rew
 (CoGrid's cramped room gives both cooks every soup's 20, and the shaping's 3 per onion in a pot
 and 5 per soup in a dish), so a cook's return is the team's. planner+planner on the same layout
 is the bar: 145 on every seed. Measured (docs/learning.md, "Self-play on Overcooked"): in-process
-the two cooks pass half of it at 38,400 ticks and play at the planner's level from 44,800 on (139);
-through the log two runs stayed below 10 in greedy evaluations, their train trials (ε 0.05)
-delivering soups meanwhile: the greedy identical cooks get stuck.
+the two cooks pass half of it at 38,400 ticks and play near the planner's level from 44,800 on
+(139); through the log one run passed half at 43,000 ticks (111.6), another stayed below 10 in its
+greedy evaluations while its train trials (ε 0.05) delivered soups: identical greedy cooks can get
+stuck.
 
 One shared policy rather than two: the cooks' observations are each cook's own view (its
 position, direction and inventory first, then its partner's), so one network serves both seats
