@@ -53,7 +53,11 @@ async def test_the_welcome_carries_the_page_the_spec_names(kafka_settings):
 
 
 def _environment(kafka_settings, gateway_port: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIALOG_")}
+    # The tutorial's settings only, but the local broker's location kept: its `trialog broker
+    # start` must find the broker this suite runs on (CI keeps one in a data dir of its own).
+    kept = ("TRIALOG_BROKER_DIR", "TRIALOG_BROKER_PORT", "TRIALOG_BROKER_CONTROLLER_PORT", "TRIALOG_KAFKA_CACHE",
+            "TRIALOG_KAFKA_VERSION")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIALOG_") or k in kept}
     return env | {
         "TRIALOG_BOOTSTRAP_SERVERS": kafka_settings.bootstrap_servers,
         "TRIALOG_TOPIC_PREFIX": kafka_settings.topic_prefix,
