@@ -156,7 +156,7 @@ class InProcess:
         # service's process), a decide-style class one instance per (trial, actor).
         self.policies: dict[str, Policy] = {}
         self.agent_classes: dict[str, type] = {}
-        pools = getattr(preset, "partners_of", lambda _: {})(spec)  # a curriculum's stages' partners (and baseline)
+        pools = preset.partners_of(spec)  # a curriculum's stages' partners (and baseline)
         partners = [(a, i) for a in t.actors for i in pools.get(a.name, ())]
         for a, impl_name in [(a, self.played.get(a.name, a.implementation)) for a in t.actors] + partners:
             if impl_name in self.policies or impl_name in self.agent_classes:
@@ -518,6 +518,6 @@ def train_in_process(
     curves into ``tensorboard``, by default ``out_dir/tensorboard``)."""
     run = InProcess(preset, out_dir, quiet=quiet, tensorboard=tensorboard)
     run._say(f"{preset.name}: TensorBoard curves in {run.tensorboard}")
-    result = preset.run_in_process(run) if hasattr(preset, "run_in_process") else run.run()  # a curriculum: stages
+    result = preset.run_in_process(run)
     write_summary(out_dir, preset, result)
     return result

@@ -1,8 +1,7 @@
 """``trialog train PRESET``: Coach's improve loop, over trials.
 
-A **preset** is one Python file that defines ``preset = Preset(...)``: the experiment's
-name, the spec, the learning actor implementation and its hyperparameters, the
-schedule and the validation rule::
+A **preset** is one Python file that defines ``preset = Preset(...)``: the experiment's name, the spec, the
+learning actor implementation and its hyperparameters, the schedule and the validation rule::
 
     from trialog.learn.train import Preset, Schedule, Validation
 
@@ -17,23 +16,21 @@ schedule and the validation rule::
         validation=Validation(min_reward_threshold=475, max_episodes_to_achieve_reward=1_000),
     )
 
-The run starts the spec's services and a learner as local processes (as ``trialog
-run --serve`` does), then goes through the phases, each trial labelled with the
-experiment and its phase in the log:
+The run starts the spec's services and a learner as local processes (as ``trialog run --serve`` does), then
+goes through the phases, each trial labelled with the experiment and its phase in the log:
 
 - **heatup** — exploration-only actions, no training: fills the learner's memory;
 - **train** — the policy acts with exploration while the learner trains;
-- **evaluate** — greedy actions over N whole trials, their mean return recorded
-  against the env steps trained on so far (after the learner has published a
-  version that has seen them).
+- **evaluate** — greedy actions over N whole trials, their mean return recorded against the env steps
+  trained on so far (after the learner has published a version that has seen them).
 
-It ends with a table and a plot (PNG, with its CSV and JSON beside it) of the
-evaluation return per env step, and ``summary.json`` (:func:`write_summary`); the exit
-code says whether the validation rule held (0) or not (1).
+It ends with a table and a plot (PNG, with its CSV and JSON beside it) of the evaluation return per env step,
+and ``summary.json`` (:func:`write_summary`); the exit code says whether the validation rule held (0) or not
+(1).
 
-``trialog train PRESET --in-process`` runs the same preset in one process over the
-environment directly, no broker (:mod:`trialog.learn.in_process`); what both modes share
-lives here: the preset, the schedule, the checks, the result, its table, plot and summary.
+``trialog train PRESET --in-process`` runs the same preset in one process over the environment directly, no
+broker (:mod:`trialog.learn.in_process`); what both modes share lives here: the preset, the schedule, the
+checks, the result, its table, plot and summary.
 """
 
 from __future__ import annotations
@@ -102,21 +99,26 @@ class Preset:
     environment_processes: int = 1
     actor_processes: int = 1
     stop_when_valid: bool = False  # end at the first evaluation that meets the rule
-    # The reward senders the learner learns from (shell patterns: env, 'person:*'…; empty: every
-    # source), and judges rating its heatup and train trials' steps late, as a person on the watch
-    # page does: rate(before, after, final) functions by entry (`trialog judge`, one process each,
-    # beside a gateway; their rewards come from person:judge-<i>).
+    # The reward senders the learner learns from (shell patterns: env, 'person:*'…; empty: every source), and
+    # judges rating its heatup and train trials' steps late, as a person on the watch page does: rate(before,
+    # after, final) functions by entry (`trialog judge`, one process each, beside a gateway; person:judge-<i>).
     learn_from: tuple[str, ...] = ()
     judges: tuple[str, ...] = ()
     file: str = ""  # set by load_preset
 
+    # What a curriculum (trialog.learn.curriculum) changes: the partners its stages may give each
+    # actor, each trial's implementations and stage label, and the phases run once per stage.
+    def partners_of(self, spec) -> dict[str, tuple[str, ...]]:
+        return {}
+
     def trial_setup(self, played: Mapping[str, str], seed: int) -> dict[str, Any]:
-        """The start request's implementations for the trial seeded ``seed`` (a curriculum's stage
-        adds its partners and its label: trialog.learn.curriculum)."""
         return {"implementations": dict(played)}
 
-    async def run(self, settings: Settings, spec, **kwargs) -> TrainResult:  # a curriculum runs its stages
+    async def run(self, settings: Settings, spec, **kwargs) -> TrainResult:
         return await run_phases(settings, self, spec, **kwargs)
+
+    def run_in_process(self, run) -> TrainResult:
+        return run.run()
 
 
 def judging(preset: Preset) -> tuple[Callable[[str], bool] | None, list[Callable]]:
@@ -222,6 +224,10 @@ class TrainResult:
     discarded: int | None = None  # transitions an on-policy learner threw away (acted by another version)
     model_version: int = 0  # the last version published
 
+    @property
+    def summary_fields(self) -> dict[str, Any]:  # what summary.json adds (a curriculum's stages)
+        return {}
+
     def first_reaching(self, threshold: float) -> Evaluation | None:
         return next((e for e in self.evaluations if e.mean_return >= threshold), None)
 
@@ -249,8 +255,8 @@ def hosted_implementations(preset: Preset, spec) -> list[str]:
     only these, since each hosted one is a consumer group reading every record (a spec may
     declare more: CartPole's has dqn, ppo and random, and a DQN run reads the log once, not thrice)."""
     played = played_actors(preset, spec)
-    partners = getattr(preset, "partners_of", lambda _: {})(spec)  # a curriculum's stages' (trialog.learn.curriculum)
-    chosen = {played.get(a.name, a.implementation) for a in spec.trial.actors}.union(*partners.values())
+    partners = preset.partners_of(spec).values()
+    chosen = {played.get(a.name, a.implementation) for a in spec.trial.actors}.union(*partners)
     return sorted(i for i in chosen if i in spec.actors and spec.actors[i].served_here)
 
 
@@ -323,7 +329,7 @@ def write_summary(out_dir: Path, preset: Preset, result: TrainResult) -> Path:
         "model_version": result.model_version,
         "schedule": dataclasses.asdict(preset.schedule),
         "seed": preset.seed,
-        **getattr(result, "summary_fields", {}),  # a curriculum's stages (trialog.learn.curriculum)
+        **result.summary_fields,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "summary.json"
