@@ -46,6 +46,7 @@ from trialog.datalog.samples import TrialFold
 from trialog.learn.curves import Curves
 from trialog.learn.memory import transitions
 from trialog.protocol.events import (
+    LEARN_PHASES,
     Action,
     ActorJoined,
     ActorTimeout,
@@ -63,7 +64,6 @@ from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)
 
-LEARN_PHASES = frozenset({"heatup", "train"})
 RECENT_TRIALS = 256  # ended trials kept to join late rewards to their transitions (each holds its fold: fewer)
 ROUNDS_PER_VERSION = 1  # off-policy training rounds between two published versions (see _train)
 

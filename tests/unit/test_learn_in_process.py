@@ -18,7 +18,8 @@ from trialog.environment import Environment, RewardOut, Step
 from trialog.errors import SpecError, TrialogError
 from trialog.learn.in_process import InProcess, train_in_process
 from trialog.learn.nets import init_mlp
-from trialog.learn.train import Preset, Schedule, Validation, load_preset, shipped_presets, table, write_summary
+from trialog.learn.report import table, write_summary
+from trialog.learn.train import Preset, Schedule, Validation, load_preset, shipped_presets
 
 ROOT = Path(__file__).resolve().parents[2]
 CARTPOLE = str(ROOT / "examples" / "cartpole" / "spec.yaml")

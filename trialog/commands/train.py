@@ -37,7 +37,8 @@ def add(sub) -> None:
 
     def do_train(args) -> int:
         from trialog.learn.curriculum import CurriculumResult, stages_table
-        from trialog.learn.train import load_preset, plot, table
+        from trialog.learn.report import plot, table
+        from trialog.learn.train import load_preset
 
         preset = load_preset(args.preset)
         if args.total_steps is not None:  # a curriculum shares it among its stages (trialog.learn.curriculum)

@@ -59,21 +59,20 @@ from trialog.environment import ActorInfo, RewardOut, Step, TrialInfo, steps_in_
 from trialog.errors import CodecError, TrialogError
 from trialog.learn.curves import Curves, learner_dir
 from trialog.learn.memory import Transitions, action_array, flat_observation
+from trialog.learn.report import write_summary
 from trialog.learn.train import (
-    LEARN_PHASES,
     Evaluation,
     Preset,
     TrainResult,
     _Progress,
-    _valid,
     derived_spec,
     judging,
     learner_for,
     played_actors,
-    write_summary,
 )
 from trialog.model_registry import make_version
 from trialog.protocol.codec import Schema, SchemaStore
+from trialog.protocol.events import LEARN_PHASES
 from trialog.protocol.rewards import aggregate, reward_bounds_problem
 from trialog.protocol.trial import reaches
 from trialog.spec import load_entry, load_spec
@@ -239,11 +238,11 @@ class InProcess:
             result.evaluations.append(e)
             progress.evaluated(e, start + s.total_steps)
             self.curves.evaluated(e)
-            if self.preset.stop_when_valid and _valid(self.preset, result):
+            if self.preset.stop_when_valid and result.meets(self.preset.validation):
                 break
         progress.done()
         result.seconds = time.monotonic() - started
-        result.valid = _valid(self.preset, result) if self.preset.validation else None
+        result.valid = result.meets(self.preset.validation) if self.preset.validation else None
         result.discarded = self._discarded()
         result.model_version = self.version
         return result

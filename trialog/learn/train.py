@@ -25,12 +25,12 @@ goes through the phases, each trial labelled with the experiment and its phase i
   trained on so far (after the learner has published a version that has seen them).
 
 It ends with a table and a plot (PNG, with its CSV and JSON beside it) of the evaluation return per env step,
-and ``summary.json`` (:func:`write_summary`); the exit code says whether the validation rule held (0) or not
-(1).
+and ``summary.json`` (:mod:`trialog.learn.report`); the exit code says whether the validation rule held (0) or
+not (1).
 
 ``trialog train PRESET --in-process`` runs the same preset in one process over the environment directly, no
 broker (:mod:`trialog.learn.in_process`); what both modes share lives here: the preset, the schedule, the
-checks, the result, its table, plot and summary.
+checks and the result; :mod:`trialog.learn.report` writes its table, plot and summary.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ import asyncio
 import dataclasses
 import importlib.util
 import inspect
-import json
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -51,6 +50,7 @@ import yaml
 
 from trialog.errors import SpecError, TrialogError
 from trialog.learn.curves import Curves, learner_dir
+from trialog.learn.report import write_summary
 from trialog.settings import Settings
 
 
@@ -231,9 +231,14 @@ class TrainResult:
     def first_reaching(self, threshold: float) -> Evaluation | None:
         return next((e for e in self.evaluations if e.mean_return >= threshold), None)
 
-
-LEARN_PHASES = frozenset({"heatup", "train"})  # the phases whose trials a learner learns from
-MODES = {"log": "through Trialog", "in-process": "in-process"}  # how a table and a plot name each mode
+    def meets(self, rule: Validation | None) -> bool:
+        """Whether an evaluation reached the rule's threshold within its episodes (no rule: it holds)."""
+        if rule is None:
+            return True
+        first = self.first_reaching(rule.min_reward_threshold)
+        return first is not None and (
+            rule.max_episodes_to_achieve_reward is None or first.episodes <= rule.max_episodes_to_achieve_reward
+        )
 
 
 def played_actors(preset: Preset, spec) -> dict[str, str]:
@@ -301,40 +306,6 @@ def learner_for(preset: Preset, spec) -> Any:
             file=spec.file,
         )
     return learner
-
-
-def write_summary(out_dir: Path, preset: Preset, result: TrainResult) -> Path:
-    """``summary.json``: what a run did, the same fields in both modes."""
-    final = result.evaluations[-1] if result.evaluations else None
-    summary = {
-        "preset": preset.name,
-        "preset_file": preset.file,
-        "mode": result.mode,
-        "implementation": preset.implementation,
-        "algorithm": result.algorithm,
-        "on_policy": result.on_policy,
-        "wall_s": round(result.seconds, 3),
-        "env_steps": result.env_steps,
-        "episodes": result.episodes,
-        "final_evaluation": final.mean_return if final else None,
-        "best_evaluation": max((e.mean_return for e in result.evaluations), default=None),
-        "evaluations": [[e.env_steps, e.mean_return] for e in result.evaluations],
-        "evaluation_details": [
-            {"env_steps": e.env_steps, "episodes": e.episodes, "model_version": e.model_version, "returns": e.returns}
-            for e in result.evaluations
-        ],
-        "valid": result.valid,
-        "validation": dataclasses.asdict(preset.validation) if preset.validation else None,
-        "discarded": result.discarded,
-        "model_version": result.model_version,
-        "schedule": dataclasses.asdict(preset.schedule),
-        "seed": preset.seed,
-        **result.summary_fields,
-    }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "summary.json"
-    path.write_text(json.dumps(summary, indent=1) + "\n")
-    return path
 
 
 class _Progress:
@@ -489,66 +460,13 @@ async def run_phases(
             progress.evaluated(e, start + s.total_steps)
             if curves is not None:
                 curves.evaluated(e)
-            if preset.stop_when_valid and _valid(preset, result):
+            if preset.stop_when_valid and result.meets(preset.validation):
                 break
         result.model_version, _ = await latest_version()  # and the learner's discarded count
     progress.done()
     result.seconds = time.monotonic() - started
-    result.valid = _valid(preset, result) if preset.validation else None
+    result.valid = result.meets(preset.validation) if preset.validation else None
     return result
-
-
-def _valid(preset: Preset, result: TrainResult) -> bool:
-    v = preset.validation
-    if v is None:
-        return True
-    first = result.first_reaching(v.min_reward_threshold)
-    return first is not None and (
-        v.max_episodes_to_achieve_reward is None or first.episodes <= v.max_episodes_to_achieve_reward
-    )
-
-
-def table(preset: Preset, result: TrainResult) -> str:
-    lines = [f"{'env steps':>10} {'episodes':>9} {'model':>6} {'eval return':>12} {'min':>7} {'max':>7}"]
-    for e in result.evaluations:
-        lines.append(
-            f"{e.env_steps:>10,} {e.episodes:>9} {'v' + str(e.model_version):>6} {e.mean_return:>12.1f} "
-            f"{min(e.returns):>7.1f} {max(e.returns):>7.1f}"
-        )
-    lines.append("")
-    discarded = f", {result.discarded:,} transitions discarded" if result.on_policy and result.discarded else ""
-    lines.append(
-        f"{preset.name} ({MODES[result.mode]}): {result.env_steps:,} env steps in {result.episodes} heatup/train "
-        f"trials, {result.seconds:.0f} s{discarded}"
-    )
-    if preset.validation is not None:
-        v = preset.validation
-        first = result.first_reaching(v.min_reward_threshold)
-        within = f" within {v.max_episodes_to_achieve_reward} episodes" if v.max_episodes_to_achieve_reward else ""
-        reached = (
-            f"first reached after {first.episodes} episodes ({first.env_steps:,} steps)" if first else "never reached"
-        )
-        lines.append(
-            f"validation: mean eval return ≥ {v.min_reward_threshold:g}{within} — {reached}: "
-            f"{'PASSED' if result.valid else 'FAILED'}"
-        )
-    return "\n".join(lines)
-
-
-def plot(preset: Preset, result: TrainResult, out: Path, extra: Mapping[str, list[tuple[float, float]]] | None = None):
-    from trialog.tools.plot import plot_series
-
-    series = {
-        f"{preset.name} ({MODES[result.mode]})": [(e.env_steps, e.mean_return) for e in result.evaluations],
-        **(extra or {}),
-    }
-    return plot_series(
-        series,
-        out,
-        title=f"{preset.name}: evaluation return per env step",
-        x_label="env steps (heatup + train)",
-        y_label="mean evaluation return",
-    )
 
 
 def train(

@@ -162,6 +162,10 @@ class ActorClassSpec:
     default_action: str | None = None
 
 
+# The phases of an experiment (a training preset) whose trials a learner learns from; "evaluate" trials it does not.
+LEARN_PHASES = frozenset({"heatup", "train"})
+
+
 @dataclass(frozen=True, slots=True)
 class ResolvedTrial(Event):
     """The fully resolved trial, as ``trial.pending`` (waiting for client actors to
