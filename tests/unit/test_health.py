@@ -237,3 +237,31 @@ def test_each_service_has_a_health_port_of_its_own_by_default():
         )
         ports[service] = parser.parse_args(args).health_port
     assert ports == HEALTH_PORTS and len(set(ports.values())) == len(ports)
+
+
+def test_local_services_read_the_version_their_actor_services_act_with():
+    """An evaluation waits on this: the oldest version any actor service serves the implementation
+    with, 0 while one has none (or does not answer), and other services' gauges not counted."""
+    from trialog.telemetry import metrics
+    from trialog.tools.campaign import Services
+
+    async def scenario(base: str) -> None:
+        port = int(base.rsplit(":", 1)[1])
+        services = Services()
+        services.ports.update({"orchestrator": port, "actors-0": port})
+        assert await asyncio.to_thread(services.served_version, "gauge-test") == 0  # nothing loaded yet
+        metrics.MODEL_VERSION.labels("gauge-test").set(12)
+        metrics.MODEL_VERSION.labels("gauge-test-2").set(40)  # another implementation's, a prefix of none
+        assert await asyncio.to_thread(services.served_version, "gauge-test") == 12
+        services.ports["actors-1"] = _closed_port()
+        assert await asyncio.to_thread(services.served_version, "gauge-test") == 0  # one does not answer
+
+    _with_server(Health(), scenario)
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import importlib.util
 import inspect
 import sys
@@ -308,6 +309,9 @@ def learner_for(preset: Preset, spec) -> Any:
     return learner
 
 
+SERVED_TIMEOUT_S = 10.0  # an evaluation waits this long at most for the actor services to load its version
+
+
 class _Progress:
     def __init__(self, quiet: bool):
         self.quiet, self.last_line, self.started = quiet, 0.0, time.monotonic()
@@ -372,10 +376,13 @@ async def run_phases(
     version_timeout: float = 120,
     curves: Curves | None = None,
     result: TrainResult | None = None,
+    served: Callable[[], int] | None = None,
 ) -> TrainResult:
     """Heatup, then train ↔ evaluate until the budget, against services already running
     (``spec``: the loaded spec the orchestrator serves); the run's TensorBoard ``curves`` as it goes;
-    a curriculum's stage goes on from the counters of the ``result`` before it."""
+    a curriculum's stage goes on from the counters of the ``result`` before it. ``served`` says which
+    version the actor services act with (local services: their ``trialog_model_version`` gauge), so
+    an evaluation starts as soon as they act with the version it evaluates."""
     from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
@@ -401,6 +408,19 @@ async def run_phases(
             return v.version, meta.get("env_steps", 0) >= result.env_steps or meta.get(
                 "next_round_at", 0
             ) > result.env_steps
+
+        async def until_served(version: int) -> None:
+            """Until the actor services act with ``version`` (they load it from `models`)."""
+            if served is None:  # services elsewhere, no gauge to read: time for them to load it
+                await asyncio.sleep(1.0)
+                return
+            deadline = time.monotonic() + SERVED_TIMEOUT_S
+            while await asyncio.to_thread(served) < version:
+                if time.monotonic() > deadline:
+                    if not quiet:
+                        print(f"{preset.name}: actor services not on v{version}; evaluating anyway", file=sys.stderr)
+                    return
+                await asyncio.sleep(0.02)
 
         async def one(phase: str) -> tuple[int, float]:
             nonlocal next_seed
@@ -453,7 +473,7 @@ async def run_phases(
                 newer, current = await latest_version()
                 if newer != version:
                     version, quiet_since = newer, time.monotonic()
-            await asyncio.sleep(1.0)  # actor services pick the version up from `models`
+            await until_served(version)
             rets = [r for _, r in await asyncio.gather(*(one("evaluate") for _ in range(s.evaluation_trials)))]
             e = Evaluation(result.env_steps, result.episodes, sum(rets) / len(rets), rets, version)
             result.evaluations.append(e)
@@ -513,10 +533,11 @@ def train(
                 learners=[[*learner, "--tensorboard", str(learner_dir(tensorboard).resolve())]],
                 gateway_port=gateway_port,
                 actor_implementations=hosted_implementations(preset, spec),
-            ),
+            ) as services,
             judge_processes(preset.judges, preset.name, f"http://127.0.0.1:{gateway_port}", out_dir / "logs"),
         ):
-            result = asyncio.run(preset.run(settings, spec, quiet=quiet, curves=curves))
+            served = functools.partial(services.served_version, preset.implementation)
+            result = asyncio.run(preset.run(settings, spec, quiet=quiet, curves=curves, served=served))
     finally:
         curves.close()
     result.on_policy = on_policy

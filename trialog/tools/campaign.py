@@ -80,6 +80,32 @@ def start_service(settings: Settings, spec_file: str, args: list[str], log_file:
     return proc, port
 
 
+class Services(dict):
+    """Name → a local service's process, and ``ports``: name → its health port (``/readyz``, ``/metrics``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ports: dict[str, int] = {}
+
+    def served_version(self, implementation: str) -> int:
+        """The oldest model version the actor services serve ``implementation`` with, from their
+        ``trialog_model_version`` gauge (0 while any has none loaded or does not answer)."""
+        actors = [port for name, port in self.ports.items() if name.startswith("actors-")]
+        return int(min((_gauge(port, "trialog_model_version", implementation) or 0.0 for port in actors), default=0.0))
+
+
+def _gauge(port: int, metric: str, implementation: str) -> float | None:
+    """A gauge's value for one implementation, from a service's ``/metrics`` text (None: not there)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    series = f'{metric}{{implementation="{implementation}"}} '
+    line = next((line for line in text.splitlines() if line.startswith(series)), None)
+    return None if line is None else float(line[len(series) :])
+
+
 @contextlib.contextmanager
 def local_services(
     settings: Settings,
@@ -93,7 +119,7 @@ def local_services(
     gateway_port: int | None = None,
     gateway_args: Sequence[str] = (),
     actor_implementations: Sequence[str] = (),
-) -> Iterator[dict[str, subprocess.Popen]]:
+) -> Iterator[Services]:
     """Run the orchestrator, environment and actor services (and the logger, when an
     archive folder is given, a learner per entry of ``learners``: its ``trialog serve
     learner`` arguments, and the web gateway on ``gateway_port`` with ``gateway_args`` when given) as child
@@ -111,8 +137,8 @@ def local_services(
     commands += [(f"learner-{i}", ["learner", *args]) for i, args in enumerate(learners)]
     if gateway_port is not None:
         commands.append(("gateway", ["gateway", "--port", str(gateway_port), *gateway_args]))
-    procs: dict[str, subprocess.Popen] = {}
-    ports: dict[str, int] = {}
+    procs = Services()
+    ports = procs.ports
     try:
         for name, args in commands:
             procs[name], ports[name] = start_service(settings, spec_file, args, Path(log_dir) / f"{name}.log")
