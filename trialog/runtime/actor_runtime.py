@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from trialog.actor import (
     ActorEvent,
@@ -81,6 +81,8 @@ from trialog.telemetry import metrics
 from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)
+
+T = TypeVar("T")
 
 
 _NO_ACTION = object()  # a decide() that raised
@@ -154,6 +156,7 @@ class ActorHandler(Handler):
         self._pending: list[_Pending] = []
         self._deciding: asyncio.Task | None = None
         self._in_worker = False  # a batch is being decided in the worker thread: the next waits for it
+        self._worker_tail: Future | None = None  # the last call handed to the worker (done: it is idle)
         self.pace = Pace()  # inline, or in the worker while its calls are slow and wait
         self._follower: ModelFollower | None = None
         # The model the policy follows; `model: NAME@VERSION` pins a version: played, not the newest.
@@ -223,7 +226,7 @@ class ActorHandler(Handler):
                 del self.trials[event.trial_id]
                 self.ended.add(event.trial_id)
                 if self.policy is not None:
-                    self._worker.submit(self.policy.trial_ended, event.trial_id)
+                    self._to_worker(self.policy.trial_ended, event.trial_id)
 
     def _start(self, record: Record, started: TrialStarted) -> None:
         mine = [a for a in started.actors if a.implementation == self.implementation and not a.client]
@@ -315,9 +318,20 @@ class ActorHandler(Handler):
 
     @property
     def _decides_in_worker(self) -> bool:
-        """The next batch goes to the worker thread: while slow and waiting, and always for a
-        policy (its model loads and trial ends run there too: its calls stay in order with them)."""
-        return self.pace.off_loop or self.policy is not None
+        """The next batch goes to the worker thread: while slow and waiting, and for a policy while
+        the worker has a call of it to finish (its model loads and trial ends run there: its calls
+        stay in order). Handing a fast policy's batch to a thread costs more than deciding it: a
+        queue, a wake-up and the loop's self-pipe per batch."""
+        return self.pace.off_loop or (self.policy is not None and not self._worker_idle)
+
+    @property
+    def _worker_idle(self) -> bool:
+        # One thread takes calls in order: once the last one handed over is done, all are.
+        return self._worker_tail is None or self._worker_tail.done()
+
+    def _to_worker(self, call: Callable[..., T], *args) -> Future[T]:
+        self._worker_tail = self._worker.submit(call, *args)
+        return self._worker_tail
 
     def _decide_here(self) -> None:
         batch, self._pending = self._pending, []
@@ -326,7 +340,6 @@ class ActorHandler(Handler):
     async def _decide_pending(self) -> None:
         """Decide what is pending in one call (in the worker thread once slow); what
         arrives meanwhile is the next batch."""
-        loop = asyncio.get_running_loop()
         while self._pending:
             if not self._decides_in_worker:
                 self._decide_here()
@@ -334,7 +347,7 @@ class ActorHandler(Handler):
             batch, self._pending = self._pending, []
             self._in_worker = True
             try:
-                decided = await loop.run_in_executor(self._worker, self.pace.timed, self._decide, batch)
+                decided = await asyncio.wrap_future(self._to_worker(self.pace.timed, self._decide, batch))
             finally:
                 self._in_worker = False
             self._emit_decisions(batch, *decided)
@@ -429,7 +442,7 @@ class ActorHandler(Handler):
 
     def _on_model(self, version: ModelVersion) -> None:
         if version.model == self._model:
-            self._worker.submit(self._load, version)
+            self._to_worker(self._load, version)
 
     def _load(self, version: ModelVersion) -> None:
         """In the worker thread, between two batches."""
