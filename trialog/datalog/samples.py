@@ -49,7 +49,7 @@ from typing import Any
 import orjson
 
 from trialog.errors import CodecError
-from trialog.protocol.codec import SchemaStore
+from trialog.protocol.codec import HEADER_SIZE, Schema, SchemaStore
 from trialog.protocol.events import (
     Action,
     ActorJoined,
@@ -204,8 +204,12 @@ class TrialFold:
         self._impls: dict[str, str] = {}
         self._clients: frozenset[str] = frozenset()  # client seats: their actions count only from their holder
         self._seats = SeatBook()  # who holds each seat, from the actor.joined records (as the environment keeps it)
-        self._observations: dict[tuple[int, str], Observation] = {}
-        self._actions: dict[tuple[int, str], Action | ActorTimeout] = {}
+        # (tick, actor) -> (payload, terminated, truncated, final): an observation's fields, not
+        # the event, so that a reader may fold one without building it (TrialFold.observe).
+        self._observations: dict[tuple[int, str], tuple[bytes, bool, bool, bool]] = {}
+        # (tick, actor) -> the applied answer: (payload, policy_version) for an action (the
+        # same reason), the event for a timeout.
+        self._actions: dict[tuple[int, str], tuple[bytes, int | None] | ActorTimeout] = {}
         self._action_values: dict[tuple[int, str], Any] = {}  # an applied action's payload, decoded once
         self._expected_at: dict[int, list[str]] = {}  # tick -> actors observed then (not finally): the barrier
         # By tick, so that one sample's rewards and messages are found without a scan of the trial's.
@@ -223,6 +227,13 @@ class TrialFold:
         """Fold one event, read in log order; ``headers``: its record's headers (the seat
         rule reads the ``holder`` of ``actor.joined`` and of a client seat's actions: an
         action folded without them does not count for a seat)."""
+        match event:
+            case Observation():
+                self.observe(event.tick, event.actor, event.payload, event.terminated, event.truncated, event.final)
+                return
+            case Action():
+                self.act(event.tick, event.actor, event.payload, event.policy_version, headers)
+                return
         self.events += 1
         if self.ended is not None and not isinstance(event, Reward | TrialEnded):
             return  # after the end only (retroactive) rewards count
@@ -234,16 +245,13 @@ class TrialFold:
                 if self.ended is None:
                     self.ended = event
                     self._cut_after(event.tick)
-            case Observation():
-                if self._known(event.actor, event):
-                    if self._observations.setdefault((event.tick, event.actor), event) is event and not event.final:
-                        self._expected_at.setdefault(event.tick, []).append(event.actor)
-                    self.tick = max(self.tick, event.tick)
-            case Action() | ActorTimeout():
+            case ActorTimeout():
                 key = (event.tick, event.actor)
-                if self._known(event.actor, event) and key not in self._actions and self._answers(key, event, headers):
-                    self._actions[key] = event
-                    self._maybe_stepped(event.tick)
+                if self._known(event.actor, event.KIND, event.tick) and key not in self._actions:
+                    observation = self._observations.get(key)
+                    if observation is not None and not observation[3]:  # observed, and not finally
+                        self._actions[key] = event
+                        self._maybe_stepped(event.tick)
             case ActorJoined():
                 self._seats.joined(self.trial_id, event.actor, *seat_headers(headers))
             case ParametersChanged():
@@ -258,25 +266,62 @@ class TrialFold:
                 if message_problem(event, self.tick, self._classes if self.started is not None else None) is None:
                     self._messages.setdefault(event.tick, {}).setdefault(event.identity, event)
 
-    def _answers(
-        self, key: tuple[int, str], event: Action | ActorTimeout, headers: Sequence[tuple[str, bytes]]
-    ) -> bool:
-        """Does the environment apply this action (or timeout) as the actor's answer at its
-        tick? Its observation is logged before it and is not final; an action from a seat
-        carries its holder; an action's payload decodes in the class's schema."""
+    def observe(
+        self,
+        tick: int,
+        actor: str,
+        payload: bytes,
+        terminated: bool = False,
+        truncated: bool = False,
+        final: bool = False,
+    ) -> None:
+        """:meth:`add` of an :class:`Observation` of this trial given by its fields: a reader
+        that checked the record against its body need not build the event (on a replay,
+        building it cost more than folding it)."""
+        self.events += 1
+        if self.ended is not None:
+            return  # after the end only (retroactive) rewards count
+        if self._known(actor, Observation.KIND, tick):
+            key = (tick, actor)
+            if key not in self._observations:  # a repeat is the same event (I-8)
+                self._observations[key] = (payload, terminated, truncated, final)
+                if not final:
+                    self._expected_at.setdefault(tick, []).append(actor)
+            if tick > self.tick:
+                self.tick = tick
+
+    def act(
+        self,
+        tick: int,
+        actor: str,
+        payload: bytes,
+        policy_version: int | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> None:
+        """:meth:`add` of an :class:`Action` of this trial given by its fields (see :meth:`observe`)."""
+        self.events += 1
+        if self.ended is not None:
+            return
+        key = (tick, actor)
+        if self._known(actor, Action.KIND, tick) and key not in self._actions and self._answers(key, payload, headers):
+            self._actions[key] = (payload, policy_version)
+            self._maybe_stepped(tick)
+
+    def _answers(self, key: tuple[int, str], payload: bytes, headers: Sequence[tuple[str, bytes]]) -> bool:
+        """Does the environment apply this action as the actor's answer at its tick? Its
+        observation is logged before it and is not final; an action from a seat carries its
+        holder; its payload decodes in the class's schema."""
         observation = self._observations.get(key)
-        if observation is None or observation.final:
+        if observation is None or observation[3]:
             return False
-        if isinstance(event, ActorTimeout):
-            return True
-        actor = event.actor
+        actor = key[1]
         if actor in self._clients and self._seats.refuses(self.trial_id, actor, seat_headers(headers)[0]) is not None:
             return False
         schemas = self.schemas.get(self._classes[actor])
         if schemas is None:
             return False
         try:
-            self._action_values[key] = self.store.decode(event.payload, schemas.action)
+            self._action_values[key] = _decode_payload(self.store, payload, schemas.action)
         except CodecError:
             return False
         return True
@@ -301,9 +346,11 @@ class TrialFold:
         (and not told it was its last observation) has an action or a timeout for it."""
         if tick != self.stepped + 1:
             return
-        waiting = [a for a in self._expected_at.get(tick, ()) if (tick, a) not in self._actions]
-        if not waiting:
-            self.stepped = tick
+        actions = self._actions
+        for actor in self._expected_at.get(tick, ()):  # a loop, not a list: this runs per action
+            if (tick, actor) not in actions:
+                return
+        self.stepped = tick
 
     def _parameters(self, change: ParametersChanged) -> None:
         """As the environment runtime applies it: before the update of its tick, or of the
@@ -333,28 +380,29 @@ class TrialFold:
         except CodecError as exc:
             self.problems.append(f"trial.started carries schemas that do not parse: {exc}")
 
-    def _known(self, actor: str, event: Event) -> bool:
+    def _known(self, actor: str, kind: str, tick: int) -> bool:
+        if actor in self._classes:  # never before trial.started: it fills them
+            return True
         if self.started is None:
-            self.problems.append(f"{event.KIND} at tick {event.event_tick()} before trial.started (not joined)")
-            return False
-        if actor not in self._classes:
-            self.problems.append(f"{event.KIND} at tick {event.event_tick()} for {actor!r}, who is not in the trial")
-            return False
-        return True
+            self.problems.append(f"{kind} at tick {tick} before trial.started (not joined)")
+        else:
+            self.problems.append(f"{kind} at tick {tick} for {actor!r}, who is not in the trial")
+        return False
 
     # --- output ------------------------------------------------------------------------
     def samples(self) -> list[Sample]:
         """The samples so far, by tick then actor; also checks for gaps (see :attr:`problems`)."""
         if self.started is None:
             return []
-        return [self._sample(obs) for _, obs in sorted(self._observations.items())]
+        sample = self._sample
+        return [sample(tick, actor, obs) for (tick, actor), obs in sorted(self._observations.items())]
 
     def sample(self, tick: int, actor: str) -> Sample | None:
         """The sample of one (tick, actor) so far, if its observation is logged."""
         obs = self._observations.get((tick, actor))
         if obs is None or self.started is None:
             return None
-        return self._sample(obs)
+        return self._sample(tick, actor, obs)
 
     def reward(self, tick: int, actor: str, senders: Callable[[str], bool] | None = None) -> float:
         """The aggregated reward of one (tick, actor) so far (I-4), as its sample has it,
@@ -364,65 +412,65 @@ class TrialFold:
         return aggregate(r for r in sources if senders is None or senders(r.sender))
 
     def _reward_sources(self, tick: int, actor: str) -> tuple[RewardSource, ...]:
+        by_source = self._rewards.get(tick)
+        if not by_source:
+            return ()
         actor_class = self._classes[actor]
-        return tuple(
-            reward_source(r)
-            for r in self._rewards.get(tick, {}).values()
-            if reaches(r.receiver, r.sender, actor, actor_class)
-        )
+        return tuple(reward_source(r) for r in by_source.values() if reaches(r.receiver, r.sender, actor, actor_class))
 
-    def _sample(self, obs: Observation) -> Sample:
-        actor, tick = obs.actor, obs.tick
-        messages = self._messages.get(tick, {}).values()
+    def _sample(self, tick: int, actor: str, obs: tuple[bytes, bool, bool, bool]) -> Sample:
+        payload, terminated, truncated, final = obs
         actor_class = self._classes[actor]
         schemas = self.schemas.get(actor_class)
-        action_avro, action, timed_out = self._action(tick, actor, schemas)
         chosen = self._actions.get((tick, actor))
+        policy_version = None
+        if type(chosen) is tuple:  # an action
+            action_avro, policy_version = chosen
+            action, timed_out = self._action_values[(tick, actor)], False  # decoded when applied (_answers)
+        elif chosen is not None:  # a timeout
+            action_avro, action, timed_out = self._timed_out(chosen, schemas)
+        else:
+            action_avro, action, timed_out = None, None, False
         sources = self._reward_sources(tick, actor)
+        messages = self._messages.get(tick)
+        observation = None
+        if schemas is not None:
+            try:
+                observation = _decode_payload(self.store, payload, schemas.observation)
+            except CodecError as exc:
+                self.problems.append(f"observation of {actor} at tick {tick} does not decode: {exc}")
+        # Positional: matching seventeen keywords is a measurable part of a sample's making, one per observation.
         return Sample(
-            trial_id=self.trial_id,
-            tick=tick,
-            actor=actor,
-            actor_class=actor_class,
-            implementation=self._impls[actor],
-            observation_avro=obs.payload,
-            action_avro=action_avro,
-            reward=aggregate(sources),
-            reward_sources=sources,
-            messages=tuple(
+            self.trial_id,
+            tick,
+            actor,
+            actor_class,
+            self._impls[actor],
+            payload,
+            action_avro,
+            aggregate(sources) if sources else 0.0,
+            sources,
+            tuple(
                 MessageIn(m.sender, m.receivers, m.message_id, m.payload)
-                for m in messages
+                for m in messages.values()
                 if any(reaches(r, m.sender, actor, actor_class) for r in m.receivers)
-            ),
-            terminated=obs.terminated,
-            truncated=obs.truncated,
-            final=obs.final,
-            timed_out=timed_out,
-            policy_version=chosen.policy_version if isinstance(chosen, Action) else None,
-            observation=self._decode(
-                obs.payload, schemas.observation if schemas else None, f"observation of {actor} at tick {tick}"
-            ),
-            action=action,
+            )
+            if messages
+            else (),
+            terminated,
+            truncated,
+            final,
+            timed_out,
+            policy_version,
+            observation,
+            action,
         )
 
-    def _action(self, tick: int, actor: str, schemas: ClassSchemas | None) -> tuple[bytes | None, Any, bool]:
-        chosen = self._actions.get((tick, actor))
-        if isinstance(chosen, Action):
-            return chosen.payload, self._action_values[(tick, actor)], False  # decoded when applied (_answers)
-        if isinstance(chosen, ActorTimeout):
-            if chosen.policy == "default_action" and schemas is not None and schemas.has_default_action:
-                return schemas.action.encode(schemas.default_action), schemas.default_action, True
-            return None, None, True
-        return None, None, False
-
-    def _decode(self, payload: bytes, schema: Any, what: str) -> Any:
-        if schema is None:
-            return None
-        try:
-            return self.store.decode(payload, schema)
-        except CodecError as exc:
-            self.problems.append(f"{what} does not decode: {exc}")
-            return None
+    @staticmethod
+    def _timed_out(chosen: ActorTimeout, schemas: ClassSchemas | None) -> tuple[bytes | None, Any, bool]:
+        if chosen.policy == "default_action" and schemas is not None and schemas.has_default_action:
+            return schemas.action.encode(schemas.default_action), schemas.default_action, True
+        return None, None, True
 
     def check(self) -> list[str]:
         """Problems with the trial as a whole (gaps, no end), on top of :attr:`problems`."""
@@ -453,6 +501,21 @@ class TrialFold:
                 ):
                     found.append(f"reward from {sender} for {receiver} at tick {tick} reaches no sample")
         return found
+
+
+def _decode_payload(store: SchemaStore, payload: bytes, schema: Schema) -> Any:
+    """``store.decode(payload, schema)``. A flat payload written with ``schema`` itself (as a
+    trial's payloads are, unless their class changed since) goes straight to the schema's
+    decoder, which is where ``store.decode`` ends too, without looking its writer up: two
+    payloads a tick pay it. Any other payload, or one that does not decode, takes
+    ``store.decode`` (which says why)."""
+    flat = schema.flat
+    if flat is not None and type(payload) is bytes and payload.startswith(schema.header):
+        try:
+            return flat.decode(payload, HEADER_SIZE)
+        except Exception:  # noqa: BLE001, S110 - store.decode raises the CodecError that says why
+            pass
+    return store.decode(payload, schema)
 
 
 def _ranges(ticks: list[int]) -> str:
