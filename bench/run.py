@@ -85,6 +85,7 @@ async def serving(
                 )
             )
             services.setdefault(name, []).append(procs[-1])
+        await _assigned([Path(log.name) for log in logs], procs)
         yield services
     finally:
         for p in procs:
@@ -97,6 +98,22 @@ async def serving(
                 p.kill()
         for log in logs:
             log.close()
+
+
+async def _assigned(logs: list[Path], procs: list, timeout: float = 300) -> None:
+    """Until every service has its partitions (an environment service importing JAX and preparing
+    CoGrid on a loaded machine took more than the 30 s a trial waits for its environment)."""
+    deadline = time.monotonic() + timeout
+    waiting = dict(zip(logs, procs, strict=True))
+    while waiting:
+        for log, proc in list(waiting.items()):
+            if b'"event":"partition assigned"' in log.read_bytes():
+                del waiting[log]
+            elif proc.returncode is not None:
+                raise core.IncompleteRun(f"{log.name}: the service exited with code {proc.returncode}")
+        if waiting and time.monotonic() > deadline:
+            raise core.IncompleteRun(f"services without partitions after {timeout:.0f} s: {[p.name for p in waiting]}")
+        await asyncio.sleep(0.2)
 
 
 def ratio(a: float, b: float) -> float:
