@@ -31,6 +31,7 @@ from trialog.controller import Controller
 from trialog.datalog.samples import Sample, TrialFold
 from trialog.errors import CodecError
 from trialog.protocol.codec import Schema
+from trialog.protocol.codec_flat import read_varint, varint
 from trialog.protocol.events import (
     HEADER_ID,
     HEADER_KIND,
@@ -323,16 +324,6 @@ def _tick_schema(bus: Bus, cls: type[Observation] | type[Action], fields: list) 
     return schema
 
 
-def _avro_long(n: int) -> bytes:
-    """Avro's encoding of a long (zigzag, then a varint of 7-bit groups)."""
-    z, out = (n << 1) ^ (n >> 63), bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 def _avro_string(raw: bytes | None, prefix: bytes = b"") -> bytes | None:
     """``prefix`` then ``raw`` as an Avro string, if it is UTF-8 (a string of the body the
     codec would decode); None if it is not, or absent."""
@@ -342,7 +333,7 @@ def _avro_string(raw: bytes | None, prefix: bytes = b"") -> bytes | None:
         raw.decode()
     except UnicodeDecodeError:
         return None
-    return prefix + _avro_long(len(raw)) + raw
+    return prefix + varint(len(raw)) + raw
 
 
 def _avro_tick(header: bytes | None) -> tuple[int, bytes] | None:
@@ -354,29 +345,16 @@ def _avro_tick(header: bytes | None) -> tuple[int, bytes] | None:
         return None
     if str(tick).encode() != header or not _LONG_MIN <= tick <= _LONG_MAX:
         return None
-    return tick, _avro_long(tick)
+    return tick, varint(tick)
 
 
 def _varint_at(data: bytes, pos: int) -> tuple[int, int] | None:
-    """(the zigzag varint at ``pos``, the position after it), as the codec reads one; None
-    where the codec would fail (past the end, longer than 10 bytes)."""
-    if pos >= len(data):
+    """(the zigzag varint at ``pos``, the position after it); None where the codec fails on it
+    (past the end, longer than 10 bytes)."""
+    try:
+        return read_varint(data, pos)
+    except (IndexError, ValueError):
         return None
-    b = data[pos]
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos + 1
-    z, shift = b & 0x7F, 7
-    while True:
-        pos += 1
-        if pos >= len(data):
-            return None
-        b = data[pos]
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (z >> 1) ^ -(z & 1), pos + 1
-        shift += 7
-        if shift > 63:
-            return None
 
 
 async def read_trial(bus: Bus, trial_id: str) -> TrialFold:

@@ -34,7 +34,7 @@ _F32, _F64 = struct.Struct("<f"), struct.Struct("<d")
 _MISSING = object()
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     """Zigzag varint of a long already known to be in range."""
     if -64 <= n < 64:
         return _ONE_BYTE[n + 64]
@@ -56,14 +56,14 @@ def _integer(kind: str) -> Encoder:
             return _ONE_BYTE[n + 64]
         if not low <= n <= high:
             raise ValueError(f"{n} is out of range for an Avro {kind}")
-        return _varint(n)
+        return varint(n)
 
     return encode
 
 
 def _sized(b: bytes) -> bytes:
     """Avro's length-prefixed bytes (strings and bytes alike)."""
-    return _varint(len(b)) + b
+    return varint(len(b)) + b
 
 
 def _string(x: Any) -> bytes:
@@ -106,7 +106,7 @@ _ENCODERS: dict[str, Encoder] = {
 }  # fmt: skip
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
     b = data[pos]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
@@ -129,7 +129,7 @@ def _read_integer(kind: str) -> Decoder:
         b = data[pos]
         if b < 0x80:
             return (b >> 1) ^ -(b & 1), pos + 1
-        n, pos = _read_varint(data, pos)
+        n, pos = read_varint(data, pos)
         if not low <= n <= high:
             raise ValueError(f"{n} is out of range for an Avro {kind}")
         return n, pos
@@ -138,7 +138,7 @@ def _read_integer(kind: str) -> Decoder:
 
 
 def _read_sized(data: bytes, pos: int) -> tuple[bytes, int]:
-    n, pos = _read_varint(data, pos)
+    n, pos = read_varint(data, pos)
     end = pos + n
     if n < 0 or end > len(data):
         raise ValueError(f"a length of {n} bytes at offset {pos} runs past the end ({len(data)} bytes)")
@@ -183,14 +183,14 @@ def _union(branches: list[str]) -> tuple[Encoder, Decoder]:
     """``["null", T]`` or ``[T, "null"]``: None takes the null branch, anything else T's."""
     null_index = branches.index("null")
     other = branches[1 - null_index]
-    null_tag, other_tag = _varint(null_index), _varint(1 - null_index)
+    null_tag, other_tag = varint(null_index), varint(1 - null_index)
     encode_other, decode_other = _ENCODERS[other], _DECODERS[other]
 
     def encode(x: Any) -> bytes:
         return null_tag if x is None else other_tag + encode_other(x)
 
     def decode(data: bytes, pos: int) -> tuple[Any, int]:
-        index, pos = _read_varint(data, pos)
+        index, pos = read_varint(data, pos)
         if index == null_index:
             return None, pos
         if index == 1 - null_index:
