@@ -49,7 +49,7 @@ from typing import Any
 import orjson
 
 from trialog.errors import CodecError
-from trialog.protocol.codec import HEADER_SIZE, Schema, SchemaStore
+from trialog.protocol.codec import SchemaStore
 from trialog.protocol.events import (
     Action,
     ActorJoined,
@@ -321,7 +321,7 @@ class TrialFold:
         if schemas is None:
             return False
         try:
-            self._action_values[key] = _decode_payload(self.store, payload, schemas.action)
+            self._action_values[key] = self.store.decode(payload, schemas.action)
         except CodecError:
             return False
         return True
@@ -436,7 +436,7 @@ class TrialFold:
         observation = None
         if schemas is not None:
             try:
-                observation = _decode_payload(self.store, payload, schemas.observation)
+                observation = self.store.decode(payload, schemas.observation)
             except CodecError as exc:
                 self.problems.append(f"observation of {actor} at tick {tick} does not decode: {exc}")
         # Positional: matching seventeen keywords is a measurable part of a sample's making, one per observation.
@@ -501,21 +501,6 @@ class TrialFold:
                 ):
                     found.append(f"reward from {sender} for {receiver} at tick {tick} reaches no sample")
         return found
-
-
-def _decode_payload(store: SchemaStore, payload: bytes, schema: Schema) -> Any:
-    """``store.decode(payload, schema)``. A flat payload written with ``schema`` itself (as a
-    trial's payloads are, unless their class changed since) goes straight to the schema's
-    decoder, which is where ``store.decode`` ends too, without looking its writer up: two
-    payloads a tick pay it. Any other payload, or one that does not decode, takes
-    ``store.decode`` (which says why)."""
-    flat = schema.flat
-    if flat is not None and type(payload) is bytes and payload.startswith(schema.header):
-        try:
-            return flat.decode(payload, HEADER_SIZE)
-        except Exception:  # noqa: BLE001, S110 - store.decode raises the CodecError that says why
-            pass
-    return store.decode(payload, schema)
 
 
 def _ranges(ticks: list[int]) -> str:
