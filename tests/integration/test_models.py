@@ -187,3 +187,59 @@ async def test_the_broker_keeps_the_newest_versions_the_setting_says(kafka_setti
         for n in range(1, 6):
             await publish(bus, make_version(MODEL, n, "dqn", _net(rng), {}))
         assert sorted((await read_catalog(bus)).versions(MODEL)) == [4, 5]
+
+
+async def test_a_trial_pins_the_version_its_actor_acts_with_while_the_implementation_follows_the_newest(
+    kafka_settings, tmp_path
+):
+    """`trialog train`'s evaluations run this way beside training: the actor's config `model:
+    NAME@VERSION` (the spec lets a start request set `model`) — a version the follower brought,
+    one it never did (read from `models`), and one that is not there (the trial cannot play)."""
+    spec_data = yaml.safe_load((ROOT / "examples" / "cartpole" / "spec.yaml").read_text())
+    spec_data["actors"] = {
+        "dqn": {"entry": "trialog.learn.dqn:DQNPolicy", "config": {"model": MODEL}, "overridable": ["model"]}
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec_data))
+    bus = KafkaBus(kafka_settings)
+    spec = load_spec(tmp_path / "spec.yaml", bus.store)
+    (agent,) = spec.trial.actors
+    nets = {n: _net(np.random.default_rng(n)) for n in (1, 2, 3, 4)}
+    await bus.create_topics()
+    async with bus:
+        for n in (1, 2, 3):  # before the service starts: it is brought only the newest, 3
+            await publish(bus, make_version(MODEL, n, "dqn", nets[n], {}))
+
+    async def trial(ctl, model: str | None = None, seed: int = 1):
+        config = {"model": model} if model else {}
+        actors = [{"name": agent.name, "class": agent.actor_class, "implementation": "dqn", "config": config}]
+        tid = await ctl.start_trial(spec.name, seed=seed, actors=actors, max_ticks=60)
+        ended = await ctl.wait_ended(tid, timeout=120)
+        return ended, [s async for s in replay(bus, tid) if s.action is not None]
+
+    def greedy(n: int, samples) -> list[int]:
+        policy = DQNPolicy({"model": MODEL})
+        policy.load(make_version(MODEL, n, "dqn", nets[n], {}))
+        requests = [
+            DecideRequest(_Named(seed=1, phase=""), _Named(name=agent.name), s.tick, s.observation) for s in samples
+        ]
+        return policy.decide_batch(requests)
+
+    async with deployment(bus, [spec]) as (d, ctl):
+        (handler,) = [loop.handler for loop in d.loops if getattr(loop.handler, "implementation", "") == "dqn"]
+        await wait_for(lambda: handler.policy.policy_version == 3, timeout=60, what="dqn playing version 3")
+        played = await asyncio.gather(trial(ctl), trial(ctl, f"{MODEL}@2", seed=2))
+        await publish(bus, make_version(MODEL, 4, "dqn", nets[4], {}))
+        await wait_for(lambda: handler.policy.policy_version == 4, timeout=60, what="dqn playing version 4")
+        played += await asyncio.gather(trial(ctl, seed=3), trial(ctl, f"{MODEL}@3", seed=4))
+        missing, _ = await trial(ctl, f"{MODEL}@99", seed=5)
+        unversioned, _ = await trial(ctl, "another-model", seed=6)
+        assert handler.pinned.pinned == {}, "every pinned version goes with its last trial"
+
+    for (ended, samples), version in zip(played, (3, 2, 4, 3)):
+        assert ended.reason != "error" and len(samples) >= 5, ended
+        assert {s.policy_version for s in samples} == {version}
+        assert [s.action for s in samples] == greedy(version, samples)
+    assert missing.reason == "error" and f"{MODEL}@99 could not be loaded" in missing.details, missing
+    assert unversioned.reason == "error" and "a trial may pin a version, NAME@VERSION" in unversioned.details, (
+        unversioned
+    )

@@ -16,7 +16,8 @@ trials, and a fast one does not pay a thread hop (about 0.1 ms) on every tick. A
 calls always run in the worker, in order with its model loads. During catch-up
 (I-7) they run inline instead, so that replayed actions are compared with the log.
 A policy that follows a model gets each newer version from ``models`` (loaded in
-the same worker thread, between two batches) and its actions record the version.
+the same worker thread, between two batches) and its actions record the version. A trial
+may pin a version for one of its actors instead (:mod:`trialog.runtime.pinned`).
 
 Observations arrive decoded into the actor class's types; rewards — retroactive
 ones included — and messages are delivered live as they are read from the log. The rewards
@@ -75,6 +76,7 @@ from trialog.protocol.trial import (
 from trialog.runtime.actor_session import Outbox, Session
 from trialog.runtime.handler import Handler, safe_point
 from trialog.runtime.pace import Pace
+from trialog.runtime.pinned import Pin, PinnedVersions, pin_of
 from trialog.runtime.recent import RecentlyEnded
 from trialog.spec import load_entry
 from trialog.telemetry import metrics
@@ -100,6 +102,7 @@ class _Played:
     task: asyncio.Task | None = None
     last_answered: int = -1
     received: Received = field(default_factory=Received)  # each reward and message once; probes
+    pin: Pin | None = None  # the model version its trial pins for it (another policy decides)
 
 
 @dataclass
@@ -146,8 +149,9 @@ class ActorHandler(Handler):
                 f"actor implementation {implementation}: {entry!r} must be a class with decide(observation), "
                 "a trialog.actor.Policy, or an `async def run(session)` coroutine function"
             )
+        self._config = dict(config or {})
         self.policy: Policy | None = (
-            self.target(dict(config or {})) if is_class and issubclass(self.target, Policy) else None
+            self.target(dict(self._config)) if is_class and issubclass(self.target, Policy) else None
         )
         self.service_name = f"actors.{implementation}"
         self.trials: dict[str, _Trial] = {}
@@ -161,6 +165,7 @@ class ActorHandler(Handler):
         self._follower: ModelFollower | None = None
         # The model the policy follows; `model: NAME@VERSION` pins a version: played, not the newest.
         self._model, self._pin = parse_ref(self.policy.model) if self.policy and self.policy.model else ("", None)
+        self.pinned = PinnedVersions(implementation, lambda: self.target(dict(self._config)))
         self.batches = 0  # decide calls made (one per batch), for tests and metrics
         self.ended: RecentlyEnded[None] = RecentlyEnded()  # a repeated trial.started changes nothing
 
@@ -226,7 +231,10 @@ class ActorHandler(Handler):
                 del self.trials[event.trial_id]
                 self.ended.add(event.trial_id)
                 if self.policy is not None:
-                    self._to_worker(self.policy.trial_ended, event.trial_id)
+                    policies = [self.policy, *(self.pinned.policy(p.pin) for p in trial.actors.values() if p.pin)]
+                    for policy in {id(x): x for x in policies if x is not None}.values():
+                        self._to_worker(policy.trial_ended, event.trial_id)
+                self._release(trial)
 
     def _start(self, record: Record, started: TrialStarted) -> None:
         mine = [a for a in started.actors if a.implementation == self.implementation and not a.client]
@@ -256,11 +264,15 @@ class ActorHandler(Handler):
                     played.agent.observation_schema = played.schemas.observation_json
                     played.agent.action_schema = played.schemas.action_json
                     played.agent.outbox = played.outbox = Outbox(info, actor)
+                else:
+                    played.pin = pin_of(self.policy.model, actor)
             except Exception as exc:
                 log.exception("actor failed to start", trial=started.trial_id, actor=actor.name)
                 failed[actor.name] = f"actor {actor.name} could not start: {type(exc).__name__}: {exc}"
                 continue
             trial.actors[actor.name] = played
+            if played.pin is not None and (policy := self.pinned.use(played.pin)) is not None:
+                self._to_worker(self._load_pinned, played.pin, policy)
         self.trials[started.trial_id] = trial
         if failed:
             self._cannot_play(trial, next(iter(failed)), "; ".join(failed.values()))
@@ -358,23 +370,7 @@ class ActorHandler(Handler):
         self.batches += 1
         sent: list[list[Event]] = [[] for _ in batch]
         if self.policy is not None:
-            try:
-                actions = list(
-                    self.policy.decide_batch(
-                        [DecideRequest(p.trial.info, p.played.info, p.tick, p.observation) for p in batch]
-                    )
-                )
-                if len(actions) != len(batch):
-                    raise TrialogError(f"decide_batch returned {len(actions)} actions for {len(batch)} requests")
-            except Exception as exc:  # the policy's bug: no actions; the environment's timeout policy takes over
-                log.error(
-                    "policy did not decide",
-                    implementation=self.implementation,
-                    requests=len(batch),
-                    error=f"{type(exc).__name__}: {exc}",
-                )
-                return [None] * len(batch), [None] * len(batch), sent
-            versions = [self.policy.policy_version] * len(batch)
+            actions, versions = self._decide_policies(batch)
         else:
             actions, versions = [], []
             for i, p in enumerate(batch):
@@ -410,6 +406,38 @@ class ActorHandler(Handler):
                 payloads.append(None)
         return payloads, versions, sent
 
+    def _decide_policies(self, batch: list[_Pending]) -> tuple[list[Any], list[int | None]]:
+        """A policy's actions for a batch: one call per policy (the followed one, and one per
+        version the batch's trials pin); no action where a policy failed or its pin could not load."""
+        actions: list[Any] = [_NO_ACTION] * len(batch)
+        versions: list[int | None] = [None] * len(batch)
+        groups: dict[int, tuple[Policy, list[int]]] = {}
+        for i, p in enumerate(batch):
+            policy = self.policy if p.played.pin is None else self.pinned.policy(p.played.pin)
+            if policy is None:
+                continue  # its trial is over here, or cannot play (the pinned version did not load)
+            groups.setdefault(id(policy), (policy, []))[1].append(i)
+        for policy, indices in groups.values():
+            try:
+                requests = [
+                    DecideRequest(p.trial.info, p.played.info, p.tick, p.observation)
+                    for p in map(batch.__getitem__, indices)
+                ]
+                chosen = list(policy.decide_batch(requests))
+                if len(chosen) != len(indices):
+                    raise TrialogError(f"decide_batch returned {len(chosen)} actions for {len(indices)} requests")
+            except Exception as exc:  # the policy's bug: no actions; the environment's timeout policy takes over
+                log.error(
+                    "policy did not decide",
+                    implementation=self.implementation,
+                    requests=len(indices),
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+                continue
+            for i, action in zip(indices, chosen):
+                actions[i], versions[i] = action, policy.policy_version
+        return actions, versions
+
     def _emit_decisions(
         self,
         batch: list[_Pending],
@@ -442,7 +470,26 @@ class ActorHandler(Handler):
 
     def _on_model(self, version: ModelVersion) -> None:
         if version.model == self._model:
+            self.pinned.remember(version)  # for trials that pin it
             self._to_worker(self._load, version)
+
+    def _load_pinned(self, pin: Pin, policy: Policy) -> None:
+        """In the worker thread; a version that does not load: its trials cannot play."""
+        reason = self.pinned.load(pin, policy, self.loop.bus)
+        if reason:
+            self.pinned.event_loop.call_soon_threadsafe(self._pin_failed, pin, reason)
+
+    def _pin_failed(self, pin: Pin, reason: str) -> None:
+        self.pinned.failed(pin, reason)
+        for trial in list(self.trials.values()):
+            for played in trial.actors.values():
+                if played.pin == pin:
+                    self._cannot_play(trial, played.info.name, reason)
+
+    def _release(self, trial: _Trial) -> None:
+        for played in trial.actors.values():
+            if played.pin is not None:
+                self.pinned.release(played.pin)
 
     def _load(self, version: ModelVersion) -> None:
         """In the worker thread, between two batches."""
@@ -485,7 +532,7 @@ class ActorHandler(Handler):
             for played in self.trials[trial_id].actors.values():
                 if played.task is not None:
                     played.task.cancel()
-            del self.trials[trial_id]
+            self._release(self.trials.pop(trial_id))
 
     def safe_offset(self, role: str, partition: int) -> int | None:
         return safe_point(partition, self.trials.values())
