@@ -187,6 +187,8 @@ def derived_spec(preset: Preset, out_dir: Path) -> Path:
     if not isinstance(impl, dict):
         raise SpecError(f"no actor implementation {preset.implementation!r}", file=str(source))
     config = {**(impl.get("config") or {}), **preset.agent, "model": preset.agent.get("model", preset.name)}
+    # An evaluation's trials pin the version they evaluate while training goes on (run_phases).
+    impl["overridable"] = sorted({*(impl.get("overridable") or []), "model"})
     spec = load_spec(source)
     classes = {a.actor_class for a in spec.trial.actors if a.name in played_actors(preset, spec)}
     impl["config"] = implementation_sized(spec, preset.implementation, config, classes)
@@ -254,6 +256,29 @@ def played_actors(preset: Preset, spec) -> dict[str, str]:
             file=spec.file,
         )
     return {a: preset.implementation for a in names if not preset.actors or a in preset.actors}
+
+
+def pins_allowed(spec, preset: Preset, played: Mapping[str, str]) -> bool:
+    """Whether a start request may pin the version the learning actors act with: the spec lets
+    it set their ``model`` (the derived spec does), and every other key of the trial's actors'
+    own config (the request names the actor list whole; I-9)."""
+    for a in spec.trial.actors:
+        impl = spec.actors.get(played.get(a.name, a.implementation))
+        keys = {*a.config, *(("model",) if a.name in played else ())}
+        if impl is None or not keys <= set(impl.overridable):
+            return False
+    return True
+
+
+def pinned_actors(spec, implementations: Mapping[str, str], preset: Preset, version: int) -> list[dict[str, Any]]:
+    """The trial's actors as a start request names them, the learning ones pinned to ``version``."""
+    pin = {"model": f"{preset.agent.get('model', preset.name)}@{version}"}
+    named = [(a, implementations.get(a.name, a.implementation)) for a in spec.trial.actors]
+    return [
+        {"name": a.name, "class": a.actor_class, "implementation": impl,
+         "config": {**a.config, **(pin if impl == preset.implementation else {})}}
+        for a, impl in named
+    ]  # fmt: skip
 
 
 def hosted_implementations(preset: Preset, spec) -> list[str]:
@@ -422,10 +447,12 @@ async def run_phases(
                     return
                 await asyncio.sleep(0.02)
 
-        async def one(phase: str) -> tuple[int, float]:
+        async def one(phase: str, pin: int | None = None) -> tuple[int, float]:
             nonlocal next_seed
             seed, next_seed = next_seed, next_seed + 1
             setup = preset.trial_setup(played, seed)
+            if pin is not None:  # the learning actors act with that version, whatever is newer
+                setup["actors"] = pinned_actors(spec, setup.get("implementations", {}), preset, pin)
             tid = await ctl.start_trial(spec.name, seed=seed, **setup, experiment=preset.name, phase=phase)
             started = await ctl.wait_started(tid)
             learning = next((a.name for a in started.actors if a.implementation == preset.implementation), "")
@@ -435,8 +462,8 @@ async def run_phases(
         async def run_until(phase: str, target_steps: int) -> None:
             """Trials of ``phase``, ``concurrency`` at a time, until the steps reach the target."""
             running: set[asyncio.Task] = set()
-            while result.env_steps < target_steps or running:
-                while result.env_steps < target_steps and len(running) < s.concurrency:
+            while (result.env_steps < target_steps and not stop) or running:
+                while result.env_steps < target_steps and not stop and len(running) < s.concurrency:
                     running.add(asyncio.create_task(one(phase)))
                 done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
@@ -456,32 +483,60 @@ async def run_phases(
                     version,
                 )
 
-        version = 0
-        await run_until("heatup", start + s.heatup_steps)
-        next_eval = start + s.steps_between_evaluations
-        # Every run ends with an evaluation, even one whose heatup (its trials in flight finishing) ate the budget.
-        while result.env_steps < start + s.total_steps or not result.evaluations:
-            await run_until("train", min(next_eval, start + s.total_steps))
-            next_eval = result.env_steps + s.steps_between_evaluations
-            # Evaluate the version that has seen every step so far (the learner may lag a little).
-            deadline = time.monotonic() + version_timeout
-            # (or, for learners that do not say, until no newer version has come for a while).
-            version, current = await latest_version()
-            quiet_since = time.monotonic()
-            while not current and time.monotonic() < deadline and (version == 0 or time.monotonic() - quiet_since < 10):
-                await asyncio.sleep(0.5)
-                newer, current = await latest_version()
-                if newer != version:
-                    version, quiet_since = newer, time.monotonic()
+        async def evaluate(version: int, steps: int, episodes: int) -> None:
+            nonlocal stop
             await until_served(version)
-            rets = [r for _, r in await asyncio.gather(*(one("evaluate") for _ in range(s.evaluation_trials)))]
-            e = Evaluation(result.env_steps, result.episodes, sum(rets) / len(rets), rets, version)
+            pin = version if pinning and version else None
+            rets = [r for _, r in await asyncio.gather(*(one("evaluate", pin) for _ in range(s.evaluation_trials)))]
+            e = Evaluation(steps, episodes, sum(rets) / len(rets), rets, version)
             result.evaluations.append(e)
             progress.evaluated(e, start + s.total_steps)
             if curves is not None:
                 curves.evaluated(e)
-            if preset.stop_when_valid and result.meets(preset.validation):
-                break
+            stop = preset.stop_when_valid and result.meets(preset.validation)
+
+        version, stop, evaluating = 0, False, None
+        # Where a trial may pin the version its learning actors act with, an evaluation runs beside
+        # the next stretch of training (its trials pinned to the version it evaluates); else between.
+        pinning = pins_allowed(spec, preset, played)
+        await run_until("heatup", start + s.heatup_steps)
+        next_eval = start + s.steps_between_evaluations
+        try:
+            # Every run ends with an evaluation, even one whose heatup (its trials in flight finishing) ate the budget.
+            while not stop:
+                await run_until("train", min(next_eval, start + s.total_steps))
+                if stop:
+                    break  # an evaluation met the rule meanwhile
+                next_eval = result.env_steps + s.steps_between_evaluations
+                # Evaluate the version that has seen every step so far (the learner may lag a little).
+                deadline = time.monotonic() + version_timeout
+                # (or, for learners that do not say, until no newer version has come for a while).
+                version, current = await latest_version()
+                quiet_since = time.monotonic()
+                while (
+                    not current
+                    and time.monotonic() < deadline
+                    and (version == 0 or time.monotonic() - quiet_since < 10)
+                ):
+                    await asyncio.sleep(0.5)
+                    newer, current = await latest_version()
+                    if newer != version:
+                        version, quiet_since = newer, time.monotonic()
+                if evaluating is not None:
+                    await evaluating  # one evaluation at a time, in order
+                if stop:
+                    break
+                last = result.env_steps >= start + s.total_steps
+                evaluating = asyncio.create_task(evaluate(version, result.env_steps, result.episodes))
+                if last or not pinning:
+                    evaluating, _ = None, await evaluating
+                if last:
+                    break
+            if evaluating is not None:
+                await evaluating
+        finally:
+            if evaluating is not None and not evaluating.done():
+                evaluating.cancel()
         result.model_version, _ = await latest_version()  # and the learner's discarded count
     progress.done()
     result.seconds = time.monotonic() - started
