@@ -268,17 +268,19 @@ def test_preset_loads_and_its_agent_parameters_reach_a_derived_spec(tmp_path):
 
 
 def test_a_derived_spec_lets_evaluations_pin_the_learning_actors_version_and_nothing_else(tmp_path):
-    from trialog.learn.train import pinned_actors, pins_allowed, played_actors
+    from trialog.learn.train import played_actors
+    from trialog.runtime.pinned import pinned_actors, pins_allowed
     from trialog.spec import load_spec
 
     preset = load_preset(ROOT / "presets" / "dqn_cartpole.py")
     spec = load_spec(derived_spec(preset, tmp_path))
     played = played_actors(preset, spec)
-    assert spec.actors["dqn"].overridable == ("model",) and pins_allowed(spec, preset, played)
-    (actor,) = pinned_actors(spec, played, preset, 12)
+    assert spec.actors["dqn"].overridable == ("model",) and pins_allowed(spec, played)
+    (actor,) = pinned_actors(spec, played, "dqn", "dqn-cartpole@12")
     assert actor == {"name": "agent", "class": "agent", "implementation": "dqn", "config": {"model": "dqn-cartpole@12"}}
+    assert pinned_actors(spec, {}, "ppo", "dqn-cartpole@12")[0]["config"] == {}  # only the pinned implementation's
     # the spec as written lets no request set `model`: evaluations run between stretches of training
-    assert not pins_allowed(load_spec(preset.spec), preset, played)
+    assert not pins_allowed(load_spec(preset.spec), played)
 
 
 def test_unknown_hyperparameter_is_refused():

@@ -62,6 +62,7 @@ class Schedule:
     evaluation_trials: int = 10
     total_steps: int = 50_000
     concurrency: int = 8  # trials at once in heatup and train (evaluation runs all its trials at once)
+    evaluate_beside_training: bool = False  # through the log: an evaluation's trials pin its version (run_phases)
 
     def __post_init__(self) -> None:
         # Zero trials at once, or a budget that never ends a phase, would run forever doing nothing.
@@ -76,6 +77,8 @@ class Schedule:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise TrialogError(f"schedule: {name} must be an integer ≥ {low}, not {value!r}")
+        if not isinstance(beside := self.evaluate_beside_training, bool):
+            raise TrialogError(f"schedule: evaluate_beside_training must be true or false, not {beside!r}")
 
 
 @dataclass(frozen=True)
@@ -258,29 +261,6 @@ def played_actors(preset: Preset, spec) -> dict[str, str]:
     return {a: preset.implementation for a in names if not preset.actors or a in preset.actors}
 
 
-def pins_allowed(spec, preset: Preset, played: Mapping[str, str]) -> bool:
-    """Whether a start request may pin the version the learning actors act with: the spec lets
-    it set their ``model`` (the derived spec does), and every other key of the trial's actors'
-    own config (the request names the actor list whole; I-9)."""
-    for a in spec.trial.actors:
-        impl = spec.actors.get(played.get(a.name, a.implementation))
-        keys = {*a.config, *(("model",) if a.name in played else ())}
-        if impl is None or not keys <= set(impl.overridable):
-            return False
-    return True
-
-
-def pinned_actors(spec, implementations: Mapping[str, str], preset: Preset, version: int) -> list[dict[str, Any]]:
-    """The trial's actors as a start request names them, the learning ones pinned to ``version``."""
-    pin = {"model": f"{preset.agent.get('model', preset.name)}@{version}"}
-    named = [(a, implementations.get(a.name, a.implementation)) for a in spec.trial.actors]
-    return [
-        {"name": a.name, "class": a.actor_class, "implementation": impl,
-         "config": {**a.config, **(pin if impl == preset.implementation else {})}}
-        for a, impl in named
-    ]  # fmt: skip
-
-
 def hosted_implementations(preset: Preset, spec) -> list[str]:
     """The implementations the preset's trials play that an actor service hosts (not people's):
     only these, since each hosted one is a consumer group reading every record (a spec may
@@ -411,6 +391,7 @@ async def run_phases(
     from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
+    from trialog.runtime.pinned import pinned_actors, pins_allowed
 
     s, result, progress = preset.schedule, result or TrainResult(), _Progress(quiet)
     start = result.env_steps
@@ -452,7 +433,10 @@ async def run_phases(
             seed, next_seed = next_seed, next_seed + 1
             setup = preset.trial_setup(played, seed)
             if pin is not None:  # the learning actors act with that version, whatever is newer
-                setup["actors"] = pinned_actors(spec, setup.get("implementations", {}), preset, pin)
+                model = preset.agent.get("model", preset.name)
+                setup["actors"] = pinned_actors(
+                    spec, setup.get("implementations", {}), preset.implementation, f"{model}@{pin}"
+                )
             tid = await ctl.start_trial(spec.name, seed=seed, **setup, experiment=preset.name, phase=phase)
             started = await ctl.wait_started(tid)
             learning = next((a.name for a in started.actors if a.implementation == preset.implementation), "")
@@ -496,9 +480,9 @@ async def run_phases(
             stop = preset.stop_when_valid and result.meets(preset.validation)
 
         version, stop, evaluating = 0, False, None
-        # Where a trial may pin the version its learning actors act with, an evaluation runs beside
-        # the next stretch of training (its trials pinned to the version it evaluates); else between.
-        pinning = pins_allowed(spec, preset, played)
+        # Asked for, and where a trial may pin the version its learning actors act with, an evaluation
+        # runs beside the next stretch of training (its trials pinned to the version it evaluates).
+        pinning = s.evaluate_beside_training and pins_allowed(spec, played)
         await run_until("heatup", start + s.heatup_steps)
         next_eval = start + s.steps_between_evaluations
         try:

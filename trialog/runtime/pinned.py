@@ -15,8 +15,9 @@ last of their trials ends (one kept, to be reused without building another).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from trialog.actor import Policy
 from trialog.environment import ActorInfo
@@ -51,6 +52,29 @@ def pin_of(followed: str | None, actor: ActorInfo) -> Pin | None:
             "NAME@VERSION"
         )
     return name, number
+
+
+def pins_allowed(spec, played: Mapping[str, str]) -> bool:
+    """Whether a start request may pin the model of the actors in ``played`` (actor → its
+    implementation): the spec lets it set their ``model``, and every other key of the trial's
+    actors' own config (such a request names the actor list whole; I-9)."""
+    for a in spec.trial.actors:
+        impl = spec.actors.get(played.get(a.name, a.implementation))
+        keys = {*a.config, *(("model",) if a.name in played else ())}
+        if impl is None or not keys <= set(impl.overridable):
+            return False
+    return True
+
+
+def pinned_actors(spec, implementations: Mapping[str, str], pinned: str, ref: str) -> list[dict[str, Any]]:
+    """The trial's actors as a start request names them, those of implementation ``pinned``
+    acting with model version ``ref`` (``NAME@VERSION``)."""
+    named = [(a, implementations.get(a.name, a.implementation)) for a in spec.trial.actors]
+    return [
+        {"name": a.name, "class": a.actor_class, "implementation": impl,
+         "config": {**a.config, **({"model": ref} if impl == pinned else {})}}
+        for a, impl in named
+    ]  # fmt: skip
 
 
 class PinnedVersions:
