@@ -145,6 +145,50 @@ async def test_phases_versions_and_a_learner_killed_mid_training_resumes(kafka_s
     assert before.meta["env_steps"] < after.meta["env_steps"] <= logged
 
 
+async def test_an_evaluation_beside_training_plays_the_version_it_evaluates_in_every_trial(kafka_settings, tmp_path):
+    """`evaluate_beside_training`: the next stretch of training runs while an evaluation's trials
+    act with the version it evaluates, pinned, whatever newer versions the learner publishes."""
+    preset = Preset(
+        name="itest-beside",
+        spec=str(ROOT / "examples" / "cartpole" / "spec.yaml"),
+        implementation="dqn",
+        agent={"learning_starts": 100, "train_frequency": 50, "gradient_steps": 5, "hidden": [16, 16]},
+        schedule=Schedule(
+            heatup_steps=100, steps_between_evaluations=300, evaluation_trials=3, total_steps=1200, concurrency=4,
+            evaluate_beside_training=True,
+        ),
+    )  # fmt: skip
+    spec_file = derived_spec(preset, tmp_path)
+    settings = dataclasses.replace(kafka_settings, model_store=str(tmp_path / "models"))
+    bus = KafkaBus(settings)
+    await bus.create_topics()
+    (tmp_path / "logs").mkdir()
+    learner = ["--implementation", "dqn", "--experiment", preset.name]
+    with local_services(settings, str(spec_file), log_dir=str(tmp_path / "logs"), learners=[learner]):
+        async with bus:
+            result = await run_phases(settings, preset, load_spec(spec_file), quiet=True)
+            folds = [f async for f in read_trials(bus, lambda r: r.experiment == preset.name)]
+            async with Controller(bus) as ctl:
+                index = {r.trial_id: r for r in await ctl.list_trials() if r.experiment == preset.name}
+
+    evaluated = [e.model_version for e in result.evaluations]
+    assert len(evaluated) >= 3 and evaluated == sorted(evaluated) and evaluated[0] >= 1, evaluated
+    by_version: dict[int, int] = {}
+    for f in folds:
+        if f.started.phase == "evaluate":
+            (version,) = {s.policy_version for s in f.samples() if s.action is not None}  # one version per trial
+            by_version[version] = by_version.get(version, 0) + 1
+    assert by_version == dict.fromkeys(evaluated, 3), (by_version, evaluated)
+    # Training went on beside the evaluations but the last: a train trial started while one ran.
+    evaluations = [r for r in index.values() if r.phase == "evaluate"]
+    beside = [
+        t for t in index.values() if t.phase == "train"
+        if any(e.created_ms < t.created_ms < e.updated_ms for e in evaluations)
+    ]  # fmt: skip
+    assert beside, "no training trial started while an evaluation ran"
+    assert result.env_steps >= 1200
+
+
 def test_trialog_train_runs_a_preset_and_its_exit_code_is_the_validation_rule(kafka_settings, tmp_path):
     """`trialog train PRESET` as documented: progress, a table, a plot with its data; exit 0 when the rule holds."""
     from tests.integration.training import train
