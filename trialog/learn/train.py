@@ -512,8 +512,9 @@ async def run_phases(
                     break
                 last = result.env_steps >= start + s.total_steps
                 evaluating = asyncio.create_task(evaluate(version, result.env_steps, result.episodes))
-                if last or not pinning:
-                    evaluating, _ = None, await evaluating
+                if last or not pinning:  # nothing to train beside it, or no pin to evaluate with
+                    await evaluating
+                    evaluating = None
                 if last:
                     break
             if evaluating is not None:
