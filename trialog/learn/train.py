@@ -110,6 +110,11 @@ class Preset:
     judges: tuple[str, ...] = ()
     file: str = ""  # set by load_preset
 
+    @property
+    def model(self) -> str:
+        """The model its learner trains and its policy follows: the agent's ``model``, else the name."""
+        return self.agent.get("model", self.name)
+
     # What a curriculum (trialog.learn.curriculum) changes: the partners its stages may give each
     # actor, each trial's implementations and stage label, and the phases run once per stage.
     def partners_of(self, spec) -> dict[str, tuple[str, ...]]:
@@ -189,7 +194,7 @@ def derived_spec(preset: Preset, out_dir: Path) -> Path:
     impl = (raw.get("actors") or {}).get(preset.implementation)
     if not isinstance(impl, dict):
         raise SpecError(f"no actor implementation {preset.implementation!r}", file=str(source))
-    config = {**(impl.get("config") or {}), **preset.agent, "model": preset.agent.get("model", preset.name)}
+    config = {**(impl.get("config") or {}), **preset.agent, "model": preset.model}
     # An evaluation's trials pin the version they evaluate while training goes on (run_phases).
     impl["overridable"] = sorted({*(impl.get("overridable") or []), "model"})
     spec = load_spec(source)
@@ -405,7 +410,7 @@ async def run_phases(
         async def latest_version() -> tuple[int, bool]:
             """The newest version, and whether it has trained on every step so far (a learner
             trains in rounds: ``next_round_at`` says when the next one is owed)."""
-            v = (await model_registry.latest_versions(ctl.bus)).get(preset.agent.get("model", preset.name))
+            v = (await model_registry.latest_versions(ctl.bus)).get(preset.model)
             if v is None:
                 return 0, False
             meta = v.meta
@@ -433,10 +438,8 @@ async def run_phases(
             seed, next_seed = next_seed, next_seed + 1
             setup = preset.trial_setup(played, seed)
             if pin is not None:  # the learning actors act with that version, whatever is newer
-                model = preset.agent.get("model", preset.name)
-                setup["actors"] = pinned_actors(
-                    spec, setup.get("implementations", {}), preset.implementation, f"{model}@{pin}"
-                )
+                implementations = setup.get("implementations", {})
+                setup["actors"] = pinned_actors(spec, implementations, preset.implementation, f"{preset.model}@{pin}")
             tid = await ctl.start_trial(spec.name, seed=seed, **setup, experiment=preset.name, phase=phase)
             started = await ctl.wait_started(tid)
             learning = next((a.name for a in started.actors if a.implementation == preset.implementation), "")

@@ -231,9 +231,10 @@ class ActorHandler(Handler):
                 del self.trials[event.trial_id]
                 self.ended.add(event.trial_id)
                 if self.policy is not None:
-                    policies = [self.policy, *(self.pinned.policy(p.pin) for p in trial.actors.values() if p.pin)]
-                    for policy in {id(x): x for x in policies if x is not None}.values():
-                        self._to_worker(policy.trial_ended, event.trial_id)
+                    self._to_worker(self.policy.trial_ended, event.trial_id)
+                    for pin in {p.pin for p in trial.actors.values() if p.pin is not None}:
+                        if (pinned := self.pinned.policy(pin)) is not None:
+                            self._to_worker(pinned.trial_ended, event.trial_id)
                 self._release(trial)
 
     def _start(self, record: Record, started: TrialStarted) -> None:
@@ -412,11 +413,14 @@ class ActorHandler(Handler):
         actions: list[Any] = [_NO_ACTION] * len(batch)
         versions: list[int | None] = [None] * len(batch)
         groups: dict[int, tuple[Policy, list[int]]] = {}
-        for i, p in enumerate(batch):
-            policy = self.policy if p.played.pin is None else self.pinned.policy(p.played.pin)
-            if policy is None:
-                continue  # its trial is over here, or cannot play (the pinned version did not load)
-            groups.setdefault(id(policy), (policy, []))[1].append(i)
+        if not self.pinned.pinned:  # the common case, on every tick: one policy decides the whole batch
+            groups[id(self.policy)] = (self.policy, list(range(len(batch))))
+        else:
+            for i, p in enumerate(batch):
+                policy = self.policy if p.played.pin is None else self.pinned.policy(p.played.pin)
+                if policy is None:
+                    continue  # its trial is over here, or cannot play (the pinned version did not load)
+                groups.setdefault(id(policy), (policy, []))[1].append(i)
         for policy, indices in groups.values():
             try:
                 requests = [
