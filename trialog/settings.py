@@ -26,6 +26,7 @@ import yaml
 from trialog.errors import SettingsError
 
 ENV_PREFIX = "TRIALOG_"
+DEFAULT_PARTITIONS = 12  # as the Helm chart
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -42,9 +43,11 @@ class Settings:
         "trialog.", "Prefix of every topic and consumer group, so deployments can share a cluster."
     )
     partitions: int = _setting(
-        12,
+        0,
         "Partitions of every topic (control and events always equal: I-2); bounds how many instances "
-        "of one service share the work. 12, as the Helm chart: choose it up front, since partitions "
+        "of one service share the work. 0: 12, as the Helm chart, except that a local run "
+        "(`trialog train`) creates its topics with one per instance of its largest service, since "
+        "each partition an instance reads costs it per request. Choose it up front: partitions "
         "can be added but never removed, and adding them moves trials between partitions.",
     )
     replication_factor: int = _setting(
@@ -94,6 +97,11 @@ class Settings:
     )
 
     # --- derived names -----------------------------------------------------------
+    def partition_count(self, local_instances: int | None = None) -> int:
+        """The partitions of the topics Trialog creates: as set, else one per instance of a local
+        run's largest service (``local_instances``), else ``DEFAULT_PARTITIONS``."""
+        return self.partitions or local_instances or DEFAULT_PARTITIONS
+
     def replicas(self, brokers: int) -> int:
         """The replication factor of the topics Trialog creates on a cluster of ``brokers``."""
         return self.replication_factor or min(3, max(1, brokers))
@@ -177,8 +185,10 @@ class Settings:
             host, _, port = server.strip().rpartition(":")
             if not host or not port.isdigit():
                 raise SettingsError(f"bootstrap server {server!r} is not host:port")
-        if self.partitions < 1 or self.replication_factor < 0:
-            raise SettingsError("partitions must be at least 1, replication_factor at least 0 (0: by cluster size)")
+        if self.partitions < 0 or self.replication_factor < 0:
+            raise SettingsError(
+                "partitions and replication_factor must be at least 0 (0: by deployment, by cluster size)"
+            )
         if self.security_protocol.startswith("SASL") and not self.sasl_username:
             raise SettingsError(
                 f"security_protocol {self.security_protocol} needs sasl_username (TRIALOG_SASL_USERNAME)"

@@ -69,7 +69,7 @@ def build(
     )
     copies = replication_factor or settings.replication_factor or 1
     compacted = TopicConfig(  # acknowledged once two copies have a write, as Trialog's own topics
-        num_partitions=settings.partitions,
+        num_partitions=settings.partition_count(),
         replication_factor=copies,
         extra_config={"cleanup.policy": "compact", "min.insync.replicas": str(min(2, copies))},
     )

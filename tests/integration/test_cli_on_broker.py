@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +71,23 @@ def test_a_deployments_topics_can_be_deleted_as_the_test_fixture_does(kafka_sett
         kafka_settings.topic(r) for r in ("control", "events", "trials", "models", "dead-letters")
     )
     assert left == {}
+
+
+def test_a_local_run_creates_one_partition_per_instance_unless_the_settings_say(kafka_settings):
+    """`trialog train`'s rule (Settings.partition_count): the settings' count when given, else
+    one per instance of the run's largest service; a bus then routes by what the cluster has."""
+
+    async def created(settings, instances):
+        bus = KafkaBus(settings)
+        try:
+            await bus.create_topics(local_instances=instances)
+            await bus.start()
+            topics = await bus.describe_topics()
+            return {role: topics[settings.topic(role)]["partitions"] for role in ("control", "events")}, bus.partitions
+        finally:
+            await bus.stop()
+            await bus.delete_topics()
+
+    open_count = dataclasses.replace(kafka_settings, partitions=0, topic_prefix=kafka_settings.topic_prefix + "open.")
+    assert asyncio.run(created(open_count, 2)) == ({"control": 2, "events": 2}, 2)
+    assert asyncio.run(created(kafka_settings, 2)) == ({"control": 4, "events": 4}, 4)  # the fixture sets 4

@@ -189,7 +189,7 @@ class Bus(abc.ABC):
         self.codec = EventCodec(store)
         # The partition count of control/events as the cluster has it (settings until known),
         # and trial ID -> partition: murmur2 in pure Python costs ~8 µs, paid per event otherwise.
-        self.partitions = settings.partitions
+        self.partitions = settings.partition_count()
         self._partition_cache: dict[str, int] = {}
         #: role -> the largest record its topic takes (topics are created with these limits).
         self.record_limits = record_limits(settings)
@@ -372,8 +372,10 @@ class Bus(abc.ABC):
 
     # --- admin -------------------------------------------------------------------------------
     @abc.abstractmethod
-    async def create_topics(self) -> list[str]:
-        """Create the deployment's topics if missing (idempotent); return the ones created."""
+    async def create_topics(self, local_instances: int | None = None) -> list[str]:
+        """Create the deployment's topics if missing (idempotent); return the ones created. A
+        local run says how many instances its largest service has (their partition count when
+        the settings leave it open: :meth:`Settings.partition_count`)."""
 
     @abc.abstractmethod
     async def describe_topics(self) -> dict[str, dict]:

@@ -199,12 +199,12 @@ class KafkaBus(Bus):
             raise TransportError(f"cannot reach Kafka at {self.settings.bootstrap_servers}: {exc}") from exc
         return admin
 
-    async def create_topics(self) -> list[str]:
+    async def create_topics(self, local_instances: int | None = None) -> list[str]:
         admin = await self._admin()
         try:
             existing = set(await admin.list_topics())
             brokers = len((await admin.describe_cluster())["brokers"])
-            wanted = plan(self.settings, brokers)
+            wanted = plan(self.settings, brokers, local_instances)
             missing = [t for t in wanted if t.name not in existing]
             if missing and wanted[0].replication_factor < min(3, brokers):
                 log.warning(
@@ -222,18 +222,17 @@ class KafkaBus(Bus):
                     created.append(t.name)
                 except TopicAlreadyExistsError:  # created meanwhile by another instance: fine
                     pass
-            await self._until_known(admin, created)
+            await self._until_known(admin, {t.name: t.partitions for t in missing if t.name in created})
             if self._producer is not None:
                 await self._learn_partitions()
             return created
         finally:
             await admin.close()
 
-    async def _until_known(self, admin: AIOKafkaAdminClient, names: list[str]) -> None:
+    async def _until_known(self, admin: AIOKafkaAdminClient, wanted: dict[str, int]) -> None:
         """Return once the cluster answers with every partition of the topics just created: a
         broker started a moment ago took seconds to know its first topics, and a reader started
         meanwhile would find them missing (readers ask again only briefly: ASK_AGAIN_S)."""
-        wanted = {t.name: t.partitions for t in plan(self.settings) if t.name in names}
         deadline = time.monotonic() + TOPICS_KNOWN_WITHIN_S
         while wanted:
             found = await partitions_of(admin._client, list(wanted))  # noqa: SLF001

@@ -70,7 +70,7 @@ class MemoryBus(Bus):
     ):
         return MemoryConsumer(self, roles, group, on_assigned, on_revoked, partitions, from_start)
 
-    async def create_topics(self) -> list[str]:
+    async def create_topics(self, local_instances: int | None = None) -> list[str]:
         self._ensure_topics()
         return []
 

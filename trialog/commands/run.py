@@ -68,7 +68,8 @@ def run_from_args(
     spec = load_spec(args.spec_file)
     overrides_for = campaign_overrides(trial_overrides(args), pairings)
 
-    asyncio.run(create_topics(settings))
+    local = max(args.environment_processes, args.actor_processes) if args.serve else None
+    asyncio.run(create_topics(settings, local))
     if args.serve:
         print(
             f"starting services for {spec.name} "

@@ -91,7 +91,7 @@ def run(args) -> int:
 
         if settings.gateway_url == Settings().gateway_url:  # unless people reach it by another address
             settings = dataclasses.replace(settings, gateway_url=f"http://127.0.0.1:{args.gateway_port}")
-        asyncio.run(create_topics(settings))
+        asyncio.run(create_topics(settings, local_instances=1))
         print(f"starting the services for {spec.name} and the gateway on port {args.gateway_port}…", file=sys.stderr)
         with local_services(settings, str(Path(spec_file).resolve()), gateway_port=args.gateway_port):
             trials = evaluate(settings)

@@ -538,9 +538,8 @@ def train(
     """Create the topics, run the services and a learner locally, and the phases; write
     ``summary.json`` into ``out_dir`` and TensorBoard curves into ``tensorboard`` (by default
     ``out_dir/tensorboard``; the learner's in its ``learner`` folder)."""
-    from trialog.bus import connect
     from trialog.spec import load_spec
-    from trialog.tools.campaign import free_port, local_services
+    from trialog.tools.campaign import create_topics, free_port, local_services
     from trialog.tools.judge import judge_processes
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -550,7 +549,7 @@ def train(
     # with the reason, rather than in a service's log while the trials wait.
     on_policy = bool(getattr(learner_for(preset, spec), "on_policy", False))
     settings = dataclasses.replace(settings, model_store=settings.model_store or str((out_dir / "models").resolve()))
-    asyncio.run(connect(settings).create_topics())
+    asyncio.run(create_topics(settings, max(preset.environment_processes, preset.actor_processes)))
     if not quiet:
         print(
             f"{preset.name}: starting services and a learner for {preset.implementation} (logs in {out_dir / 'logs'})…",

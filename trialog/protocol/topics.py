@@ -40,10 +40,11 @@ class TopicPlan:
     configs: dict[str, str]
 
 
-def plan(settings: Settings, brokers: int = 1) -> list[TopicPlan]:
-    """What ``trialog topics create`` makes on a cluster of ``brokers``, with the configs each
-    topic needs: a write is acknowledged once two copies have it, where there are two."""
-    p, rf = settings.partitions, settings.replicas(brokers)
+def plan(settings: Settings, brokers: int = 1, local_instances: int | None = None) -> list[TopicPlan]:
+    """What ``trialog topics create`` makes on a cluster of ``brokers`` (for a local run whose
+    largest service has ``local_instances``: :meth:`Settings.partition_count`), with the configs
+    each topic needs: a write is acknowledged once two copies have it, where there are two."""
+    p, rf = settings.partition_count(local_instances), settings.replicas(brokers)
     common = {"min.insync.replicas": str(min(2, rf)), "max.message.bytes": str(RECORD_LIMIT)}
     return [
         TopicPlan(

@@ -305,10 +305,12 @@ def wait_archived(archive_dir: str, trial_ids: list[str], timeout: float = 90) -
         time.sleep(0.5)
 
 
-async def create_topics(settings: Settings) -> None:
+async def create_topics(settings: Settings, local_instances: int | None = None) -> None:
+    """The deployment's topics; a local run names its largest service's instances, one partition
+    each unless the settings give a count (each partition a service reads costs it per request)."""
     from trialog.bus import connect
 
-    await connect(settings).create_topics()
+    await connect(settings).create_topics(local_instances)
 
 
 async def wait_indexed(bus: Bus, trial_ids: list[str], timeout: float = 30) -> bool:

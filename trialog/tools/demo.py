@@ -86,7 +86,7 @@ def play_with_people(settings: Settings, gateway_port: int, max_ticks: int | Non
 
     spec_file = str(EXAMPLES / PEOPLE_SPEC)
     spec = load_spec(spec_file)
-    asyncio.run(create_topics(settings))
+    asyncio.run(create_topics(settings, local_instances=1))
     print("starting the services and the web gateway…", file=sys.stderr)
     with local_services(settings, spec_file, gateway_port=gateway_port):
         return asyncio.run(_one_trial_with_people(settings, spec, max_ticks))
