@@ -60,6 +60,7 @@ from trialog.protocol.events import (
 from trialog.protocol.rewards import senders_matching
 from trialog.runtime.handler import Handler, safe_point
 from trialog.runtime.recent import RecentlyEnded
+from trialog.telemetry import metrics
 from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)
@@ -136,6 +137,7 @@ class LearnerHandler(Handler):
         self.restored = asyncio.Event()
         self._restoring: asyncio.Task | None = None
         self._waiting: list[tuple[Record, Event]] = []  # read before the last version was restored
+        metrics.watch_learner(self)
 
     # --- recovery ----------------------------------------------------------------------------
     def assigned(self, role: str, partition: int) -> None:
@@ -279,6 +281,14 @@ class LearnerHandler(Handler):
     def discarded(self) -> int:
         """Transitions an on-policy learner threw away (acted by another version)."""
         return int(getattr(self.learner, "discarded", 0))
+
+    def settled_steps(self) -> int:
+        """The env steps taken in when no round is owed nor training (its last version published
+        before the task ended), else -1: what `trialog train` waits for before an evaluation."""
+        training = self._training is not None and not self._training.done()
+        if not self.restored.is_set() or training or self.learner.rounds_due():
+            return -1
+        return int(self.learner.env_steps)
 
     def polled(self) -> None:
         # On-policy: the actors act with a version whose batch is full; the sooner the next one, the fewer late.

@@ -255,8 +255,23 @@ def test_local_services_read_the_version_their_actor_services_act_with():
         assert await asyncio.to_thread(services.served_version, "gauge-test") == 12
         services.ports["actors-1"] = _closed_port()
         assert await asyncio.to_thread(services.served_version, "gauge-test") == 0  # one does not answer
+        assert await asyncio.to_thread(services.settled_steps, "gauge-test") == -1  # no learner among them
+        services.ports["learner-0"] = port
+        assert await asyncio.to_thread(services.settled_steps, "gauge-test") == -1  # no such learner here
+        learner = _Learner()
+        metrics.watch_learner(learner)
+        assert await asyncio.to_thread(services.settled_steps, "gauge-test") == 4200
 
     _with_server(Health(), scenario)
+
+
+class _Learner:
+    """What the gauge reads off a learner handler."""
+
+    implementation = "gauge-test"
+
+    def settled_steps(self) -> int:
+        return 4200
 
 
 def _closed_port() -> int:

@@ -14,6 +14,7 @@ import pytest
 from trialog.learn.memory import Transitions
 from trialog.learn.ppo import PPOConfig, PPOLearner, PPOPolicy
 from trialog.services.learner.handler import LearnerHandler
+from trialog.telemetry import metrics
 
 
 def steps(n: int, version: int, *, seed: int = 0, terminated_last: bool = False) -> Transitions:
@@ -179,10 +180,17 @@ async def test_the_learner_service_trains_once_a_poll_completes_the_batch():
     one_by_one(handler.learner, steps(7, 1))
     handler.polled()
     assert handler._training is None
+    # No batch owed with 7 of 8: the newest version is as trained as it gets (what `trialog train` waits for).
+    assert handler.settled_steps() == 7
     one_by_one(handler.learner, steps(2, 1, seed=1))
+    assert handler.settled_steps() == -1  # the batch is full: a round is owed
     handler.polled()
+    assert handler.settled_steps() == -1  # training, its version not yet published
     await asyncio.wait_for(handler._training, 30)
     assert published == [2] and handler.learner.version == 2 and handler.learner.round_scalars["batch"] == 9
+    assert handler.settled_steps() == 9
+    scraped = metrics.exposition().decode()
+    assert 'trialog_learner_settled_steps{implementation="ppo"} 9.0' in scraped
     assert handler.discarded == handler.learner.discarded == 0
     handler.loop = SimpleNamespace()
     await handler.close()

@@ -309,7 +309,7 @@ def _baseline_record(preset: Curriculum, seeds: list[int], returns: list[float],
 
 
 async def run_stages_through_log(
-    settings, preset: Curriculum, spec, *, quiet: bool = False, curves=None, served=None
+    settings, preset: Curriculum, spec, *, quiet: bool = False, curves=None, served=None, settled=None
 ) -> CurriculumResult:
     """The stages in turn against the services :func:`trialog.learn.train.train` started, after
     publishing the partners' models; then the baseline."""
@@ -340,6 +340,7 @@ async def run_stages_through_log(
             curves=curves,
             result=_carry(total),
             served=served,
+            settled=settled,
         )
         _merge(total, stage, part, time.monotonic() - started)
     if preset.baseline:

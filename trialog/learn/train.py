@@ -387,12 +387,14 @@ async def run_phases(
     curves: Curves | None = None,
     result: TrainResult | None = None,
     served: Callable[[], int] | None = None,
+    settled: Callable[[], int] | None = None,
 ) -> TrainResult:
     """Heatup, then train ↔ evaluate until the budget, against services already running
     (``spec``: the loaded spec the orchestrator serves); the run's TensorBoard ``curves`` as it goes;
     a curriculum's stage goes on from the counters of the ``result`` before it. ``served`` says which
     version the actor services act with (local services: their ``trialog_model_version`` gauge), so
-    an evaluation starts as soon as they act with the version it evaluates."""
+    an evaluation starts as soon as they act with the version it evaluates; ``settled`` the env steps the
+    learner has taken in with no round owed (its ``trialog_learner_settled_steps`` gauge)."""
     from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
@@ -409,14 +411,15 @@ async def run_phases(
 
         async def latest_version() -> tuple[int, bool]:
             """The newest version, and whether it has trained on every step so far (a learner
-            trains in rounds: ``next_round_at`` says when the next one is owed)."""
+            trains in rounds: ``next_round_at`` says when the next one is owed; or the learner says so)."""
+            taken_in = await asyncio.to_thread(settled) if settled is not None else -1  # before the version
             v = (await model_registry.latest_versions(ctl.bus)).get(preset.model)
             if v is None:
                 return 0, False
             meta = v.meta
             result.discarded = meta.get("discarded", result.discarded)
             result.algorithm = v.algorithm
-            return v.version, meta.get("env_steps", 0) >= result.env_steps or meta.get(
+            return v.version, taken_in >= result.env_steps or meta.get("env_steps", 0) >= result.env_steps or meta.get(
                 "next_round_at", 0
             ) > result.env_steps
 
@@ -579,7 +582,8 @@ def train(
             judge_processes(preset.judges, preset.name, f"http://127.0.0.1:{gateway_port}", out_dir / "logs"),
         ):
             served = functools.partial(services.served_version, preset.implementation)
-            result = asyncio.run(preset.run(settings, spec, quiet=quiet, curves=curves, served=served))
+            settled = functools.partial(services.settled_steps, preset.implementation)
+            result = asyncio.run(preset.run(settings, spec, quiet=quiet, curves=curves, served=served, settled=settled))
     finally:
         curves.close()
     result.on_policy = on_policy

@@ -76,6 +76,12 @@ MODEL_VERSION = Gauge(
 )
 
 _loops: weakref.WeakSet[ServiceLoop] = weakref.WeakSet()
+_learners: weakref.WeakSet = weakref.WeakSet()  # learner handlers: implementation, settled_steps()
+
+
+def watch_learner(handler) -> None:
+    """Report this learner's settled steps at each scrape (``trialog_learner_settled_steps``)."""
+    _learners.add(handler)
 
 
 def watch_loop(loop: ServiceLoop) -> None:
@@ -134,6 +140,15 @@ class _LoopCollector:
                 end = loop.consumer.highwater(role, partition) if loop.consumer is not None else None
                 lag.add_metric(labels, max(0, (end if end is not None else part.end) - part.position))
         yield from (live, catching_up, lag, since_turn, log_away)
+        settled = GaugeMetricFamily(
+            "trialog_learner_settled_steps",
+            "Env steps a learner has taken in, once every round they owe is trained and its version "
+            "published (the newest version on `models` has seen them all); -1 while one is owed.",
+            labels=["implementation"],
+        )
+        for handler in list(_learners):
+            settled.add_metric([handler.implementation], handler.settled_steps())
+        yield settled
 
 
 REGISTRY.register(_LoopCollector())

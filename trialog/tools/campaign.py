@@ -93,6 +93,17 @@ class Services(dict):
         actors = [port for name, port in self.ports.items() if name.startswith("actors-")]
         return int(min((_gauge(port, "trialog_model_version", implementation) or 0.0 for port in actors), default=0.0))
 
+    def settled_steps(self, implementation: str) -> int:
+        """The env steps the learner of ``implementation`` has taken in with no round owed (its
+        ``trialog_learner_settled_steps`` gauge; -1 while one is owed or it does not answer)."""
+        learners = [port for name, port in self.ports.items() if name.startswith("learner-")]
+        return int(
+            min(
+                (_gauge(port, "trialog_learner_settled_steps", implementation) or -1.0 for port in learners),
+                default=-1.0,
+            )
+        )
+
 
 def _gauge(port: int, metric: str, implementation: str) -> float | None:
     """A gauge's value for one implementation, from a service's ``/metrics`` text (None: not there)."""
