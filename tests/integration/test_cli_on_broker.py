@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import structlog
 
 from trialog.bus.kafka import KafkaBus
 
@@ -77,17 +78,22 @@ def test_a_local_run_creates_one_partition_per_instance_unless_the_settings_say(
     """`trialog train`'s rule (Settings.partition_count): the settings' count when given, else
     one per instance of the run's largest service; a bus then routes by what the cluster has."""
 
-    async def created(settings, instances):
+    async def created(settings, instances, larger_run):
         bus = KafkaBus(settings)
         try:
             await bus.create_topics(local_instances=instances)
             await bus.start()
             topics = await bus.describe_topics()
-            return {role: topics[settings.topic(role)]["partitions"] for role in ("control", "events")}, bus.partitions
+            with structlog.testing.capture_logs() as said:  # a larger run later on the same topics is told
+                await bus.create_topics(local_instances=larger_run)
+            idle = [e for e in said if e["event"].startswith("fewer partitions than this run has instances")]
+            counts = {role: topics[settings.topic(role)]["partitions"] for role in ("control", "events")}
+            return counts, bus.partitions, [(e["partitions"], e["instances"]) for e in idle]
         finally:
             await bus.stop()
             await bus.delete_topics()
 
     open_count = dataclasses.replace(kafka_settings, partitions=0, topic_prefix=kafka_settings.topic_prefix + "open.")
-    assert asyncio.run(created(open_count, 2)) == ({"control": 2, "events": 2}, 2)
-    assert asyncio.run(created(kafka_settings, 2)) == ({"control": 4, "events": 4}, 4)  # the fixture sets 4
+    assert asyncio.run(created(open_count, 2, 3)) == ({"control": 2, "events": 2}, 2, [(2, 3)])
+    # The fixture sets 4; a run of 2 or 4 instances on them is not told anything.
+    assert asyncio.run(created(kafka_settings, 2, 4)) == ({"control": 4, "events": 4}, 4, [])

@@ -223,6 +223,17 @@ class KafkaBus(Bus):
                 except TopicAlreadyExistsError:  # created meanwhile by another instance: fine
                     pass
             await self._until_known(admin, {t.name: t.partitions for t in missing if t.name in created})
+            events = self.settings.topic(EVENTS)
+            if local_instances and events not in created:  # made before, perhaps by a smaller run
+                have = len((await partitions_of(admin._client, [events]))[events])  # noqa: SLF001
+                if have < local_instances:
+                    log.warning(
+                        "fewer partitions than this run has instances of a service: the others stand idle",
+                        topic=events,
+                        partitions=have,
+                        instances=local_instances,
+                        fix="a fresh TRIALOG_TOPIC_PREFIX with TRIALOG_PARTITIONS at the instances",
+                    )
             if self._producer is not None:
                 await self._learn_partitions()
             return created
