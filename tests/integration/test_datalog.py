@@ -218,7 +218,14 @@ async def test_export_read_back_with_duckdb_matches_the_log(running, tmp_path):
     assert late == 2
 
     # The late reward lands in the trial file (within the grace period) or in a correction: either way it counts once.
-    await wait_for(lambda: archived(tmp_path / "archive", tids), timeout=30, what="archives")
+    # Waited for as such: the trial files may be written before the correction that follows them.
+    def late_archived() -> bool:
+        if not archived(tmp_path / "archive", tids):
+            return False
+        samples = Archive(tmp_path / "archive").read(tids[1]).samples
+        return any(r.sender == "late" for s in samples for r in s.reward_sources)
+
+    await wait_for(late_archived, timeout=30, what="the late reward in the archive")
     out2 = tmp_path / "from-archive.parquet"
     assert (
         await asyncio.to_thread(cli.main, ["export", "--out", str(out2), "--from-archive", str(tmp_path / "archive")])
