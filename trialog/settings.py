@@ -45,8 +45,9 @@ class Settings:
     partitions: int = _setting(
         0,
         "Partitions of every topic (control and events always equal: I-2); bounds how many instances "
-        "of one service share the work. 0: 12, as the Helm chart, except that a local run "
-        "(`trialog train`) creates its topics with one per instance of its largest service, since "
+        "of one service share the work. 0: 12, as the Helm chart, except that a local run (`trialog "
+        "train`, `trialog run --serve`, the demo, `trialog teaming --local`) creates its topics with "
+        "one per instance of its largest service, since "
         "each partition an instance reads costs it per request. Choose it up front: partitions "
         "can be added but never removed, and adding them moves trials between partitions.",
     )

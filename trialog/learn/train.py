@@ -419,9 +419,8 @@ async def run_phases(
             meta = v.meta
             result.discarded = meta.get("discarded", result.discarded)
             result.algorithm = v.algorithm
-            return v.version, taken_in >= result.env_steps or meta.get("env_steps", 0) >= result.env_steps or meta.get(
-                "next_round_at", 0
-            ) > result.env_steps
+            seen = max(taken_in, meta.get("env_steps", 0))
+            return v.version, seen >= result.env_steps or meta.get("next_round_at", 0) > result.env_steps
 
         async def until_served(version: int) -> None:
             """Until the actor services act with ``version`` (they load it from `models`)."""

@@ -90,19 +90,18 @@ class Services(dict):
     def served_version(self, implementation: str) -> int:
         """The oldest model version the actor services serve ``implementation`` with, from their
         ``trialog_model_version`` gauge (0 while any has none loaded or does not answer)."""
-        actors = [port for name, port in self.ports.items() if name.startswith("actors-")]
-        return int(min((_gauge(port, "trialog_model_version", implementation) or 0.0 for port in actors), default=0.0))
+        return self._lowest("actors-", "trialog_model_version", implementation, missing=0)
 
     def settled_steps(self, implementation: str) -> int:
         """The env steps the learner of ``implementation`` has taken in with no round owed (its
         ``trialog_learner_settled_steps`` gauge; -1 while one is owed or it does not answer)."""
-        learners = [port for name, port in self.ports.items() if name.startswith("learner-")]
-        return int(
-            min(
-                (_gauge(port, "trialog_learner_settled_steps", implementation) or -1.0 for port in learners),
-                default=-1.0,
-            )
-        )
+        return self._lowest("learner-", "trialog_learner_settled_steps", implementation, missing=-1)
+
+    def _lowest(self, service: str, metric: str, implementation: str, *, missing: int) -> int:
+        """The lowest value of a gauge over the services named ``service…`` (``missing`` for one
+        without it, or when there are none)."""
+        values = [_gauge(port, metric, implementation) for name, port in self.ports.items() if name.startswith(service)]
+        return int(min((missing if v is None else v for v in values), default=missing))
 
 
 def _gauge(port: int, metric: str, implementation: str) -> float | None:
