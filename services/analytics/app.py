@@ -20,6 +20,7 @@ from pathlib import Path
 
 from trialog.analytics import EventDeserializer, quix_connection, result_topic
 from trialog.protocol.topics import EVENTS
+from trialog.runtime.process import run_async
 from trialog.services.analytics.jobs import KINDS, SUMMARY_JOBS, contributions, fold_group, fold_trial, group_key
 from trialog.settings import Settings
 from trialog.telemetry import metrics
@@ -104,7 +105,7 @@ def transactional_id(settings: Settings) -> str:
 
 def main(settings: Settings, *, state_dir: str, window: int, guarantee: str, health_port: int) -> None:
     """Run the jobs until SIGTERM/SIGINT (Quix handles both), serving health and metrics."""
-    events = asyncio.run(_wait_for_events_topic(settings))
+    events = run_async(_wait_for_events_topic(settings))
     # The jobs' topics as replicated as the events topic they are computed from.
     replicas = settings.replication_factor or (events or {}).get("replication_factor", 1)
     app = build(settings, state_dir=state_dir, window=window, guarantee=guarantee, replication_factor=replicas)
@@ -154,4 +155,4 @@ def _serve_health(host: str, port: int) -> None:
             health.beat()
             await asyncio.sleep(1)
 
-    asyncio.run(serve())
+    run_async(serve())

@@ -10,7 +10,6 @@ imports a service.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import orjson
 
 from trialog.errors import TrialogError
+from trialog.runtime.process import run_async  # noqa: F401 - the commands' way to run a coroutine
 from trialog.settings import add_arguments
 
 
@@ -50,15 +50,6 @@ def fields_of(record: Any) -> dict[str, Any]:
     import dataclasses
 
     return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
-
-
-def run_async(coro) -> Any:
-    """Run a command's coroutine, on uvloop when it is installed (see docs/performance.md)."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 def require_extra(module: str, extra: str, what: str) -> None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 from typing import Any
 
-from trialog.commands.parts import add_trial_overrides, command, positive_int, trial_overrides
+from trialog.commands.parts import add_trial_overrides, command, positive_int, run_async, trial_overrides
 from trialog.settings import Settings, from_args
 
 
@@ -69,7 +68,7 @@ def run_from_args(
     overrides_for = campaign_overrides(trial_overrides(args), pairings)
 
     local = max(args.environment_processes, args.actor_processes) if args.serve else None
-    asyncio.run(create_topics(settings, local))
+    run_async(create_topics(settings, local))
     if args.serve:
         print(
             f"starting services for {spec.name} "
@@ -80,14 +79,12 @@ def run_from_args(
             settings, str(Path(args.spec_file).resolve()), environment_processes=args.environment_processes,
             actor_processes=args.actor_processes, archive_dir=archive_dir,
         ):  # fmt: skip
-            result, returns = asyncio.run(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
-            asyncio.run(
-                wait_indexed(connect(settings), [o.trial_id for o in result.outcomes if o.trial_id and o.reason])
-            )
+            result, returns = run_async(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
+            run_async(wait_indexed(connect(settings), [o.trial_id for o in result.outcomes if o.trial_id and o.reason]))
             if archive_dir:
                 wait_archived(archive_dir, [o.trial_id for o in result.outcomes if o.trial_id and not o.error])
     else:
-        result, returns = asyncio.run(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
+        result, returns = run_async(campaign(settings, spec, args.trials, args.concurrency, overrides_for))
     print(summary_table(spec, result, returns))
     if args.plot:
         print(f"plot: {plot_campaign(spec, result, returns, args.plot).png}")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import sys
 from pathlib import Path
@@ -91,7 +90,7 @@ def run(args) -> int:
 
         if settings.gateway_url == Settings().gateway_url:  # unless people reach it by another address
             settings = dataclasses.replace(settings, gateway_url=f"http://127.0.0.1:{args.gateway_port}")
-        asyncio.run(create_topics(settings, local_instances=1))
+        run_async(create_topics(settings, local_instances=1))
         print(f"starting the services for {spec.name} and the gateway on port {args.gateway_port}…", file=sys.stderr)
         with local_services(settings, str(Path(spec_file).resolve()), gateway_port=args.gateway_port):
             trials = evaluate(settings)

@@ -32,6 +32,7 @@ from trialog.errors import TrialogError
 from trialog.learn import config_of
 from trialog.learn.memory import flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
+from trialog.runtime.process import run_async
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,6 @@ async def publish(settings, cfg: BCConfig, params: Mapping[str, np.ndarray], dem
 
 
 def main(argv: list[str] | None = None) -> int:
-    import asyncio
-
     from trialog.settings import add_arguments, from_args
 
     parser = argparse.ArgumentParser(description="Behaviour cloning from a trialog export (Parquet).")
@@ -196,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     params = train(dataclasses.replace(cfg, observation_size=obs.shape[1]), obs, actions)
     print(f"trained in {time.monotonic() - t0:.0f} s")
     if args.publish:
-        print(f"published {cfg.model} v{asyncio.run(publish(from_args(args), cfg, params, len(actions)))}")
+        print(f"published {cfg.model} v{run_async(publish(from_args(args), cfg, params, len(actions)))}")
     return 0
 
 

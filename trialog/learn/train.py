@@ -52,6 +52,7 @@ import yaml
 from trialog.errors import SpecError, TrialogError
 from trialog.learn.curves import Curves, learner_dir
 from trialog.learn.report import write_summary
+from trialog.runtime.process import run_async
 from trialog.settings import Settings
 
 
@@ -551,7 +552,7 @@ def train(
     # with the reason, rather than in a service's log while the trials wait.
     on_policy = bool(getattr(learner_for(preset, spec), "on_policy", False))
     settings = dataclasses.replace(settings, model_store=settings.model_store or str((out_dir / "models").resolve()))
-    asyncio.run(create_topics(settings, max(preset.environment_processes, preset.actor_processes)))
+    run_async(create_topics(settings, max(preset.environment_processes, preset.actor_processes)))
     if not quiet:
         print(
             f"{preset.name}: starting services and a learner for {preset.implementation} (logs in {out_dir / 'logs'})…",
@@ -582,7 +583,7 @@ def train(
         ):
             served = functools.partial(services.served_version, preset.implementation)
             settled = functools.partial(services.settled_steps, preset.implementation)
-            result = asyncio.run(preset.run(settings, spec, quiet=quiet, curves=curves, served=served, settled=settled))
+            result = run_async(preset.run(settings, spec, quiet=quiet, curves=curves, served=served, settled=settled))
     finally:
         curves.close()
     result.on_policy = on_policy

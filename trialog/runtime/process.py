@@ -15,6 +15,7 @@ import gc
 import signal
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from trialog.bus.base import Bus
 from trialog.runtime.service import ServiceLoop, run_until_stopped
@@ -22,6 +23,18 @@ from trialog.telemetry.health import Health, serve_health
 from trialog.telemetry.logs import get_logger
 
 log = get_logger(__name__)
+
+
+def run_async(coro) -> Any:
+    """Run a process's coroutine, on uvloop when it is installed (see docs/performance.md):
+    services, and commands that read the log as they go (``trialog train``'s and ``trialog
+    run``'s controllers read every record of the trials they run)."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
 
 LOOP_STALL_S = 10.0  # a loop that has not finished a turn for this long stops proving liveness
 

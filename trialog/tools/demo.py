@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from trialog.runtime.process import run_async
 from trialog.settings import Settings
 
 
@@ -79,17 +80,16 @@ def follow_up(settings: Settings, command: str) -> str:
 
 def play_with_people(settings: Settings, gateway_port: int, max_ticks: int | None) -> int:
     """One real-time Overcooked trial with a person in cook_a's seat, beside the planner."""
-    import asyncio
 
     from trialog.spec import load_spec
     from trialog.tools.campaign import create_topics, local_services
 
     spec_file = str(EXAMPLES / PEOPLE_SPEC)
     spec = load_spec(spec_file)
-    asyncio.run(create_topics(settings, local_instances=1))
+    run_async(create_topics(settings, local_instances=1))
     print("starting the services and the web gateway…", file=sys.stderr)
     with local_services(settings, spec_file, gateway_port=gateway_port):
-        return asyncio.run(_one_trial_with_people(settings, spec, max_ticks))
+        return run_async(_one_trial_with_people(settings, spec, max_ticks))
 
 
 PEOPLE_SPEC = "overcooked/people.yaml"
