@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import fastavro
@@ -95,8 +96,6 @@ def test_a_malformed_tensor_is_a_codec_error_not_a_key_error(store, record, prob
     tensor = store.get("trialog.Tensor")
     # Written with the plain record schema (no conversion), as another language might.
     raw = fastavro.parse_schema(json.loads((schemas_dir() / "tensor.avsc").read_text()))
-    import io
-
     buf = io.BytesIO()
     fastavro.schemaless_writer(buf, raw, record)
     with pytest.raises(CodecError, match=problem):
@@ -124,3 +123,46 @@ def test_fingerprints_are_those_of_the_schema_files(store):
     assert tensor.fingerprint == expected
     assert "logicalType" not in tensor.json
     assert store.get("trialog.Tensor").encode(np.zeros(1))[2:HEADER_SIZE] == expected
+
+
+def _fastavro_bytes(tensor, value) -> bytes:
+    """What fastavro writes for ``value`` with the tensor's parsed schema (logical type included)."""
+    buf = io.BytesIO()
+    buf.write(tensor.header)
+    fastavro.schemaless_writer(buf, tensor.parsed, value)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "int64", "uint64", "float16", "float32", "complex128"])
+@pytest.mark.parametrize("shape", [(), (0,), (4,), (2, 3), (1, 70, 1), (3, 0, 2)])
+def test_a_tensor_schema_encodes_as_fastavro_does_without_it(store, dtype, shape):
+    """A value whose schema is the Tensor itself (a Box space's) takes Trialog's own codec:
+    the same bytes as fastavro's, read back by either to the same array."""
+    tensor = store.get("trialog.Tensor")
+    assert tensor.own is not None and tensor.flat is None
+    rng = np.random.default_rng(len(shape) * 31 + len(dtype))
+    value = (rng.random(shape) * 200 - 100).astype(dtype)
+    ours = tensor.encode(value)
+    assert ours == _fastavro_bytes(tensor, value)
+    for read in (
+        store.decode(ours),
+        fastavro.schemaless_reader(io.BytesIO(ours[HEADER_SIZE:]), tensor.parsed),
+    ):
+        assert read.dtype == np.dtype(dtype) and read.shape == shape and np.array_equal(read, value)
+    record = {"dtype": dtype, "shape": list(shape), "data": value.astype(np.dtype(dtype).newbyteorder("<")).tobytes()}
+    assert tensor.encode(record) == ours  # a Tensor record as a mapping, as fastavro takes it
+
+
+def test_a_tensor_in_blocks_that_say_their_size_decodes(store):
+    """Avro lets an array's block count be negative, followed by the block's size in bytes."""
+    tensor = store.get("trialog.Tensor")
+    # dtype "int8", shape [2, 3] as one block of count -2 and size 2, then the end; 6 bytes of data.
+    body = b"\x08int8" + b"\x03\x04\x04\x06\x00" + b"\x0c" + bytes(range(6))
+    assert store.decode(tensor.header + body).tolist() == [[0, 1, 2], [3, 4, 5]]
+    with pytest.raises(CodecError, match="trailing"):
+        store.decode(tensor.header + body + b"\x00")
+    with pytest.raises(CodecError):
+        store.decode(tensor.header + body[:-1])  # data shorter than its length
+    for value in (None, "ab", b"ab", {"dtype": "int8", "shape": [1]}, {"dtype": "int8", "shape": [1], "data": "x"}):
+        with pytest.raises(CodecError):
+            tensor.encode(value)

@@ -200,6 +200,11 @@ def _union(branches: list[str]) -> tuple[Encoder, Decoder]:
     return encode, decode
 
 
+def primitive(kind: str) -> tuple[Encoder, Decoder]:
+    """The encoder and decoder of one primitive type, for codecs made of them (the tensor's)."""
+    return _ENCODERS[kind], _DECODERS[kind]
+
+
 def _field_codec(kind: Any) -> tuple[Encoder, Decoder] | None:
     if isinstance(kind, str) and kind in _ENCODERS:
         return _ENCODERS[kind], _DECODERS[kind]
