@@ -16,6 +16,7 @@ from trialog.errors import SpecError, TrialogError
 from trialog.learn.curriculum import STAGE, Curriculum, CurriculumResult, Stage
 from trialog.learn.in_process import InProcess, train_in_process
 from trialog.learn.train import Schedule, Validation
+from trialog.spec import load_spec
 
 
 class RecordedChain(Chain):
@@ -51,6 +52,7 @@ actors:
   partner: {entry: "tests.unit.test_learn_in_process:Partner"}
   still: {entry: "tests.unit.test_curriculum:Still"}
   person: {client: true}
+  elsewhere: {external: true}
 trial:
   environment: chain
   actors:
@@ -220,8 +222,13 @@ def test_bad_stage_configs_are_refused_with_the_reason(tmp_path):
         (Stage("a", {"carol": "partner"}, schedule(8)), "no actor 'carol' in the trial"),
         (Stage("a", {"learner": "partner"}, schedule(8)), "'learner' is played by the learning implementation"),
         (Stage("a", {"partner": "nobody"}, schedule(8)), "partner 'nobody' is no actor implementation"),
-        (Stage("a", {"partner": "person"}, schedule(8)), "is a person .client seat.: stages take"),
+        (Stage("a", {"partner": "elsewhere"}, schedule(8)), "is an external implementation: stages take"),
     ]:
         with pytest.raises(SpecError, match=problem):
             InProcess(curriculum(tmp_path, stage), tmp_path / "bad")
+    # A stage of people is checked as any (a person's seat is a partner), and runs through the log only.
+    people = curriculum(tmp_path, Stage("a", {"partner": "person"}, schedule(8)))
+    assert people.partners_of(load_spec(chain_spec(tmp_path))) == {"partner": ("person",)}
+    with pytest.raises(TrialogError, match="'person', a person .client seat.: in-process mode plays only"):
+        InProcess(people, tmp_path / "bad")
     assert RecordedChain.trials == []

@@ -229,11 +229,10 @@ def check(preset: Curriculum, spec) -> None:
                         f"implementation of the spec ({', '.join(spec.actors)})",
                         file=spec.file,
                     )
-                if declared.client or declared.external:
+                if declared.external:  # people (client seats) may be partners: they play through the gateway
                     raise SpecError(
-                        f"curriculum {preset.name}, stage {s.name}: {actor!r}'s partner {impl!r} is "
-                        f"{'a person (client seat)' if declared.client else 'an external implementation'}: "
-                        "stages take Trialog's own agents and policies (a stage of people is not supported yet)",
+                        f"curriculum {preset.name}, stage {s.name}: {actor!r}'s partner {impl!r} is an external "
+                        "implementation: stages take Trialog's own agents and policies, and people (client seats)",
                         file=spec.file,
                     )
                 if declared.classes and actors[actor] not in declared.classes:
@@ -316,7 +315,7 @@ async def run_stages_through_log(
     from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
-    from trialog.learn.train import run_phases
+    from trialog.learn.train import run_phases, until_ended
 
     total = CurriculumResult(mode="log")
     if preset.models:
@@ -354,8 +353,7 @@ async def run_stages_through_log(
             async def one(seed: int) -> float:
                 setup = base.trial_setup(played, seed)
                 tid = await ctl.start_trial(spec.name, seed=seed, **setup, experiment=preset.name, phase="evaluate")
-                await ctl.wait_started(tid)
-                await ctl.wait_ended(tid, timeout=600)
+                await until_ended(ctl, spec, preset, tid, setup, seed=seed, quiet=quiet)
                 return ctl.returns(tid).get(next(iter(played)), 0.0)  # the first learning actor's, as run_phases
 
             returns = list(await asyncio.gather(*(one(s) for s in seeds)))

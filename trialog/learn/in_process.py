@@ -59,12 +59,11 @@ from trialog.environment import ActorInfo, RewardOut, Step, TrialInfo, steps_in_
 from trialog.errors import CodecError, TrialogError
 from trialog.learn.curves import Curves, learner_dir
 from trialog.learn.memory import Transitions, action_array, flat_observation
-from trialog.learn.report import write_summary
+from trialog.learn.report import Progress, write_summary
 from trialog.learn.train import (
     Evaluation,
     Preset,
     TrainResult,
-    _Progress,
     derived_spec,
     judging,
     learner_for,
@@ -202,7 +201,7 @@ class InProcess:
 
     def _run(self) -> TrainResult:
         s, result = self.preset.schedule, self.result
-        progress, recent = _Progress(self.quiet), []
+        progress, recent = Progress(self.quiet), []
         start = result.env_steps  # a curriculum's stage goes on from the steps before it
         started = time.monotonic()
         if getattr(self.learner, "publish_initial", False) and self.version == 0:  # once (a curriculum: stages)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trialog.learn.train import Preset, TrainResult
+    from trialog.learn.train import Evaluation, Preset, TrainResult
 
 MODES = {"log": "through Trialog", "in-process": "in-process"}  # how a table and a plot name each mode
 
@@ -90,3 +92,60 @@ def plot(preset: Preset, result: TrainResult, out: Path, extra: Mapping[str, lis
         x_label="env steps (heatup + train)",
         y_label="mean evaluation return",
     )
+
+
+class Progress:
+    """The progress line of a run (a line every 5 s when not on a terminal) and a line per evaluation."""
+
+    def __init__(self, quiet: bool):
+        self.quiet, self.last_line, self.started = quiet, 0.0, time.monotonic()
+        self.partial = False  # a terminal's progress line is open (no newline yet)
+
+    def show(
+        self,
+        phase: str,
+        steps: int,
+        total: int,
+        recent: list[float],
+        last_eval: Evaluation | None,
+        version: int,
+        *,
+        force: bool = False,
+    ) -> None:
+        if self.quiet:
+            return
+        width = 24
+        filled = min(width, int(width * steps / max(1, total)))
+        recent_text = f"recent return {sum(recent[-10:]) / len(recent[-10:]):7.1f}" if recent else "recent return     —"
+        eval_text = f"last eval {last_eval.mean_return:7.1f}" if last_eval else "last eval     —"
+        text = (
+            f"{phase:8} [{'#' * filled}{'.' * (width - filled)}] {steps:>8,}/{total:,} steps  "
+            f"{recent_text}  {eval_text}  model v{version}  {time.monotonic() - self.started:5.0f} s"
+        )
+        if sys.stderr.isatty():
+            print(f"\r{text} ", end="", file=sys.stderr, flush=True)
+            self.partial = True
+        elif force or time.monotonic() - self.last_line >= 5:
+            self.last_line = time.monotonic()
+            print(text, file=sys.stderr, flush=True)
+
+    def evaluated(self, e: Evaluation, total: int) -> None:
+        """A line per evaluation, kept on a terminal too: env steps, mean return, elapsed."""
+        if self.quiet:
+            return
+        if self.partial:
+            print("\r\033[K", end="", file=sys.stderr)
+            self.partial = False
+        print(
+            f"evaluation {e.env_steps:>8,}/{total:,} env steps  mean return {e.mean_return:7.1f} "
+            f"(min {min(e.returns):.1f}, max {max(e.returns):.1f}, {len(e.returns)} trials)  model v{e.model_version}  "
+            f"{time.monotonic() - self.started:5.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+        self.last_line = time.monotonic()
+
+    def done(self) -> None:
+        if self.partial:  # end the progress line
+            print(file=sys.stderr)
+            self.partial = False

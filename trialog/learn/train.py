@@ -51,7 +51,7 @@ import yaml
 
 from trialog.errors import SpecError, TrialogError
 from trialog.learn.curves import Curves, learner_dir
-from trialog.learn.report import write_summary
+from trialog.learn.report import Progress, write_summary
 from trialog.runtime.process import run_async
 from trialog.settings import Settings
 
@@ -109,6 +109,9 @@ class Preset:
     # after, final) functions by entry (`trialog judge`, one process each, beside a gateway; person:judge-<i>).
     learn_from: tuple[str, ...] = ()
     judges: tuple[str, ...] = ()
+    # Who plays the seats of people (client implementations) in its trials, through the gateway: a scripted
+    # stand-in (`module:function`, as `trialog teaming --scripted`); empty: each seat's join link is printed.
+    person: str = ""
     file: str = ""  # set by load_preset
 
     @property
@@ -267,14 +270,24 @@ def played_actors(preset: Preset, spec) -> dict[str, str]:
     return {a: preset.implementation for a in names if not preset.actors or a in preset.actors}
 
 
+def implementations_played(preset: Preset, spec) -> set[str]:
+    """Every implementation the preset's trials may give an actor: the learning one, the spec's
+    defaults for the others, a curriculum's partners."""
+    played = played_actors(preset, spec)
+    partners = preset.partners_of(spec).values()
+    return {played.get(a.name, a.implementation) for a in spec.trial.actors}.union(*partners)
+
+
 def hosted_implementations(preset: Preset, spec) -> list[str]:
     """The implementations the preset's trials play that an actor service hosts (not people's):
     only these, since each hosted one is a consumer group reading every record (a spec may
     declare more: CartPole's has dqn, ppo and random, and a DQN run reads the log once, not thrice)."""
-    played = played_actors(preset, spec)
-    partners = preset.partners_of(spec).values()
-    chosen = {played.get(a.name, a.implementation) for a in spec.trial.actors}.union(*partners)
-    return sorted(i for i in chosen if i in spec.actors and spec.actors[i].served_here)
+    return sorted(i for i in implementations_played(preset, spec) if i in spec.actors and spec.actors[i].served_here)
+
+
+def people_seated(preset: Preset, spec) -> list[str]:
+    """The people (client implementations) the preset's trials seat: they play through a gateway."""
+    return sorted(i for i in implementations_played(preset, spec) if i in spec.actors and spec.actors[i].client)
 
 
 def learner_for(preset: Preset, spec) -> Any:
@@ -323,59 +336,17 @@ def learner_for(preset: Preset, spec) -> Any:
 SERVED_TIMEOUT_S = 10.0  # an evaluation waits this long at most for the actor services to load its version
 
 
-class _Progress:
-    def __init__(self, quiet: bool):
-        self.quiet, self.last_line, self.started = quiet, 0.0, time.monotonic()
-        self.partial = False  # a terminal's progress line is open (no newline yet)
+async def until_ended(ctl, spec, preset: Preset, trial_id: str, setup: Mapping[str, Any], *, seed: int, quiet: bool):
+    """The trial's end, its seats of people (if any) played meanwhile by the preset's scripted
+    ``person`` through the gateway, or their join links printed for people to open."""
+    from trialog.tools.person import load_person, seat_players
 
-    def show(
-        self,
-        phase: str,
-        steps: int,
-        total: int,
-        recent: list[float],
-        last_eval: Evaluation | None,
-        version: int,
-        *,
-        force: bool = False,
-    ) -> None:
-        if self.quiet:
-            return
-        width = 24
-        filled = min(width, int(width * steps / max(1, total)))
-        recent_text = f"recent return {sum(recent[-10:]) / len(recent[-10:]):7.1f}" if recent else "recent return     —"
-        eval_text = f"last eval {last_eval.mean_return:7.1f}" if last_eval else "last eval     —"
-        text = (
-            f"{phase:8} [{'#' * filled}{'.' * (width - filled)}] {steps:>8,}/{total:,} steps  "
-            f"{recent_text}  {eval_text}  model v{version}  {time.monotonic() - self.started:5.0f} s"
-        )
-        if sys.stderr.isatty():
-            print(f"\r{text} ", end="", file=sys.stderr, flush=True)
-            self.partial = True
-        elif force or time.monotonic() - self.last_line >= 5:
-            self.last_line = time.monotonic()
-            print(text, file=sys.stderr, flush=True)
-
-    def evaluated(self, e: Evaluation, total: int) -> None:
-        """A line per evaluation, kept on a terminal too: env steps, mean return, elapsed."""
-        if self.quiet:
-            return
-        if self.partial:
-            print("\r\033[K", end="", file=sys.stderr)
-            self.partial = False
-        print(
-            f"evaluation {e.env_steps:>8,}/{total:,} env steps  mean return {e.mean_return:7.1f} "
-            f"(min {min(e.returns):.1f}, max {max(e.returns):.1f}, {len(e.returns)} trials)  model v{e.model_version}  "
-            f"{time.monotonic() - self.started:5.0f} s",
-            file=sys.stderr,
-            flush=True,
-        )
-        self.last_line = time.monotonic()
-
-    def done(self) -> None:
-        if self.partial:  # end the progress line
-            print(file=sys.stderr)
-            self.partial = False
+    person = load_person(preset.person) if preset.person else None
+    links, stand_ins = seat_players(ctl, spec, trial_id, setup.get("implementations", {}), person, seed=seed)
+    for actor, link in links.items() if person is None and not quiet else ():
+        print(f"{preset.name}: trial {trial_id}: seat {actor}: open {link}", file=sys.stderr, flush=True)
+    ended, *_ = await asyncio.gather(ctl.wait_ended(trial_id, timeout=600), *stand_ins)
+    return ended
 
 
 async def run_phases(
@@ -401,7 +372,7 @@ async def run_phases(
     from trialog.controller import Controller
     from trialog.runtime.pinned import pinned_actors, pins_allowed
 
-    s, result, progress = preset.schedule, result or TrainResult(), _Progress(quiet)
+    s, result, progress = preset.schedule, result or TrainResult(), Progress(quiet)
     start = result.env_steps
     played = played_actors(preset, spec)
     recent: list[float] = []
@@ -444,10 +415,10 @@ async def run_phases(
                 implementations = setup.get("implementations", {})
                 setup["actors"] = pinned_actors(spec, implementations, preset.implementation, f"{preset.model}@{pin}")
             tid = await ctl.start_trial(spec.name, seed=seed, **setup, experiment=preset.name, phase=phase)
+            ending = asyncio.create_task(until_ended(ctl, spec, preset, tid, setup, seed=seed, quiet=quiet))
             started = await ctl.wait_started(tid)
             learning = next((a.name for a in started.actors if a.implementation == preset.implementation), "")
-            ended = await ctl.wait_ended(tid, timeout=600)
-            return ended.tick, ctl.returns(tid).get(learning, 0.0)
+            return (await ending).tick, ctl.returns(tid).get(learning, 0.0)
 
         async def run_until(phase: str, target_steps: int) -> None:
             """Trials of ``phase``, ``concurrency`` at a time, until the steps reach the target."""
@@ -565,7 +536,10 @@ def train(
     judging(preset)  # a preset whose learner would learn from nothing fails now
     learner = ["--implementation", preset.implementation, "--experiment", preset.name]
     learner += [arg for sender in preset.learn_from for arg in ("--learn-from", sender)]
-    gateway_port = free_port() if preset.judges else None
+    people = people_seated(preset, spec)
+    gateway_port = free_port() if preset.judges or people else None
+    if people and settings.gateway_url == Settings().gateway_url:  # the join links: to the gateway started here
+        settings = dataclasses.replace(settings, gateway_url=f"http://127.0.0.1:{gateway_port}")
     curves = Curves(tensorboard)
     try:
         with (

@@ -31,7 +31,16 @@ import numpy as np
 from trialog.errors import TrialogError
 from trialog.protocol.spaces import action_space_of, as_json, sample_action
 
-__all__ = ["Page", "Person", "SeatResult", "load_person", "play_seat", "random_person", "seat_socket_url"]
+__all__ = [
+    "Page",
+    "Person",
+    "SeatResult",
+    "load_person",
+    "play_seat",
+    "random_person",
+    "seat_players",
+    "seat_socket_url",
+]
 
 
 @dataclass
@@ -81,6 +90,16 @@ def load_person(name: str) -> Person:
     if not callable(fn):
         raise TrialogError(f"the scripted person {name!r} is not a function")
     return fn
+
+
+def seat_players(ctl, spec, trial_id: str, implementations: Mapping[str, str], person: Person | None, *, seed: int):
+    """A trial's seats of people (its client implementations, ``Spec.seats``): their join links,
+    and — when a scripted ``person`` stands in — the coroutines that play them through the
+    gateway (:func:`play_seat`), one per seat. Call it right after the trial is started."""
+    links = ctl.join_links(trial_id, spec.seats(implementations))
+    if person is None:
+        return links, []
+    return links, [play_seat(link, person, holder=f"stand-in-{actor}", seed=seed) for actor, link in links.items()]
 
 
 def seat_socket_url(link: str, holder: str) -> str:

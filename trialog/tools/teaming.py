@@ -31,7 +31,7 @@ from typing import Any
 from trialog.errors import TrialogError
 from trialog.settings import Settings
 from trialog.spec import Spec
-from trialog.tools.person import Person, play_seat
+from trialog.tools.person import Person, seat_players
 from trialog.tools.plot import TrialReturn, trial_return
 
 MODES = {"ai": "AI-only", "human": "human-only", "mixed": "human+AI"}
@@ -171,13 +171,9 @@ async def run_teaming(
                     extra["seed"] = seed + i
                 trial_id = await ctl.start_trial(spec.name, **extra)
                 where = f"{MODES[mode]} trial {i + 1}/{trials} ({trial_id})"
-                links = ctl.join_links(trial_id, spec.seats(implementations))
-                seats = []
-                for actor, link in links.items():
-                    if scripted is None:
-                        say(f"{where}: seat {actor}: open {link}")
-                    else:
-                        seats.append(play_seat(link, scripted, holder=f"stand-in-{actor}", seed=(seed or 0) + i))
+                links, seats = seat_players(ctl, spec, trial_id, implementations, scripted, seed=(seed or 0) + i)
+                for actor, link in links.items() if scripted is None else ():
+                    say(f"{where}: seat {actor}: open {link}")
                 if not links:
                     say(f"{where}: agents only")
                 elif scripted is not None:
