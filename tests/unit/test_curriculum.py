@@ -232,3 +232,15 @@ def test_bad_stage_configs_are_refused_with_the_reason(tmp_path):
     with pytest.raises(TrialogError, match="'person', a person .client seat.: in-process mode plays only"):
         InProcess(people, tmp_path / "bad")
     assert RecordedChain.trials == []
+
+
+def test_a_stand_in_that_does_not_load_fails_before_anything_runs(tmp_path, capsys):
+    """`trialog train --person` names the scripted stand-in for the trials' seats of people: a
+    name that does not load is refused with the reason before a service or trial starts."""
+    from trialog.cli import main as cli_main
+
+    out = tmp_path / "run"
+    for name, reason in [("nope", "is named module:function"), ("trialog.tools.person:nobody", "cannot load")]:
+        assert cli_main(["train", "dqn_cartpole", "--person", name, "--in-process", "--out", str(out)]) != 0
+        assert reason in capsys.readouterr().err
+    assert not out.exists()

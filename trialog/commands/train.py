@@ -30,6 +30,12 @@ def add(sub) -> None:
         help="folder for the TensorBoard curves written as it runs (default: OUT/tensorboard)",
     )  # fmt: skip
     p.add_argument(
+        "--person", metavar="MODULE:FUNCTION", default=None,
+        help="a scripted stand-in that plays the trials' seats of people through the gateway (as trialog teaming "
+        "--scripted; e.g. trialog.tools.person:random_person), instead of the preset's; without one, each seat's "
+        "join link is printed for a person to open",
+    )  # fmt: skip
+    p.add_argument(
         "--in-process", action="store_true",
         help="run the same preset in this one process over the environment directly: no broker, no services "
         "(to debug a preset, and the baseline its runs through the log are measured against)",
@@ -44,6 +50,11 @@ def add(sub) -> None:
         if args.total_steps is not None:  # a curriculum shares it among its stages (trialog.learn.curriculum)
             schedule = dataclasses.replace(preset.schedule, total_steps=args.total_steps)  # checked by Schedule
             preset = dataclasses.replace(preset, schedule=schedule)
+        if args.person is not None:
+            from trialog.tools.person import load_person
+
+            load_person(args.person)  # a name that does not load fails now, not at the first seat
+            preset = dataclasses.replace(preset, person=args.person)
         out = Path(args.out or f"train-{preset.name}")
         tensorboard = Path(args.tensorboard) if args.tensorboard else None
         if args.in_process:
