@@ -416,7 +416,11 @@ async def run_phases(
                 setup["actors"] = pinned_actors(spec, implementations, preset.implementation, f"{preset.model}@{pin}")
             tid = await ctl.start_trial(spec.name, seed=seed, **setup, experiment=preset.name, phase=phase)
             ending = asyncio.create_task(until_ended(ctl, spec, preset, tid, setup, seed=seed, quiet=quiet))
-            started = await ctl.wait_started(tid)
+            try:
+                started = await ctl.wait_started(tid)
+            except BaseException:  # rejected: its error is the start's, once
+                ending.cancel()
+                raise
             learning = next((a.name for a in started.actors if a.implementation == preset.implementation), "")
             return (await ending).tick, ctl.returns(tid).get(learning, 0.0)
 
