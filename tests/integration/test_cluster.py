@@ -2,7 +2,7 @@
 --nodes 3``): topics get three copies by default, and a trial survives the broker that
 leads its partition being killed mid-trial, then one of its services, and two brokers of
 three being away for 20 s — the trajectory identical to a reference run's, nothing lost,
-nothing doubled, no actor timed out although the spec gives the actors 3 s to answer, less
+nothing doubled, no actor timed out although the spec gives the actors 5 s to answer, less
 than the stall (the services' deadlines wait while the log is away); a handful of log lines
 per service over the outage, all Trialog's own."""
 
