@@ -19,7 +19,8 @@ from trialog.errors import SpecError, TrialogError
 from trialog.learn.in_process import InProcess, train_in_process
 from trialog.learn.nets import init_mlp
 from trialog.learn.report import table, write_summary
-from trialog.learn.train import Preset, Schedule, Validation, load_preset, shipped_presets
+from trialog.learn.train import Preset, Schedule, Validation, load_preset, people_seated, shipped_presets
+from trialog.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 CARTPOLE = str(ROOT / "examples" / "cartpole" / "spec.yaml")
@@ -246,7 +247,14 @@ def test_an_action_outside_its_schema_is_an_error_naming_the_actor(tmp_path):
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in shipped_presets().glob("*.py")))
 def test_every_shipped_preset_runs_in_process(name, tmp_path):
+    """Every shipped preset runs in-process, but one whose trials seat people (they play through
+    the gateway): that one is refused with the reason before any trial."""
     preset = load_preset(shipped_presets() / f"{name}.py")
+    if people_seated(preset, load_spec(preset.spec)):
+        with pytest.raises(TrialogError, match="a person .client seat.: in-process mode plays only"):
+            train_in_process(preset, tmp_path, quiet=True)
+        assert not (tmp_path / "summary.json").exists()
+        return
     heatup = min(preset.schedule.heatup_steps, 500)
     short = dataclasses.replace(
         preset.schedule, total_steps=1_500, steps_between_evaluations=1_500, heatup_steps=heatup
