@@ -121,6 +121,12 @@ fastavro.write.LOGICAL_WRITERS[f"record-{TENSOR_LOGICAL_TYPE}"] = _write_tensor
 fastavro.read.LOGICAL_READERS[f"record-{TENSOR_LOGICAL_TYPE}"] = _read_tensor
 
 
+# The Avro primitives a Tensor is made of, as the flat codec writes and reads them.
+(_write_string, _read_string), (_write_long, _read_long), (_write_bytes, _read_bytes) = map(
+    primitive, ("string", "long", "bytes")
+)
+
+
 class TensorCodec:
     """A value whose schema is ``trialog.Tensor`` itself (a Box space's observations and
     actions), encoded and decoded without fastavro: the same bytes as
@@ -130,25 +136,22 @@ class TensorCodec:
     Strict as :mod:`trialog.protocol.codec_flat` is: a varint longer than 10 bytes, a length
     past the end, invalid UTF-8 and trailing bytes are errors."""
 
-    _string, _long, _bytes = primitive("string"), primitive("long"), primitive("bytes")
-
     def encode(self, value: Any, header: bytes) -> bytes:
         if value is None or isinstance(value, (str, bytes)):
             raise TypeError(f"a trialog.Tensor needs an array, not {type(value).__name__}")
         record = value if isinstance(value, dict) else tensor_to_record(value)
-        shape, long = record["shape"], self._long[0]
-        parts = [header, self._string[0](record["dtype"])]
+        shape = record["shape"]
+        parts = [header, _write_string(record["dtype"])]
         if len(shape):  # Avro arrays: one block of items, then the empty block
             parts.append(varint(len(shape)))
-            parts.extend(map(long, shape))
+            parts.extend(map(_write_long, shape))
         parts.append(b"\x00")
-        parts.append(self._bytes[0](record["data"]))
+        parts.append(_write_bytes(record["data"]))
         return b"".join(parts)
 
     def decode(self, data: bytes, pos: int) -> np.ndarray:
-        dtype, pos = self._string[1](data, pos)
+        dtype, pos = _read_string(data, pos)
         shape: list[int] = []
-        long = self._long[1]
         while True:
             count, pos = read_varint(data, pos)
             if count == 0:
@@ -157,9 +160,9 @@ class TensorCodec:
                 count = -count
                 _, pos = read_varint(data, pos)
             for _ in range(count):
-                n, pos = long(data, pos)
+                n, pos = _read_long(data, pos)
                 shape.append(n)
-        body, pos = self._bytes[1](data, pos)
+        body, pos = _read_bytes(data, pos)
         if pos != len(data):
             raise ValueError(f"{len(data) - pos} trailing bytes")
         return record_to_tensor({"dtype": dtype, "shape": shape, "data": body})
