@@ -208,9 +208,12 @@ class LearnerHandler(Handler):
 
     # --- folding -----------------------------------------------------------------------------
     def should_decode(self, record: Record, kind: str | None) -> bool:
-        if kind in (TrialPending.KIND, TrialStarted.KIND, Reward.KIND) or not self.restored.is_set():
+        if kind in (TrialPending.KIND, TrialStarted.KIND) or not self.restored.is_set():
             return True
-        return record.trial_id in self.trials
+        trial_id = record.trial_id
+        # A reward may also be late, for a trial folded and ended; any other trial's (an
+        # evaluation's: half a preset's steps) would be decoded only to be dropped by handle.
+        return trial_id in self.trials or (kind == Reward.KIND and trial_id in self.recent)
 
     def handle(self, record: Record, event: Event) -> None:
         if not self.restored.is_set():

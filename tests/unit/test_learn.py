@@ -186,6 +186,32 @@ def test_dqn_policy_explores_by_phase_and_acts_greedily_in_evaluation():
     assert len(set(after[:20])) > 1  # heatup stays uniform
 
 
+def test_dqn_evaluates_at_its_eval_epsilon_and_outside_experiments_greedily():
+    me = ActorInfo("agent", "agent", "dqn")
+    cfg = DQNConfig(observation_size=2, actions=3, hidden=(4,), eval_e=0.5)
+    learner = DQNLearner(cfg)
+    greedy, exploring = (
+        DQNPolicy(dataclasses.asdict(dataclasses.replace(cfg, eval_e=0.0))),
+        DQNPolicy(dataclasses.asdict(cfg)),
+    )
+    for policy in (greedy, exploring):
+        policy.set_weights(learner.policy_weights(), env_steps=10**9)
+
+    def requests(phase):
+        return [DecideRequest(TrialInfo(f"t{i}", seed=i, config={}, actors=(me,), phase=phase), me, tick, np.ones(2))
+                for i in range(4) for tick in range(50)]  # fmt: skip
+
+    best = greedy.decide_batch(requests("evaluate"))
+    assert len(set(best)) == 1  # eval_e 0: the greedy action every time
+    evaluated = exploring.decide_batch(requests("evaluate"))
+    assert evaluated == exploring.decide_batch(requests("evaluate"))  # draws by (seed, actor, tick): replayable
+    off = sum(a != best[0] for a in evaluated)
+    assert 40 < off < 100  # ε 0.5 among 3 actions: a third of 200 decisions leave the greedy action
+    assert exploring.decide_batch(requests("")) == best  # no experiment: greedy whatever eval_e says
+    with pytest.raises(TrialogError, match="eval_e"):
+        DQNConfig.of({"eval_e": 1.5})
+
+
 def test_dqn_learner_round_trips_through_a_version(tmp_path):
     cfg = DQNConfig(
         observation_size=2, actions=2, hidden=(8,), batch_size=4, gradient_steps=3, learning_starts=0, train_frequency=4
@@ -400,7 +426,7 @@ async def test_a_learner_told_its_reward_sources_learns_from_those_only(memory_s
 
     def rating(tick, value, offset):
         reward = Reward(tid, tick=tick, receiver="agent", value=value, confidence=0.5, sender="person:ann")
-        return Record(EVENTS, 0, offset, None, b"", (), 0), reward
+        return Record(EVENTS, 0, offset, tid.encode(), b"", (), 0), reward
 
     records = [(Record(EVENTS, 0, i, r.key, r.value, r.headers, r.timestamp_ms), e) for i, (r, e) in enumerate(events)]
     n = len(records)
@@ -429,6 +455,28 @@ async def test_a_learner_told_its_reward_sources_learns_from_those_only(memory_s
         LearnerHandler("random", DQNPolicy, config, learn_from=("",))
 
 
+async def test_a_learner_decodes_only_the_records_of_trials_it_folds(memory_settings):
+    """An evaluation trial's records are skipped undecoded, its rewards too; a reward for a
+    folded trial is decoded while it runs and after its end (late rewards correct memory)."""
+    bus, logged = await cartpole_trials(memory_settings, seeds=(1,))
+    ((tid, events),) = logged.items()
+    handler = LearnerHandler("random", DQNPolicy, {"observation_size": 4, "actions": 2, "learning_starts": 10**9})
+    handler.loop = SimpleNamespace(bus=bus)
+    handler.restored.set()
+    evaluated = [(r, dataclasses.replace(e, phase="evaluate") if e.KIND == "trial.started" else e) for r, e in events]
+    for record, event in evaluated:
+        if handler.should_decode(record, event.KIND):
+            handler.handle(record, event)
+    decoded = {e.KIND for r, e in evaluated if handler.should_decode(r, e.KIND)}
+    assert decoded == {"trial.started"} and tid not in handler.trials and tid not in handler.recent
+    for record, event in events:  # the train phase's trial: folded, then ended
+        assert handler.should_decode(record, event.KIND)
+        handler.handle(record, event)
+    rewards = [(r, e) for r, e in events if e.KIND == "reward"]
+    assert rewards and tid in handler.recent and all(handler.should_decode(r, e.KIND) for r, e in rewards)
+    assert not handler.should_decode(dataclasses.replace(rewards[0][0], key=b"trial-unknown"), "reward")
+
+
 async def test_learner_service_adds_each_step_as_logged_following_each_actors_sequence(memory_settings):
     """Two trials' records, interleaved as a log of several partitions may hand them over:
     the learner's memory holds each transition once, as the trial's whole fold gives it,
@@ -444,7 +492,7 @@ async def test_learner_service_adds_each_step_as_logged_following_each_actors_se
     ]
     records.insert(40, records[39 if records[39][1].KIND == "observation" else 38])
     late = Reward(tids[0], tick=3, receiver="agent", value=50.0, confidence=1.0, sender="judge")
-    records.append((Record(EVENTS, 0, len(records), None, b"", (), 0), late))
+    records.append((Record(EVENTS, 0, len(records), tids[0].encode(), b"", (), 0), late))
 
     config = {
         "observation_size": 4,

@@ -6,12 +6,17 @@ as soon as a poll completes it."""
 from __future__ import annotations
 
 import asyncio
+import zlib
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from trialog.actor import DecideRequest
+from trialog.environment import ActorInfo, TrialInfo
+from trialog.learn.bc import softmax
 from trialog.learn.memory import Transitions
+from trialog.learn.nets import mlp, unprefixed
 from trialog.learn.ppo import PPOConfig, PPOLearner, PPOPolicy
 from trialog.services.learner.handler import LearnerHandler
 from trialog.telemetry import metrics
@@ -194,3 +199,26 @@ async def test_the_learner_service_trains_once_a_poll_completes_the_batch():
     assert handler.discarded == handler.learner.discarded == 0
     handler.loop = SimpleNamespace()
     await handler.close()
+
+
+def test_ppo_policy_draws_what_generator_choice_draws():
+    """The policy places the first uniform of a decision's generator in the cumulative
+    probabilities itself: the action is the one ``Generator.choice(n, p=p)`` draws."""
+    learner = PPOLearner(PPOConfig(observation_size=3, actions=5, hidden=(8,)))
+    policy = PPOPolicy({"observation_size": 3, "actions": 5, "hidden": [8]})
+    policy.pi = unprefixed("pi", learner.tensors())
+    me = ActorInfo("agent", "agent", "ppo")
+    observations = np.random.default_rng(0).normal(size=(300, 3)) * 4
+    requests = [
+        DecideRequest(TrialInfo(f"t{i}", seed=i, config={}, actors=(me,), phase="train"), me, i % 7, o)
+        for i, o in enumerate(observations)
+    ]
+    probabilities = softmax(mlp(policy.pi, observations))
+    expected = [
+        int(np.random.default_rng([r.trial.seed, zlib.crc32(b"agent"), r.tick]).choice(5, p=p))
+        for r, p in zip(requests, probabilities)
+    ]
+    assert policy.decide_batch(requests) == expected and len(set(expected)) == 5
+    policy.pi = {k: np.full_like(v, np.nan) for k, v in policy.pi.items()}
+    with pytest.raises(ValueError, match="not finite"):
+        policy.decide_batch(requests[:1])

@@ -8,7 +8,7 @@ baseline that ``bench/learning.py`` compares Trialog against.
 
 How the phases act: ``heatup`` uniform random (fills the memory, no training);
 ``train`` ε-greedy, ε decaying linearly with the env steps the learner has seen;
-``evaluate`` (and outside experiments) greedy.
+``evaluate`` at ``eval_e`` (0 by default: greedy); outside experiments greedy.
 """
 
 from __future__ import annotations
@@ -65,7 +65,16 @@ class DQNConfig:
     start_e: float = 1.0
     end_e: float = 0.04
     exploration_steps: int = 8_000  # ε decays linearly from start_e to end_e over these env steps
+    # ε in evaluation trials. Mnih et al. (2015) evaluate at 0.05: two deterministic players (a
+    # cook and its partner, or one network in both seats) that block each other stay blocked.
+    eval_e: float = 0.0
     seed: int = 1  # network initialisation and minibatch sampling
+
+    def __post_init__(self) -> None:
+        for name in ("start_e", "end_e", "eval_e"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+                raise TrialogError(f"DQNConfig: {name} is a probability (0 to 1), not {value!r}")
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> DQNConfig:
@@ -111,9 +120,12 @@ class DQNPolicy(Policy):
             greedy = mlp(self.q, np.stack([flat_observation(r.observation) for r in requests])).argmax(axis=1)
         actions = []
         for r, g in zip(requests, greedy):
+            explore = self._epsilon(r.trial.phase)
+            if explore <= 0.0:  # greedy: no draw can explore (a generator costs ~25 µs a decision)
+                actions.append(int(g))
+                continue
             # Exploration draws depend on (trial seed, actor, tick) only, as recovery requires.
             rng = np.random.default_rng([r.trial.seed % 2**63, zlib.crc32(r.actor.name.encode()), r.tick])
-            explore = self._epsilon(r.trial.phase)
             actions.append(int(rng.integers(self._actions())) if rng.random() < explore else int(g))
         return actions
 
@@ -130,7 +142,9 @@ class DQNPolicy(Policy):
             return 1.0
         if phase == "train":
             return self.cfg.epsilon(self.env_steps)
-        return 0.0  # evaluate, or a trial outside an experiment: greedy
+        if phase == "evaluate":
+            return self.cfg.eval_e
+        return 0.0  # a trial outside an experiment: greedy
 
 
 # --- learning (the learner service; JAX) -----------------------------------------------------------------

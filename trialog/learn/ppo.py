@@ -92,13 +92,19 @@ class PPOPolicy(Policy):
             probabilities = np.full((len(requests), self.cfg.actions), 1.0 / self.cfg.actions)
         else:
             probabilities = softmax(mlp(self.pi, np.stack([flat_observation(r.observation) for r in requests])))
+        # Generator.choice(n, p=p)'s own draw, without its checks of p (~20 µs a decision): the
+        # first uniform of the generator, placed in p's normalised cumulative sums.
+        cdf = np.cumsum(probabilities, axis=1, dtype=np.float64)
+        if not np.isfinite(cdf).all() or (probabilities < 0).any():
+            raise ValueError("PPOPolicy: the model's action probabilities are not finite and non-negative")
+        cdf /= cdf[:, -1:]
         out = []
-        for r, p in zip(requests, probabilities):
+        for r, p, c in zip(requests, probabilities, cdf):
             if r.trial.phase == "evaluate" and self.pi is not None:
                 out.append(int(p.argmax()))
             else:
                 rng = np.random.default_rng([r.trial.seed % 2**63, zlib.crc32(r.actor.name.encode()), r.tick])
-                out.append(int(rng.choice(len(p), p=p)))
+                out.append(int(c.searchsorted(rng.random(), side="right")))
         return out
 
 
