@@ -17,7 +17,8 @@ the log the learner trains beside the actors and never makes them wait), keeps l
 its replay memory across the change of partner, and samples less than PPO on two cores.
 Hyperparameters: the CartPole preset's DQN with Overcooked's sizes (892 features, 7 actions),
 longer exploration and 3-step returns (a soup's reward comes many steps after the moves that
-make it). docs/learning.md, "Curricula", has the runs.
+make it), evaluated at ε 0.05 (a greedy cook beside the deterministic clone got stuck in the same
+place trial after trial). docs/learning.md, "Curricula", has the runs.
 """
 
 from trialog.learn.curriculum import Curriculum, Stage, behaviour_clone
@@ -41,6 +42,7 @@ preset = Curriculum(
         "max_grad_norm": 10.0,
         "exploration_steps": 30_000,
         "end_e": 0.05,
+        "eval_e": 0.05,
         "hidden": [128, 128],
         "seed": 1,
     },  # fmt: skip
