@@ -20,10 +20,16 @@ the command line.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, TypeVar
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
 
 from trialog.errors import TrialogError
+
+if TYPE_CHECKING:
+    from trialog.actor import DecideRequest
 
 C = TypeVar("C")
 
@@ -46,3 +52,21 @@ def config_of(cls: type[C], config: Mapping[str, Any]) -> C:
     if unknown:
         raise TrialogError(f"{cls.__name__}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
+
+
+def decision_generator(request: DecideRequest) -> np.random.Generator:
+    """The generator of one decision's random draws, seeded by (trial seed, actor, tick) only,
+    as recovery requires: a decision made again draws the same. Making one costs ~25 µs: a
+    policy makes it only for a decision that draws."""
+    return np.random.default_rng([request.trial.seed % 2**63, zlib.crc32(request.actor.name.encode()), request.tick])
+
+
+def sampled_actions(requests: Sequence[DecideRequest], probabilities: np.ndarray) -> list[int]:
+    """The action each request's :func:`decision_generator` draws from its row of
+    ``probabilities``: what ``Generator.choice(n, p=row)`` draws (its first uniform placed in
+    the row's normalised cumulative sums), without choice's checks of the row (~20 µs a decision)."""
+    cdf = np.cumsum(probabilities, axis=1, dtype=np.float64)
+    if not np.isfinite(cdf[:, -1]).all():
+        raise ValueError("the model's action probabilities are not finite")
+    cdf /= cdf[:, -1:]
+    return [int(c.searchsorted(decision_generator(r).random(), side="right")) for r, c in zip(requests, cdf)]

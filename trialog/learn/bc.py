@@ -20,7 +20,6 @@ import argparse
 import dataclasses
 import json
 import time
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ import numpy as np
 
 from trialog.actor import DecideRequest, Policy
 from trialog.errors import TrialogError
-from trialog.learn import config_of
+from trialog.learn import config_of, sampled_actions
 from trialog.learn.memory import flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
 from trialog.runtime.process import run_async
@@ -71,14 +70,9 @@ class BCPolicy(Policy):
         if self.params is not None:
             logits = mlp(self.params, np.stack([flat_observation(r.observation) for r in requests]))
             probabilities = softmax(logits)
-        out = []
-        for r, p in zip(requests, probabilities):
-            if self.cfg.greedy and self.params is not None:
-                out.append(int(p.argmax()))
-            else:
-                rng = np.random.default_rng([r.trial.seed % 2**63, zlib.crc32(r.actor.name.encode()), r.tick])
-                out.append(int(rng.choice(len(p), p=p)))
-        return out
+        if self.cfg.greedy and self.params is not None:
+            return [int(a) for a in probabilities.argmax(axis=1)]
+        return sampled_actions(requests, probabilities)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

@@ -13,7 +13,6 @@ How the phases act: ``heatup`` uniform random (fills the memory, no training);
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +21,7 @@ import numpy as np
 
 from trialog.actor import DecideRequest, Policy
 from trialog.errors import TrialogError
-from trialog.learn import config_of
+from trialog.learn import config_of, decision_generator
 from trialog.learn.memory import ReplayMemory, flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
 from trialog.learn.offpolicy import OffPolicyLearner
@@ -121,11 +120,10 @@ class DQNPolicy(Policy):
         actions = []
         for r, g in zip(requests, greedy):
             explore = self._epsilon(r.trial.phase)
-            if explore <= 0.0:  # greedy: no draw can explore (a generator costs ~25 µs a decision)
+            if explore <= 0.0:  # greedy: no draw can explore, so no generator is made
                 actions.append(int(g))
                 continue
-            # Exploration draws depend on (trial seed, actor, tick) only, as recovery requires.
-            rng = np.random.default_rng([r.trial.seed % 2**63, zlib.crc32(r.actor.name.encode()), r.tick])
+            rng = decision_generator(r)
             actions.append(int(rng.integers(self._actions())) if rng.random() < explore else int(g))
         return actions
 

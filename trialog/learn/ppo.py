@@ -26,7 +26,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import threading
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +34,7 @@ import numpy as np
 
 from trialog.actor import DecideRequest, Policy
 from trialog.errors import TrialogError
-from trialog.learn import config_of
+from trialog.learn import config_of, sampled_actions
 from trialog.learn.bc import softmax
 from trialog.learn.memory import Transitions, flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
@@ -92,20 +91,12 @@ class PPOPolicy(Policy):
             probabilities = np.full((len(requests), self.cfg.actions), 1.0 / self.cfg.actions)
         else:
             probabilities = softmax(mlp(self.pi, np.stack([flat_observation(r.observation) for r in requests])))
-        # Generator.choice(n, p=p)'s own draw, without its checks of p (~20 µs a decision): the
-        # first uniform of the generator, placed in p's normalised cumulative sums.
-        cdf = np.cumsum(probabilities, axis=1, dtype=np.float64)
-        if not np.isfinite(cdf).all() or (probabilities < 0).any():
-            raise ValueError("PPOPolicy: the model's action probabilities are not finite and non-negative")
-        cdf /= cdf[:, -1:]
-        out = []
-        for r, p, c in zip(requests, probabilities, cdf):
-            if r.trial.phase == "evaluate" and self.pi is not None:
-                out.append(int(p.argmax()))
-            else:
-                rng = np.random.default_rng([r.trial.seed % 2**63, zlib.crc32(r.actor.name.encode()), r.tick])
-                out.append(int(c.searchsorted(rng.random(), side="right")))
-        return out
+        evaluated = np.array([r.trial.phase == "evaluate" and self.pi is not None for r in requests], bool)
+        actions = probabilities.argmax(axis=1)  # evaluation: the likeliest action
+        if not evaluated.all():
+            drawing = [r for r, e in zip(requests, evaluated) if not e]
+            actions[~evaluated] = sampled_actions(drawing, probabilities[~evaluated])
+        return [int(a) for a in actions]
 
 
 # --- learning -----------------------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,7 +36,7 @@ import numpy as np
 
 from trialog.actor import DecideRequest, Policy
 from trialog.errors import TrialogError
-from trialog.learn import config_of
+from trialog.learn import config_of, decision_generator
 from trialog.learn.memory import ReplayMemory, Transitions, flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
 from trialog.learn.offpolicy import OffPolicyLearner
@@ -115,12 +114,11 @@ class TD3Policy(Policy):
             greedy = np.tanh(mlp(self.actor, np.stack([flat_observation(r.observation) for r in requests])))
         actions = []
         for i, r in enumerate(requests):
-            # Exploration draws depend on (trial seed, actor, tick) only, as recovery requires.
-            rng = np.random.default_rng([r.trial.seed % 2**63, zlib.crc32(r.actor.name.encode()), r.tick])
             if greedy is None or r.trial.phase == "heatup":
-                a = rng.uniform(-1.0, 1.0, centre.shape)
+                a = decision_generator(r).uniform(-1.0, 1.0, centre.shape)
             elif r.trial.phase == "train":
-                a = np.clip(greedy[i] + rng.normal(0.0, self.cfg.exploration_noise, centre.shape), -1.0, 1.0)
+                noise = decision_generator(r).normal(0.0, self.cfg.exploration_noise, centre.shape)
+                a = np.clip(greedy[i] + noise, -1.0, 1.0)
             else:  # evaluate, or a trial outside an experiment: the actor's action
                 a = greedy[i]
             actions.append((centre + half * a).astype(np.float32))
