@@ -41,12 +41,17 @@ CATCHUP_WITHIN_S = 30.0  # a catch-up read (a trial's history to one page) that 
 CATCHUP_TURN_EVERY = 64  # history records read between two turns the catch-up gives the event loop
 
 
+def _keep_all(record: Record) -> bool:
+    return False  # a subscriber that skips nothing
+
+
 @dataclass(eq=False)
 class _Subscriber:
     trial_id: str
     size: int  # the most live records kept waiting for this subscriber
     queue: asyncio.Queue = field(init=False)
     live_from: int | None = None  # tail records below this offset came through the catch-up
+    skip: Callable[[Record], bool] = _keep_all  # true for records this subscriber has no use for: never queued
     overflowed: bool = False  # fell further behind than ``size``: dropped at its next read
 
     def __post_init__(self) -> None:
@@ -159,7 +164,7 @@ class Feed:
                 for watch in self.watchers:
                     watch(record)
                 for sub in self._subscribers.get(record.trial_id, ()):
-                    if sub.live_from is None or record.offset >= sub.live_from:
+                    if (sub.live_from is None or record.offset >= sub.live_from) and not sub.skip(record):
                         sub.put(record)  # (before the catch-up ends: kept until it decides)
 
     async def _reader(self, partition: int) -> Consumer:
@@ -181,11 +186,15 @@ class Feed:
                 await reader.stop()
 
     @contextlib.asynccontextmanager
-    async def subscribe(self, trial_id: str, *, timeout: float = 60) -> AsyncIterator[AsyncIterator[Record | None]]:
+    async def subscribe(
+        self, trial_id: str, *, timeout: float = 60, skip: Callable[[Record], bool] | None = None
+    ) -> AsyncIterator[AsyncIterator[Record | None]]:
         """Every event of ``trial_id`` from its first, then live; :data:`CAUGHT_UP`
-        (``None``) is yielded once between history and the live part."""
+        (``None``) is yielded once between history and the live part. Records for which
+        ``skip`` is true are left out before they are queued: a seat's page has no use for
+        the other actors' observations and actions, most of a live trial's records."""
         indexed = await self.trial(trial_id, timeout)
-        sub = _Subscriber(trial_id, self.limits.send_queue)
+        sub = _Subscriber(trial_id, self.limits.send_queue, skip=skip or _keep_all)
         self._subscribers[trial_id].add(sub)
         records = self._records(sub, indexed)
         try:
@@ -235,7 +244,7 @@ class Feed:
                     position = record.next_offset
                     if record.offset >= end:
                         break
-                    if record.trial_id == sub.trial_id:
+                    if record.trial_id == sub.trial_id and not sub.skip(record):
                         yield record
                     if i % CATCHUP_TURN_EVERY == 0:
                         # A page's send seldom waits, so a poll's worth of history would go out

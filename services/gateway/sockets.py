@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 import time
 from typing import TYPE_CHECKING, Any
@@ -271,7 +272,8 @@ async def seat_socket(ws: WebSocket) -> None:
         gw.door.sit(seat.trial_id, seat.actor, seat.holder, seat.takeover)
         try:
             await ws.accept()
-            async with gw.feed.subscribe(seat.trial_id, timeout=gw.join_wait_s) as records:
+            others = functools.partial(_others, me=seat.actor)
+            async with gw.feed.subscribe(seat.trial_id, timeout=gw.join_wait_s, skip=others) as records:
                 await _play(page, gw, _SeatState(seat), records)
         finally:
             if gw.door.stand(seat.trial_id, seat.actor, seat.holder):
@@ -314,10 +316,7 @@ def _page(gw: Gateway, trial: TrialView) -> str | None:
 
 
 async def _seat_from_log(page: Page, gw: Gateway, state: _SeatState, records, caught_up: asyncio.Event) -> None:
-    me = state.seat.actor
-    async for record in records:
-        if record is not CAUGHT_UP and _others(record, me):
-            continue
+    async for record in records:  # without the other actors' observations and actions (``_others``)
         if record is CAUGHT_UP:
             _check_seat(state)
             if state.ended is None:

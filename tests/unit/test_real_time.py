@@ -1,18 +1,20 @@
 """Real-time trials (``tick_interval_ms``) on the in-memory bus: one step per interval
 whether actors answer at once or never; a missing action at the deadline becomes the
-default action, logged as ``actor.timeout``."""
+default action, logged as ``actor.timeout``; deadlines on a steady clock and the host's grid."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.harness import deployment
 from trialog.bus.memory import MemoryBus
 from trialog.protocol.events import Action, ActorTimeout, Observation
 from trialog.protocol.topics import EVENTS
+from trialog.runtime.pace import next_deadline
 from trialog.spec import parse_spec
 
 SPEC = Path(__file__).resolve().parents[1] / "integration" / "trialtest.yaml"
@@ -62,3 +64,23 @@ async def test_steps_are_paced_and_a_silent_actor_gets_the_default_action(memory
     assert alice == set(range(TICKS))
     assert not [e for e in silent_events if isinstance(e, Action) and e.actor == "bob"]
     assert max(e.tick for e in silent_events if isinstance(e, Observation)) == TICKS
+
+
+def test_deadlines_keep_a_steady_clock_on_the_hosts_grid():
+    interval, grid = 0.15, 0.01
+    # The first tick: an interval after its observations, on the grid (nearest step).
+    first = next_deadline(None, 100.0031, interval, grid)
+    assert first == pytest.approx(100.15)
+    # Observations written a few ms after the deadline: the next tick is due an interval after
+    # the deadline, not after the writing, so ticks do not grow by what a step costs.
+    second = next_deadline(first, first + 0.004, interval, grid)
+    assert second == pytest.approx(first + interval)
+    # After a stall longer than half an interval the clock starts again from the observations.
+    late = second + 0.2
+    assert next_deadline(second, late, interval, grid) == pytest.approx(late + interval, abs=grid / 2)
+    # Trials whose deadlines fall within one grid step are due at the same instant (stepped in
+    # one turn of the event loop), and each moves by at most half a step.
+    starts = [7.0001, 7.0022, 7.0049]
+    due = {next_deadline(None, s, interval, grid) for s in starts}
+    assert len(due) == 1 and all(abs(d - (s + interval)) <= grid / 2 for d in due for s in starts)
+    assert next_deadline(None, 7.0061, interval, grid) != next(iter(due))

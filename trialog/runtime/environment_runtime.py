@@ -4,8 +4,8 @@ Per trial it waits for the actions of tick t from every active actor, applies th
 response-timeout policy to latecomers, calls ``update`` and writes the
 observations of tick t+1 (I-6: two hops per tick, nothing in between).
 
-**Real time.** A trial with ``tick_interval_ms`` steps once per interval: the
-deadline of tick t is the interval after its observations were written; an actor
+**Real time.** A trial with ``tick_interval_ms`` steps once per interval, on a steady
+clock shared by the host's trials (:func:`~trialog.runtime.pace.next_deadline`); an actor
 whose action is not in by then gets the timeout policy (``actor.timeout``, then
 the default action). A person who waits does not stall the trial, and an agent
 that answers at once does not speed it up.
@@ -65,7 +65,7 @@ from trialog.protocol.roles import ENVIRONMENT
 from trialog.protocol.topics import EVENTS
 from trialog.protocol.trial import ClassSchemas, class_schemas, dumps, loads, operator_code, trial_info
 from trialog.runtime.handler import Handler, safe_point
-from trialog.runtime.pace import Pace
+from trialog.runtime.pace import Pace, next_deadline, trial_phase
 from trialog.runtime.recent import RecentlyEnded
 from trialog.spec import load_entry
 from trialog.telemetry import metrics
@@ -90,13 +90,12 @@ class _Trial:
     tick: int = 0
     active: set[str] = field(default_factory=set)
     actions: dict[str, Any] = field(default_factory=dict)
-    applied: dict[str, tuple[int, bytes]] = field(
-        default_factory=dict
-    )  # actor -> its last applied action (tick, payload)
+    applied: dict[str, tuple[int, bytes]] = field(default_factory=dict)  # actor -> last applied (tick, payload)
     observed: dict[str, int] = field(default_factory=dict)  # actor -> last tick whose observation was read back
     waiting_since: float = 0.0
     timed_out: bool = False  # actor.timeout written for this tick
     due: bool = False  # real time: this tick's interval is over
+    deadline: float | None = None  # real time: when the current tick is due (the event loop's clock)
     terminating: bool = False
     done: bool = False
     pending_parameters: list[tuple[int, dict]] = field(default_factory=list)  # (effective tick, parameters)
@@ -505,7 +504,10 @@ class EnvironmentHandler(Handler):
         trial.timed_out = trial.due = False
         interval = trial.started.tick_interval_ms
         if interval and self.loop.is_live(EVENTS, trial.partition):
-            asyncio.get_running_loop().call_later(interval / 1000, self._deadline, trial.started.trial_id, trial.tick)
+            clock = asyncio.get_running_loop()
+            phase = trial_phase(trial.started.trial_id, interval / 1000)
+            trial.deadline = next_deadline(trial.deadline, clock.time(), interval / 1000, phase)
+            clock.call_at(trial.deadline, self._deadline, trial.started.trial_id, trial.tick)
 
     def _before_deadline(self, trial: _Trial) -> bool:
         """Real time only, and only live: during catch-up the log's own timeouts decide."""

@@ -14,11 +14,16 @@ machine any call is now and then stretched by preemption or a garbage collection
 Nothing moves before a few calls were seen (a first call is often slow: imports, a
 model's compilation, a reset), and calls come back inline once they no longer both
 take a quarter of the threshold and wait.
+
+:func:`next_deadline` paces real-time trials: one tick per interval on a steady clock,
+at a phase of the interval shared with other trials.
 """
 
 from __future__ import annotations
 
+import math
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from typing import TypeVar
@@ -74,3 +79,32 @@ class Pace:
             seconds = time.perf_counter() - began
             self._last_s = seconds
             self.record(seconds, time.thread_time() - began_cpu if measure else seconds)
+
+
+GRID_S = 0.05  # real-time trials' phases: multiples of this within the interval (see next_deadline)
+
+
+def trial_phase(trial_id: str, interval: float, grid: float = GRID_S) -> float:
+    """Where in each interval a real-time trial's deadlines fall: one of the interval's grid
+    steps, drawn from the trial ID (the same on any host, spread evenly over the steps)."""
+    steps = max(1, int(interval / grid))
+    return (zlib.crc32(trial_id.encode()) % steps) * grid
+
+
+def next_deadline(previous: float | None, now: float, interval: float, phase: float) -> float:
+    """When a real-time trial's tick is due, its observations written at ``now`` (the event
+    loop's clock): ``phase`` plus a whole number of intervals.
+
+    One interval after the previous deadline — a steady clock: the few ms between a deadline
+    and the observations it makes are not added to every tick. The first tick, and the one
+    after a stall of more than half an interval, wait one to two intervals, to the phase.
+    Trials of a host that share a phase are due at the same instant, stepped in the same turn
+    of the event loop, and their records travel in the same requests on every hop: a
+    real-time tick's cost is mostly per request (docs/performance.md). Spread over the
+    interval's steps, the trials due together stay a small group: were every trial due at
+    once, the last of them would wait for the whole burst on every hop."""
+    if previous is not None and now - previous <= interval / 2:
+        k = round((previous - phase) / interval) + 1
+    else:
+        k = math.ceil((now + interval - phase) / interval)
+    return phase + k * interval
