@@ -6,6 +6,9 @@ budget), ReLU layers.
 On-policy, collected synchronously by version: no heatup; the learner uses the
 transitions of the version it published last and, corrected, those of the one before
 that arrive late; it discards, and counts, any other.
+16 trials at once: through the log each request then carries more ticks (a run took 216 s
+where 8 at once took 297 s), and both modes still reach 500; at 32 neither stayed above 475
+(docs/learning.md has the runs).
 """
 
 from trialog.learn.train import Preset, Schedule, Validation
@@ -27,7 +30,7 @@ preset = Preset(
         "seed": 1,
     },
     schedule=Schedule(
-        heatup_steps=0, steps_between_evaluations=10_000, evaluation_trials=10, total_steps=100_000, concurrency=8
+        heatup_steps=0, steps_between_evaluations=10_000, evaluation_trials=10, total_steps=100_000, concurrency=16
     ),
     validation=Validation(min_reward_threshold=475),
 )

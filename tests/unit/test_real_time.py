@@ -1,6 +1,6 @@
 """Real-time trials (``tick_interval_ms``) on the in-memory bus: one step per interval
 whether actors answer at once or never; a missing action at the deadline becomes the
-default action, logged as ``actor.timeout``; deadlines on a steady clock and the host's grid."""
+default action, logged as ``actor.timeout``; deadlines on a steady clock at the trial's phase."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.harness import deployment
 from trialog.bus.memory import MemoryBus
 from trialog.protocol.events import Action, ActorTimeout, Observation
 from trialog.protocol.topics import EVENTS
-from trialog.runtime.pace import next_deadline
+from trialog.runtime.pace import next_deadline, trial_phase
 from trialog.spec import parse_spec
 
 SPEC = Path(__file__).resolve().parents[1] / "integration" / "trialtest.yaml"
@@ -66,21 +66,30 @@ async def test_steps_are_paced_and_a_silent_actor_gets_the_default_action(memory
     assert max(e.tick for e in silent_events if isinstance(e, Observation)) == TICKS
 
 
-def test_deadlines_keep_a_steady_clock_on_the_hosts_grid():
-    interval, grid = 0.15, 0.01
-    # The first tick: an interval after its observations, on the grid (nearest step).
-    first = next_deadline(None, 100.0031, interval, grid)
-    assert first == pytest.approx(100.15)
+def test_deadlines_keep_a_steady_clock_at_the_trials_phase():
+    interval, phase = 0.15, 0.05
+    # The first tick: at the trial's phase, one to two intervals after its observations.
+    first = next_deadline(None, 100.0031, interval, phase)
+    assert first == pytest.approx(100.25) and 100.0031 + interval <= first < 100.0031 + 2 * interval
     # Observations written a few ms after the deadline: the next tick is due an interval after
     # the deadline, not after the writing, so ticks do not grow by what a step costs.
-    second = next_deadline(first, first + 0.004, interval, grid)
+    second = next_deadline(first, first + 0.004, interval, phase)
     assert second == pytest.approx(first + interval)
-    # After a stall longer than half an interval the clock starts again from the observations.
+    # After a stall longer than half an interval the clock starts again, at the same phase.
     late = second + 0.2
-    assert next_deadline(second, late, interval, grid) == pytest.approx(late + interval, abs=grid / 2)
-    # Trials whose deadlines fall within one grid step are due at the same instant (stepped in
-    # one turn of the event loop), and each moves by at most half a step.
-    starts = [7.0001, 7.0022, 7.0049]
-    due = {next_deadline(None, s, interval, grid) for s in starts}
-    assert len(due) == 1 and all(abs(d - (s + interval)) <= grid / 2 for d in due for s in starts)
-    assert next_deadline(None, 7.0061, interval, grid) != next(iter(due))
+    third = next_deadline(second, late, interval, phase)
+    assert late + interval <= third < late + 2 * interval
+    assert (third - phase) / interval == pytest.approx(round((third - phase) / interval))
+    # Trials of one phase are due at the same instant, whenever their observations were
+    # written within the interval: stepped in one turn of the event loop.
+    assert len({next_deadline(None, now, interval, phase) for now in (7.0001, 7.05, 7.0999)}) == 1
+
+
+def test_trials_are_spread_over_the_phases_of_the_interval():
+    ids = [f"trial-{i}" for i in range(300)]
+    phases = [trial_phase(t, 0.15) for t in ids]
+    assert phases == [trial_phase(t, 0.15) for t in ids]  # the same on any host, any time
+    assert sorted(set(phases)) == pytest.approx([0.0, 0.05, 0.1])  # three, 50 ms apart
+    assert min(phases.count(p) for p in set(phases)) > 70  # about a third each
+    assert sorted({trial_phase(t, 1.0) for t in ids}) == pytest.approx([k * 0.05 for k in range(20)])
+    assert {trial_phase(t, 0.03) for t in ids} == {0.0}  # shorter than a step: one phase

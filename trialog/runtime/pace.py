@@ -87,7 +87,7 @@ GRID_S = 0.05  # real-time trials' phases: multiples of this within the interval
 def trial_phase(trial_id: str, interval: float, grid: float = GRID_S) -> float:
     """Where in each interval a real-time trial's deadlines fall: one of the interval's grid
     steps, drawn from the trial ID (the same on any host, spread evenly over the steps)."""
-    steps = max(1, int(interval / grid))
+    steps = max(1, round(interval / grid))  # not int(): 0.15 / 0.05 is 2.9999999999999996
     return (zlib.crc32(trial_id.encode()) % steps) * grid
 
 
