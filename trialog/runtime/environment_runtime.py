@@ -504,10 +504,9 @@ class EnvironmentHandler(Handler):
         trial.timed_out = trial.due = False
         interval = trial.started.tick_interval_ms
         if interval and self.loop.is_live(EVENTS, trial.partition):
-            clock = asyncio.get_running_loop()
-            phase = trial_phase(trial.started.trial_id, interval / 1000)
-            trial.deadline = next_deadline(trial.deadline, clock.time(), interval / 1000, phase)
-            clock.call_at(trial.deadline, self._deadline, trial.started.trial_id, trial.tick)
+            clock, seconds, tid = asyncio.get_running_loop(), interval / 1000, trial.started.trial_id
+            trial.deadline = next_deadline(trial.deadline, clock.time(), seconds, trial_phase(tid, seconds))
+            clock.call_at(trial.deadline, self._deadline, tid, trial.tick)
 
     def _before_deadline(self, trial: _Trial) -> bool:
         """Real time only, and only live: during catch-up the log's own timeouts decide."""
