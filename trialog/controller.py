@@ -75,9 +75,13 @@ class _Watch:
 class Controller:
     """Starts, watches and ends trials through the log."""
 
-    def __init__(self, bus: Bus, name: str = "controller"):
+    def __init__(self, bus: Bus, name: str = "controller", *, watch: bool = True):
+        """``watch=False``: a controller that only asks (starts, terminates, rewards): it reads
+        no ``events`` — its consumer would fetch and look at every record of every trial — and
+        cannot wait for answers (the web gateway's lobby, which follows trials in its feed)."""
         self.bus = bus
         self.name = name
+        self.watching = watch
         self._watches: dict[str, _Watch] = {}
         self._listeners: list[asyncio.Queue] = []
         self._consumer: Consumer | None = None
@@ -90,9 +94,10 @@ class Controller:
 
     async def __aenter__(self) -> Controller:
         await self.bus.start()
-        self._consumer = self.bus.consumer([EVENTS], from_start=False, batched=True)
-        await self._consumer.start()
-        self._task = asyncio.create_task(self._watch_loop())
+        if self.watching:
+            self._consumer = self.bus.consumer([EVENTS], from_start=False, batched=True)
+            await self._consumer.start()
+            self._task = asyncio.create_task(self._watch_loop())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -129,8 +134,9 @@ class Controller:
             raise TrialError(
                 f"max_ticks must be at least 1, got {max_ticks}", trial_id=trial_id, reason="invalid max_ticks"
             )
-        self._watch(trial_id)
-        self._rewards[trial_id] = defaultdict(dict)
+        if self.watching:  # a controller that does not watch keeps nothing per trial
+            self._watch(trial_id)
+            self._rewards[trial_id] = defaultdict(dict)
         await self.bus.publish(
             CONTROL,
             StartRequest(
@@ -211,6 +217,8 @@ class Controller:
 
     # --- answers ------------------------------------------------------------------------------
     def _watch(self, trial_id: str) -> _Watch:
+        if not self.watching:
+            raise TrialError(f"controller {self.name!r} does not watch the log (watch=False)", trial_id=trial_id)
         w = self._watches.get(trial_id)
         if w is None:
             loop = asyncio.get_running_loop()
@@ -262,6 +270,8 @@ class Controller:
 
     async def watch(self) -> AsyncIterator[Event]:
         """Lifecycle events (pending, started, rejected, ended) of every trial, as they happen."""
+        if not self.watching:
+            raise TrialError(f"controller {self.name!r} does not watch the log (watch=False)")
         queue: asyncio.Queue = asyncio.Queue()
         self._listeners.append(queue)
         try:

@@ -71,7 +71,7 @@ class Gateway:
         self.decoded = Decoded(bus)  # records of events as events, once per process
         self.dashboard = Dashboard(bus)
         self.feed.watchers.append(self.dashboard.on_record)
-        self.controller = Controller(bus, name="gateway")
+        self.controller = Controller(bus, name="gateway", watch=False)  # the lobby asks; the feed follows
 
     def page_of(self, spec: str, environment: str) -> str | None:
         """Where a seat's page module is, when the operator's pages folder has one for the

@@ -20,7 +20,7 @@ from trialog.commands.parts import trial_overrides
 from trialog.controller import Controller, TrialOutcome
 from trialog.errors import TrialError, TrialTimeout
 from trialog.protocol.events import StartRequest, TrialRecord
-from trialog.protocol.topics import TRIALS
+from trialog.protocol.topics import CONTROL, TRIALS
 from trialog.services.orchestrator.resolve import resolve
 from trialog.spec import load_spec
 from trialog.telemetry import logs
@@ -228,3 +228,23 @@ async def test_a_served_campaign_keeps_the_orchestrator_until_the_index_says_its
     await bus.publish(TRIALS, TrialRecord("trial-b", status="running", spec="rps"))
     assert await wait_indexed(bus, ["trial-a", "trial-b"], timeout=0.3) is False
     assert "does not yet say that 1 trial(s) ended, e.g. trial-b" in capsys.readouterr().err
+
+
+async def test_a_controller_that_only_asks_reads_no_events_and_keeps_nothing(memory_settings):
+    """The gateway's lobby starts trials and follows them in its own feed: its controller
+    must not read (and look at) every record of every trial, nor keep each trial it started."""
+    bus = MemoryBus(memory_settings)
+    async with Controller(bus, name="lobby", watch=False) as ctl:
+        tid = await ctl.start_trial("rps", implementations={"bob": "human"})
+        assert ctl._consumer is None and ctl._task is None
+        assert ctl._watches == {} and ctl._rewards == {}
+        with pytest.raises(TrialError, match="does not watch"):
+            await ctl.wait_started(tid, timeout=0.1)
+        with pytest.raises(TrialError, match="does not watch"):
+            await anext(ctl.watch())
+        consumer = bus.consumer([CONTROL])
+        await consumer.start()
+        (request,) = await consumer.poll(timeout_ms=100)
+        await consumer.stop()
+    start = bus.codec.decode(request.value, request.header("kind"))
+    assert isinstance(start, StartRequest) and start.trial_id == tid and start.requested_by == "lobby"
