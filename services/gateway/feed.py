@@ -51,7 +51,7 @@ class _Subscriber:
     size: int  # the most live records kept waiting for this subscriber
     queue: asyncio.Queue = field(init=False)
     live_from: int | None = None  # tail records below this offset came through the catch-up
-    skip: Callable[[Record], bool] = _keep_all  # true for records this subscriber has no use for: never queued
+    skip: Callable[[Record], bool] = _keep_all  # true for records it has no use for: never queued
     overflowed: bool = False  # fell further behind than ``size``: dropped at its next read
 
     def __post_init__(self) -> None:
@@ -187,14 +187,14 @@ class Feed:
 
     @contextlib.asynccontextmanager
     async def subscribe(
-        self, trial_id: str, *, timeout: float = 60, skip: Callable[[Record], bool] | None = None
+        self, trial_id: str, *, timeout: float = 60, skip: Callable[[Record], bool] = _keep_all
     ) -> AsyncIterator[AsyncIterator[Record | None]]:
         """Every event of ``trial_id`` from its first, then live; :data:`CAUGHT_UP`
         (``None``) is yielded once between history and the live part. Records for which
         ``skip`` is true are left out before they are queued: a seat's page has no use for
         the other actors' observations and actions, most of a live trial's records."""
         indexed = await self.trial(trial_id, timeout)
-        sub = _Subscriber(trial_id, self.limits.send_queue, skip=skip or _keep_all)
+        sub = _Subscriber(trial_id, self.limits.send_queue, skip=skip)
         self._subscribers[trial_id].add(sub)
         records = self._records(sub, indexed)
         try:

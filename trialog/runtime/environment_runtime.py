@@ -5,7 +5,7 @@ response-timeout policy to latecomers, calls ``update`` and writes the
 observations of tick t+1 (I-6: two hops per tick, nothing in between).
 
 **Real time.** A trial with ``tick_interval_ms`` steps once per interval, on a steady
-clock shared by the host's trials (:func:`~trialog.runtime.pace.next_deadline`); an actor
+clock at a phase of the interval it shares with other trials (:func:`~trialog.runtime.pace.next_deadline`); an actor
 whose action is not in by then gets the timeout policy (``actor.timeout``, then
 the default action). A person who waits does not stall the trial, and an agent
 that answers at once does not speed it up.
