@@ -5,6 +5,7 @@ on the records as logged and on records altered in every way the fast reading co
 from __future__ import annotations
 
 import dataclasses
+import gc
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from tests.harness import deployment
 from trialog.bus.base import Record
 from trialog.bus.memory import MemoryBus
+from trialog.datalog import replay as replay_module
+from trialog.datalog.collector import PUT_OFF
 from trialog.datalog.replay import _Feeder, feed
 from trialog.datalog.samples import TrialFold
 from trialog.protocol.events import Action, Observation
@@ -145,3 +148,32 @@ async def test_a_policy_version_reaches_the_sample(bus):
     tid, records = await logged(bus)
     samples = folded(bus, tid, variants(bus, tid, records)["action with a large policy version"], fast=True)[0]
     assert [s["policy_version"] for s, _, _ in samples if s["tick"] == 2 and s["policy_version"]] == [1 << 40]
+
+
+async def test_read_trials_folds_in_small_polls_with_full_collections_put_off(bus, monkeypatch):
+    """What ``read_trials`` folds is what the per-record feed folds; it reads at most
+    READ_AT_ONCE records a poll, with the collector's full collections put off while it
+    folds, and puts the threshold back once the partition is read."""
+    tid, records = await logged(bus)
+    polls, thresholds = [], []
+    real_poll, real_call = type(bus.consumer([EVENTS])).poll, replay_module._Feeder.__call__
+
+    async def poll(self, timeout_ms=100, max_records=None):
+        polls.append(max_records)
+        return await real_poll(self, timeout_ms, max_records)
+
+    def call(self, fold, record):
+        thresholds.append(gc.get_threshold()[2])
+        return real_call(self, fold, record)
+
+    monkeypatch.setattr(type(bus.consumer([EVENTS])), "poll", poll)
+    monkeypatch.setattr(replay_module._Feeder, "__call__", call)
+    before = gc.get_threshold()
+    folds = [f async for f in replay_module.read_trials(bus, lambda r: r.trial_id == tid)]
+    assert gc.get_threshold() == before
+    assert set(thresholds) == {PUT_OFF}
+    assert len(records) > replay_module.READ_AT_ONCE
+    assert polls.count(replay_module.READ_AT_ONCE) >= 2  # the partition's (the index's poll is another)
+    [fold] = folds
+    samples = [(s.to_json(), s.observation_avro, s.action_avro) for s in fold.samples()]
+    assert (samples, fold.problems) == folded(bus, tid, records, fast=False)[:2]

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Callable
 
 from trialog.bus.base import Bus, Record
 from trialog.controller import Controller
+from trialog.datalog.collector import full_collections_put_off
 from trialog.datalog.samples import Sample, TrialFold
 from trialog.errors import CodecError
 from trialog.protocol.codec import Schema
@@ -58,6 +59,15 @@ async def partition_records(bus: Bus, partition: int, start: int, stop: int | No
                 yield record
 
 
+# Records a reader takes from the consumer at a time. aiokafka makes a record's objects as it
+# hands the record out; a poll of a whole fetch (thousands of records, megabytes) made them all
+# before the first was read, and by then the first ones' headers and values were out of the
+# processor's caches. Polls of 64 took a fifth less CPU on the benchmark's replay than polls of
+# whole fetches (docs/performance.md); the services poll 32 for their own reason
+# (trialog.runtime.service.RECORDS_PER_FLUSH).
+READ_AT_ONCE = 64
+
+
 async def partition_batches(
     bus: Bus, partition: int, start: int, stop: int | None = None
 ) -> AsyncIterator[list[Record]]:
@@ -72,7 +82,7 @@ async def partition_batches(
             end = min(end, stop)
         position = start
         while position < end:
-            records = await consumer.poll(timeout_ms=500)
+            records = await consumer.poll(timeout_ms=500, max_records=READ_AT_ONCE)
             if records:
                 if stop is not None and records[-1].offset >= end:
                     if before := list(itertools.takewhile(lambda r: r.offset < end, records)):
@@ -383,13 +393,14 @@ async def read_trials(bus: Bus, select: Callable[[TrialRecord], bool]) -> AsyncI
         # trial's is decoded as before (a trial ID of U+FFFD could be an invalid key's).
         by_key = {trial_id.encode(): fold for trial_id, fold in folds.items()}
         async with contextlib.aclosing(partition_batches(bus, partition, starts[partition])) as batches:
-            async for batch in batches:
-                for r in batch:
-                    fold = by_key.get(r.key)
-                    if fold is not None:
-                        fast_feed(fold, r)
-                    elif (fold := folds.get(r.trial_id)) is not None:
-                        feed(fold, bus, r)
+            with full_collections_put_off():  # the folds grow until the partition is read
+                async for batch in batches:
+                    for r in batch:
+                        fold = by_key.get(r.key)
+                        if fold is not None:
+                            fast_feed(fold, r)
+                        elif (fold := folds.get(r.trial_id)) is not None:
+                            feed(fold, bus, r)
         for fold in folds.values():
             yield fold
 
