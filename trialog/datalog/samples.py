@@ -211,10 +211,7 @@ class TrialFold:
         # same reason), the event for a timeout.
         self._actions: dict[tuple[int, str], tuple[bytes, int | None] | ActorTimeout] = {}
         self._action_values: dict[tuple[int, str], Any] = {}  # an applied action's payload, decoded once
-        # tick -> actors observed then (not finally): the barrier. Tuples, not lists: a tuple of
-        # strings leaves the garbage collector's care at its first collection, and a replay holds
-        # one per tick of every trial of a partition (see _observations below).
-        self._expected_at: dict[int, tuple[str, ...]] = {}
+        self._expected_at: dict[int, list[str]] = {}  # tick -> actors observed then (not finally): the barrier
         # By tick, so that one sample's rewards and messages are found without a scan of the trial's.
         self._rewards: dict[int, dict[tuple[str, str], Reward]] = {}  # tick -> (sender, receiver) -> reward
         self._messages: dict[int, dict[tuple, Message]] = {}  # tick -> identity -> message
@@ -289,7 +286,7 @@ class TrialFold:
             if key not in self._observations:  # a repeat is the same event (I-8)
                 self._observations[key] = (payload, terminated, truncated, final)
                 if not final:
-                    self._expected_at[tick] = (*self._expected_at.get(tick, ()), actor)
+                    self._expected_at.setdefault(tick, []).append(actor)
             if tick > self.tick:
                 self.tick = tick
 
