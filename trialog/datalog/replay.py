@@ -26,7 +26,7 @@ import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Callable
 
-from trialog.bus.base import Bus, Record
+from trialog.bus.base import SIGNED, Bus, Record
 from trialog.controller import Controller
 from trialog.datalog.collector import full_collections_put_off
 from trialog.datalog.samples import Sample, TrialFold
@@ -216,7 +216,7 @@ class _Feeder:
     CACHED = 100_000  # entries per cache below: keys and headers are untrusted input
 
     def __init__(self, bus: Bus):
-        self.bus, self.refusal = bus, bus.refusal
+        self.bus = bus
         self.observation = _tick_schema(bus, Observation, _OBSERVATION_FIELDS)
         self.action = _tick_schema(bus, Action, _ACTION_FIELDS)
         self._heads: dict[tuple[bytes, bytes | None], bytes | None] = {}  # schema header + key as an Avro string
@@ -224,13 +224,13 @@ class _Feeder:
         self._names: dict[bytes | None, tuple[str, bytes] | None] = {}  # name header -> (name, as an Avro string)
 
     def __call__(self, fold: TrialFold, record: Record) -> None:
-        refused = self.refusal(record)
-        if refused is not None:
+        h = dict(record.headers)  # as the tag check and check_headers read them: the last of a name counts
+        # Bus.refusal's check, given the dict of headers made here
+        if record.role in SIGNED and (refused := self.bus.trust.check(record.key, h, record.value)) is not None:
             fold.bad_record(record.offset, f"refused: {refused}")
             return
         value = record.value
         if type(value) is bytes:
-            h = dict(record.headers)  # as check_headers reads them: the last of a name counts
             kind = h.get(HEADER_KIND)
             if kind == _OBSERVATION and self.observation is not None:
                 if self._observation(fold, record.key, h, value):

@@ -252,9 +252,13 @@ class Authenticator:
         return seat_headers, out
 
     # --- checking ---------------------------------------------------------------------------------------
-    def check(self, key: bytes | None, headers: Sequence[tuple[str, bytes]], value: bytes | None) -> str | None:
-        """None if the record was written by a key allowed to write it, else the reason."""
-        h = dict(headers)
+    def check(
+        self, key: bytes | None, headers: Sequence[tuple[str, bytes]] | dict[str, bytes], value: bytes | None
+    ) -> str | None:
+        """None if the record was written by a key allowed to write it, else the reason. The
+        headers as a record has them, or as the dict of them a reader made already (the last
+        of a name counts, as ``dict`` keeps it)."""
+        h = headers if type(headers) is dict else dict(headers)
         kind, sender, key = h.get("kind") or b"", h.get("sender") or b"", key or b""
         plans = self._plans.get(key) or self._plans_of(key)  # the lookup inline: every record passes here
         plan = plans.get((kind, sender))
