@@ -379,7 +379,9 @@ async def read_trials(bus: Bus, select: Callable[[TrialRecord], bool]) -> AsyncI
     """The folds of every indexed trial that ``select`` keeps, reading the ``trials``
     index once and each ``events`` partition once, from its oldest selected trial to
     its end — the way to replay many trials (per-trial :func:`replay` reads a partition
-    per trial). Folds are yielded partition by partition, once complete."""
+    per trial). Folds are yielded partition by partition, once complete. While a partition
+    is read, the garbage collector's full collections are put off, process-wide
+    (:mod:`trialog.datalog.collector`)."""
     selected: dict[int, dict[str, TrialFold]] = {}
     starts: dict[int, int] = {}
     for record in await Controller(bus).list_trials():
