@@ -12,7 +12,7 @@ import pytest
 
 from tests.harness import deployment
 from trialog.bus.base import Record
-from trialog.bus.memory import MemoryBus
+from trialog.bus.memory import MemoryBus, MemoryConsumer
 from trialog.datalog import replay as replay_module
 from trialog.datalog.collector import PUT_OFF
 from trialog.datalog.replay import _Feeder, feed
@@ -156,7 +156,7 @@ async def test_read_trials_folds_in_small_polls_with_full_collections_put_off(bu
     folds, and puts the threshold back once the partition is read."""
     tid, records = await logged(bus)
     polls, thresholds = [], []
-    real_poll, real_call = type(bus.consumer([EVENTS])).poll, replay_module._Feeder.__call__
+    real_poll, real_call = MemoryConsumer.poll, replay_module._Feeder.__call__
 
     async def poll(self, timeout_ms=100, max_records=None):
         polls.append(max_records)
@@ -166,7 +166,7 @@ async def test_read_trials_folds_in_small_polls_with_full_collections_put_off(bu
         thresholds.append(gc.get_threshold()[2])
         return real_call(self, fold, record)
 
-    monkeypatch.setattr(type(bus.consumer([EVENTS])), "poll", poll)
+    monkeypatch.setattr(MemoryConsumer, "poll", poll)
     monkeypatch.setattr(replay_module._Feeder, "__call__", call)
     before = gc.get_threshold()
     folds = [f async for f in replay_module.read_trials(bus, lambda r: r.trial_id == tid)]

@@ -270,11 +270,12 @@ class Bus(abc.ABC):
             headers += self.trust.tag(event.trial_id, headers, value)
         return (role, event.trial_id.encode(), value, headers)
 
-    def refusal(self, record: Record) -> str | None:
-        """Why a consumed record must not count (forged, or written without the right key), or None."""
+    def refusal(self, record: Record, headers: dict[str, bytes] | None = None) -> str | None:
+        """Why a consumed record must not count (forged, or written without the right key), or
+        None. ``headers``: the dict of the record's headers, if the reader made it already."""
         if record.role not in SIGNED:
             return None
-        return self.trust.check(record.key, record.headers, record.value)
+        return self.trust.check(record.key, record.headers if headers is None else headers, record.value)
 
     async def publish(self, role: str, event: Event) -> Delivered:
         """Encode one event and send it, keyed by its trial ID; wait for the acknowledgement."""

@@ -26,7 +26,7 @@ import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Callable
 
-from trialog.bus.base import SIGNED, Bus, Record
+from trialog.bus.base import Bus, Record
 from trialog.controller import Controller
 from trialog.datalog.collector import full_collections_put_off
 from trialog.datalog.samples import Sample, TrialFold
@@ -225,8 +225,8 @@ class _Feeder:
 
     def __call__(self, fold: TrialFold, record: Record) -> None:
         h = dict(record.headers)  # as the tag check and check_headers read them: the last of a name counts
-        # Bus.refusal's check, given the dict of headers made here
-        if record.role in SIGNED and (refused := self.bus.trust.check(record.key, h, record.value)) is not None:
+        refused = self.bus.refusal(record, h)
+        if refused is not None:
             fold.bad_record(record.offset, f"refused: {refused}")
             return
         value = record.value
