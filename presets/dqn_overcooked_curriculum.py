@@ -43,6 +43,7 @@ preset = Curriculum(
         "exploration_steps": 30_000,
         "end_e": 0.05,
         "eval_e": 0.05,
+        "demonstrator": "trialog.examples.overcooked.cooks:OvercookedPlanner",
         "hidden": [128, 128],
         "seed": 1,
     },  # fmt: skip
@@ -63,7 +64,7 @@ preset = Curriculum(
             "bc",
             partners={"cook_b": "bc"},
             schedule=Schedule(
-                heatup_steps=0,
+                heatup_steps=2_000,
                 steps_between_evaluations=4_000,
                 evaluation_trials=16,
                 total_steps=20_000,

@@ -79,6 +79,7 @@ class _Folding:
         default_factory=dict
     )  # actor -> tick -> serial of its transition in memory
     added: int = 0  # transitions added to memory
+    demonstration: bool = False  # a heatup trial of a learner that takes them: a demonstrator acted
 
 
 class LearnerHandler(Handler):
@@ -224,7 +225,11 @@ class LearnerHandler(Handler):
             ours = tuple(a.name for a in event.actors if a.implementation == self.implementation)
             if ours and event.phase in LEARN_PHASES and (not self.experiment or event.experiment == self.experiment):
                 folding = _Folding(
-                    TrialFold(event.trial_id, self.loop.bus.store), record.partition, record.offset, ours
+                    TrialFold(event.trial_id, self.loop.bus.store),
+                    record.partition,
+                    record.offset,
+                    ours,
+                    demonstration=event.phase == "heatup" and self.learner.takes_demonstrations,
                 )
                 folding.fold.add(event, record.headers)
                 self.trials[event.trial_id] = folding
@@ -261,7 +266,10 @@ class LearnerHandler(Handler):
         t = transitions([now, after]) if now is not None and after is not None else None
         if t is None:
             return  # no action at tick (the actor did not answer), or the observation did not count
-        serials[tick] = int(self.learner.add(t, count=self._counts(record), follows=serials.get(tick - 1, -1))[0])
+        serial = self.learner.add(
+            t, count=self._counts(record), follows=serials.get(tick - 1, -1), demonstration=folding.demonstration
+        )
+        serials[tick] = int(serial[0])
         folding.added += 1
 
     def _rewarded(self, folding: _Folding, tick: int) -> None:

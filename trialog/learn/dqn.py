@@ -6,26 +6,31 @@ learner service runs (JAX). ``trialog train presets/dqn_cartpole.py --in-process
 drives the same two classes in one process (:mod:`trialog.learn.in_process`), the
 baseline that ``bench/learning.py`` compares Trialog against.
 
-How the phases act: ``heatup`` uniform random (fills the memory, no training);
+How the phases act: ``heatup`` uniform random (fills the memory, no training), or the
+``demonstrator``'s actions when the config names one;
 ``train`` ε-greedy, ε decaying linearly with the env steps the learner has seen;
 ``evaluate`` at ``eval_e`` (0 by default: greedy); outside experiments greedy.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from trialog.actor import DecideRequest, Policy
+from trialog.actor import Agent, DecideRequest, Policy
 from trialog.errors import TrialogError
 from trialog.learn import config_of, decision_generator
 from trialog.learn.memory import ReplayMemory, flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
 from trialog.learn.offpolicy import OffPolicyLearner
 from trialog.learn.spaces import missing_sizes, require_sizes
+from trialog.spec import load_entry
+
+DEMONSTRATING_AT_MOST = 4096  # heatup trials whose demonstrator's agent is kept (far more than run at once)
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,15 @@ class DQNConfig:
     # ε in evaluation trials. Mnih et al. (2015) evaluate at 0.05: two deterministic players (a
     # cook and its partner, or one network in both seats) that block each other stay blocked.
     eval_e: float = 0.0
+    # An Agent ("package.module:Class", one per trial) that acts in heatup trials instead of
+    # uniform random actions: DQfD (Hester et al. 2018). Its steps stay in the memory marked as
+    # demonstrations, and on those a large-margin loss keeps the demonstrated action's value
+    # `margin` above every other's, weighted `demonstration_weight` beside the TD loss. Where the
+    # reward is sparse (a soup is served after dozens of steps), ε-greedy rarely finds it; the
+    # demonstrations alone, without the margin, were measured not to help (docs/learning.md).
+    demonstrator: str | None = None
+    margin: float = 0.8  # DQfD's
+    demonstration_weight: float = 1.0  # DQfD's λ2
     seed: int = 1  # network initialisation and minibatch sampling
 
     def __post_init__(self) -> None:
@@ -74,6 +88,10 @@ class DQNConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
                 raise TrialogError(f"DQNConfig: {name} is a probability (0 to 1), not {value!r}")
+        if self.demonstrator is not None and not isinstance(self.demonstrator, str):
+            raise TrialogError(
+                f"DQNConfig: demonstrator is an Agent's 'package.module:Class', not {self.demonstrator!r}"
+            )
 
     @classmethod
     def of(cls, config: Mapping[str, Any]) -> DQNConfig:
@@ -102,6 +120,15 @@ class DQNPolicy(Policy):
         self.cfg = DQNConfig.of(config)
         self.q: dict[str, np.ndarray] | None = None  # no model yet: random actions
         self.env_steps = 0  # how far training was when the loaded version was published
+        self.demonstrator: type[Agent] | None = None
+        if self.cfg.demonstrator is not None:
+            self.demonstrator = load_entry(self.cfg.demonstrator, what="DQNConfig.demonstrator")
+            if not (isinstance(self.demonstrator, type) and issubclass(self.demonstrator, Agent)):
+                raise TrialogError(f"DQNConfig.demonstrator {self.cfg.demonstrator!r} is not an Agent class")
+        # The demonstrator's agents of heatup trials, oldest first; a trial's agent sees each of
+        # its observations in tick order, as any Agent does. Dropped at the trial's end, and
+        # bounded besides (an end the service never saw).
+        self._demonstrating: OrderedDict[tuple[str, str], Agent] = OrderedDict()
 
     @classmethod
     def learner(cls, config: Mapping[str, Any]) -> DQNLearner:
@@ -119,6 +146,9 @@ class DQNPolicy(Policy):
             greedy = mlp(self.q, np.stack([flat_observation(r.observation) for r in requests])).argmax(axis=1)
         actions = []
         for r, g in zip(requests, greedy):
+            if self.demonstrator is not None and r.trial.phase == "heatup":
+                actions.append(int(self._demonstrating_agent(r).decide(r.observation)))
+                continue
             explore = self._epsilon(r.trial.phase)
             if explore <= 0.0:  # greedy: no draw can explore, so no generator is made
                 actions.append(int(g))
@@ -126,6 +156,19 @@ class DQNPolicy(Policy):
             rng = decision_generator(r)
             actions.append(int(rng.integers(self._actions())) if rng.random() < explore else int(g))
         return actions
+
+    def trial_ended(self, trial_id: str) -> None:
+        for key in [k for k in self._demonstrating if k[0] == trial_id]:
+            del self._demonstrating[key]
+
+    def _demonstrating_agent(self, r: DecideRequest) -> Agent:
+        key = (r.trial.trial_id, r.actor.name)
+        agent = self._demonstrating.get(key)
+        if agent is None:
+            agent = self._demonstrating[key] = self.demonstrator(r.trial, r.actor)
+            if len(self._demonstrating) > DEMONSTRATING_AT_MOST:
+                self._demonstrating.popitem(last=False)
+        return agent
 
     def _actions(self) -> int:
         """How many actions to explore among: the config's, else the loaded network's outputs."""
@@ -178,8 +221,18 @@ class DQNLearner(OffPolicyLearner):
             next_action = (mlp(params, b["next_obs"], jnp) if cfg.double else target_q).argmax(axis=1)
             next_q = jnp.take_along_axis(target_q, next_action[:, None], axis=1)[:, 0]
             y = jax.lax.stop_gradient(b["rewards"] + b["discounts"] * next_q * (1.0 - b["dones"]))
-            q = jnp.take_along_axis(mlp(params, b["obs"], jnp), b["actions"][:, None], axis=1)[:, 0]
-            return jnp.mean(optax.huber_loss(q, y) if cfg.huber else (q - y) ** 2), q.mean()
+            q_all = mlp(params, b["obs"], jnp)
+            q = jnp.take_along_axis(q_all, b["actions"][:, None], axis=1)[:, 0]
+            td = jnp.mean(optax.huber_loss(q, y) if cfg.huber else (q - y) ** 2)
+            if cfg.demonstrator is None:
+                return td, q.mean()
+            # DQfD's large-margin loss on the demonstrator's steps of the minibatch: max over a of
+            # Q(s, a) + margin (0 for the demonstrated action), less Q(s, demonstrated action).
+            margins = cfg.margin * (1.0 - jax.nn.one_hot(b["actions"], cfg.actions))
+            above = (q_all + margins).max(axis=1) - q
+            demonstrated = b["demonstrated"]
+            supervised = (above * demonstrated).sum() / jnp.maximum(demonstrated.sum(), 1.0)
+            return td + cfg.demonstration_weight * supervised, q.mean()
 
         def step(carry, batch):
             params, opt_state, target, done = carry  # done: gradient steps before this one, over the run

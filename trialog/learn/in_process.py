@@ -406,7 +406,9 @@ class InProcess:
             reward, terminated = learned.get(name, 0.0), bool(step.terminated.get(name, False))
             if actor.learning:  # each step as it completes, after the same actor's previous one
                 row = (actor.observation, actor.action, reward, observations[name], terminated, actor.version)
-                actor.serial = int(self.learner.add(_transitions([row]), count=True, follows=actor.serial)[0])
+                demonstration = trial.info.phase == "heatup" and self.learner.takes_demonstrations
+                serial = self.learner.add(_transitions([row]), follows=actor.serial, demonstration=demonstration)
+                actor.serial = int(serial[0])
             actor.observation = observations[name]
         trial.active -= ended_now
         return reason

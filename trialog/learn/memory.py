@@ -97,14 +97,16 @@ class ReplayMemory:
         self.dones = np.zeros(capacity, np.float32)
         self.serials = np.full(capacity, -1, np.int64)  # serial of the transition in each slot
         self.successors = np.full(capacity, -1, np.int64)  # serial of the one continuing it (-1: none yet, or none)
+        self.demonstrated = np.zeros(capacity, np.float32)  # 1.0: a demonstrator's step (DQN's ``demonstrator``)
         self.size = 0
         self.added = 0  # transitions ever added: the next one's serial
 
-    def add(self, t: Transitions, *, follows: int = -1) -> np.ndarray:
+    def add(self, t: Transitions, *, follows: int = -1, demonstration: bool = False) -> np.ndarray:
         """Store transitions; returns their serials (to correct their rewards later, or to
         say what a later batch ``follows``: the serial of the transition its first one
         continues). Within the batch, one continues the previous unless that ``ends``; the
-        last one continues into the next transition added unless it ``ends``."""
+        last one continues into the next transition added unless it ``ends``. ``demonstration``:
+        a demonstrator acted them (sampled with ``demonstrated`` 1.0)."""
         serials = self.added + np.arange(len(t), dtype=np.int64)
         slots = serials % self.capacity
         self.observations[slots] = t.observations
@@ -112,6 +114,7 @@ class ReplayMemory:
         self.actions[slots] = t.actions
         self.rewards[slots] = t.rewards
         self.dones[slots] = t.dones
+        self.demonstrated[slots] = float(demonstration)
         self.serials[slots] = serials
         self.successors[slots] = np.where(t.ends == 0, serials + 1, -1)
         if follows >= 0 and len(t) and self.holds(follows):
@@ -151,4 +154,5 @@ class ReplayMemory:
             "next_obs": self.next_observations[last],
             "dones": self.dones[last],
             "discounts": discounts,
+            "demonstrated": self.demonstrated[idx],
         }

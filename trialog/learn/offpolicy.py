@@ -34,13 +34,19 @@ class OffPolicyLearner:
         self.updates = 0  # gradient steps done
         self.round_scalars: dict[str, float] = {}  # the last round's means, for the curves
 
-    def add(self, t: Transitions, *, count: bool = True, follows: int = -1) -> np.ndarray:
+    @property
+    def takes_demonstrations(self) -> bool:
+        """Whether heatup trials are a demonstrator's (DQN's ``demonstrator``): their
+        transitions are then added with ``demonstration=True``."""
+        return getattr(self.cfg, "demonstrator", None) is not None
+
+    def add(self, t: Transitions, *, count: bool = True, follows: int = -1, demonstration: bool = False) -> np.ndarray:
         """Store transitions (their serials: see :class:`ReplayMemory`); ``count=False``
         refills the memory after a restart with transitions the restored counters already
-        include."""
+        include; ``demonstration``: a demonstrator acted them."""
         with self.lock:
             self.env_steps += len(t) if count else 0
-            return self.memory.add(t, follows=follows)
+            return self.memory.add(t, follows=follows, demonstration=demonstration)
 
     def set_rewards(self, serials: np.ndarray, rewards: np.ndarray) -> None:
         """Retroactive rewards changed transitions already in memory."""

@@ -205,12 +205,16 @@ class PPOLearner:
         self._update(self.params, self.opt_state, self._padded(empty, rows), np.float32(cfg.learning_rate))
 
     # --- what comes in ------------------------------------------------------------------------------
-    def add(self, t: Transitions, *, count: bool = True, follows: int = -1) -> np.ndarray:
+    takes_demonstrations = False  # on-policy: it learns from its own version's actions only
+
+    def add(self, t: Transitions, *, count: bool = True, follows: int = -1, demonstration: bool = False) -> np.ndarray:
         """Transitions as the log completes them; returns their serials (for late rewards, and
         for the next one to say what it ``follows``: the same actor's previous transition).
         Which ones the next batch uses is decided when it is taken: those of another version are
         then discarded and counted (unless ``count`` is false: a restarted learner replaying
         what it counted before)."""
+        if demonstration:
+            raise TrialogError("PPO learns from its own actions: it takes no demonstrations")
         with self.lock:
             serials = self.added + np.arange(len(t), dtype=np.int64)
             self.pending.append((t, self.added, follows, count))

@@ -215,12 +215,12 @@ class TD3Learner(OffPolicyLearner):
         }
         self.memory = BoxMemory(cfg.buffer_size, obs, act, cfg.gamma)
 
-    def add(self, t: Transitions, *, count: bool = True, follows: int = -1) -> np.ndarray:
+    def add(self, t: Transitions, *, count: bool = True, follows: int = -1, demonstration: bool = False) -> np.ndarray:
         """Store transitions, their actions in [-1, 1] units (serials: see :class:`ReplayMemory`);
         ``count=False`` refills the memory after a restart without counting them again."""
         actions = np.asarray(t.actions, np.float32).reshape(len(t), -1)
         t = dataclasses.replace(t, actions=np.clip((actions - self.centre) / self.half, -1.0, 1.0))
-        return super().add(t, count=count, follows=follows)
+        return super().add(t, count=count, follows=follows, demonstration=demonstration)
 
     def train_round(self) -> float:
         """`gradient_steps` critic updates, the actor and the targets every `policy_delay`th;
