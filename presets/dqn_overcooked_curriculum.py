@@ -8,6 +8,11 @@ One cook (cook_a, DQN) learns in CoGrid's cramped room beside partners that chan
    (planner+planner trials played in the run's process, cloned by trialog.learn.bc: the
    imperfect, human-like partner a clone of people's demonstrations would be).
 
+Each stage starts with the planner's demonstrations: its heatup trials are the planner's, in
+cook_a's seat beside the stage's partner (DQN's ``demonstrator``: DQfD's large-margin loss on
+those steps). Beside the clone a cook must serve the soups the clone starts, which ε-greedy
+DQN did not find alone in 40,000 steps; the planner in its seat serves them.
+
 A stage moves on at its first evaluation whose mean return reaches its threshold, else when
 its budget is spent. Then ``random`` plays cook_a in the last evaluation's trials, with the
 same seeds and the same BC partner: what the training bought (``baseline`` in summary.json).
@@ -18,7 +23,8 @@ its replay memory across the change of partner, and samples less than PPO on two
 Hyperparameters: the CartPole preset's DQN with Overcooked's sizes (892 features, 7 actions),
 longer exploration and 3-step returns (a soup's reward comes many steps after the moves that
 make it), evaluated at ε 0.05 (a greedy cook beside the deterministic clone got stuck in the same
-place trial after trial). docs/learning.md, "Curricula", has the runs.
+place trial after trial), DQfD's margin (0.8) and weight (1.0). docs/learning.md, "Curricula",
+has the runs.
 """
 
 from trialog.learn.curriculum import Curriculum, Stage, behaviour_clone

@@ -14,6 +14,7 @@ from trialog.actor import Agent, DecideRequest
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import SpecError, TrialogError
 from trialog.learn.dqn import DQNConfig, DQNLearner, DQNPolicy
+from trialog.learn.in_process import InProcess
 from trialog.learn.memory import Transitions
 from trialog.learn.nets import mlp
 from trialog.services.learner.handler import LearnerHandler
@@ -166,3 +167,27 @@ async def test_the_learner_service_marks_a_heatup_trials_steps_as_demonstrations
     assert marks("heatup", f"{HERE}:Counting") == {1.0}
     assert marks("train", f"{HERE}:Counting") == {0.0}
     assert marks("heatup", None) == {0.0}
+
+
+class Left(Agent):
+    """CartPole's demonstrator here: always pushes left (action 0)."""
+
+    def decide(self, observation) -> int:
+        return 0
+
+
+def test_in_process_the_heatup_is_the_demonstrators_and_its_steps_are_marked(tmp_path):
+    from tests.unit.test_learn_in_process import tiny_dqn
+
+    preset = tiny_dqn()
+    preset = dataclasses.replace(preset, agent={**preset.agent, "demonstrator": f"{HERE}:Left"})
+    run = InProcess(preset, tmp_path)
+    result = run.run()
+    memory = run.learner.memory
+    marked = memory.demonstrated[: memory.size].astype(bool)
+    heatup = int(marked.sum())
+    assert heatup >= 200 and not marked[heatup:].any()  # the heatup's steps (200, then its trials' ends) first
+    assert (memory.actions[:heatup] == 0).all()  # the demonstrator's actions
+    assert len(set(memory.actions[heatup : memory.size].tolist())) == 2  # then the network's, ε-greedy
+    assert run.learner.env_steps == result.env_steps
+    assert run.policy._demonstrating == {}  # every heatup trial's agent dropped at its end
