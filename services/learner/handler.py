@@ -43,6 +43,7 @@ import numpy as np
 from trialog import model_registry
 from trialog.bus.base import Record
 from trialog.datalog.samples import TrialFold
+from trialog.learn import demonstrated, takes_demonstrations
 from trialog.learn.curves import Curves
 from trialog.learn.memory import transitions
 from trialog.protocol.events import (
@@ -229,7 +230,7 @@ class LearnerHandler(Handler):
                     record.partition,
                     record.offset,
                     ours,
-                    demonstration=event.phase == "heatup" and self.learner.takes_demonstrations,
+                    demonstration=event.phase == "heatup" and takes_demonstrations(self.learner),
                 )
                 folding.fold.add(event, record.headers)
                 self.trials[event.trial_id] = folding
@@ -267,7 +268,7 @@ class LearnerHandler(Handler):
         if t is None:
             return  # no action at tick (the actor did not answer), or the observation did not count
         serial = self.learner.add(
-            t, count=self._counts(record), follows=serials.get(tick - 1, -1), demonstration=folding.demonstration
+            t, count=self._counts(record), follows=serials.get(tick - 1, -1), **demonstrated(folding.demonstration)
         )
         serials[tick] = int(serial[0])
         folding.added += 1

@@ -13,6 +13,7 @@ from tests.harness import cartpole_trials
 from trialog.actor import Agent, DecideRequest
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import SpecError, TrialogError
+from trialog.learn import demonstrated, takes_demonstrations
 from trialog.learn.dqn import DQNConfig, DQNLearner, DQNPolicy
 from trialog.learn.in_process import InProcess
 from trialog.learn.memory import Transitions
@@ -191,3 +192,16 @@ def test_in_process_the_heatup_is_the_demonstrators_and_its_steps_are_marked(tmp
     assert len(set(memory.actions[heatup : memory.size].tolist())) == 2  # then the network's, ε-greedy
     assert run.learner.env_steps == result.env_steps
     assert run.policy._demonstrating == {}  # every heatup trial's agent dropped at its end
+
+
+def test_a_learner_that_says_nothing_of_demonstrations_keeps_its_add():
+    class Older:  # a learner written before demonstrations: no takes_demonstrations, add without the keyword
+        def add(self, t, *, count=True, follows=-1):
+            return np.arange(len(t))
+
+    assert not takes_demonstrations(Older())
+    assert Older().add(demonstrations(3), **demonstrated(False)).tolist() == [0, 1, 2]
+    assert demonstrated(True) == {"demonstration": True}
+    for bad in ({"margin": -0.1}, {"demonstration_weight": "1"}):
+        with pytest.raises(TrialogError, match="≥ 0"):
+            DQNConfig.of(bad)

@@ -54,6 +54,18 @@ def config_of(cls: type[C], config: Mapping[str, Any]) -> C:
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
 
 
+def takes_demonstrations(learner: Any) -> bool:
+    """Whether a learner's heatup steps are a demonstrator's (DQN's ``demonstrator``); a
+    learner that does not say takes none."""
+    return bool(getattr(learner, "takes_demonstrations", False))
+
+
+def demonstrated(demonstration: bool) -> dict[str, bool]:
+    """``add``'s keyword for steps a demonstrator acted: only a learner that takes
+    demonstrations is told, so that one written before them keeps its ``add``."""
+    return {"demonstration": True} if demonstration else {}
+
+
 def decision_generator(request: DecideRequest) -> np.random.Generator:
     """The generator of one decision's random draws, seeded by (trial seed, actor, tick) only,
     as recovery requires: a decision made again draws the same. Making one costs ~25 µs: a

@@ -88,6 +88,10 @@ class DQNConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
                 raise TrialogError(f"DQNConfig: {name} is a probability (0 to 1), not {value!r}")
+        for name in ("margin", "demonstration_weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise TrialogError(f"DQNConfig: {name} is a number ≥ 0, not {value!r}")
         if self.demonstrator is not None and not isinstance(self.demonstrator, str):
             raise TrialogError(
                 f"DQNConfig: demonstrator is an Agent's 'package.module:Class', not {self.demonstrator!r}"

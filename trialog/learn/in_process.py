@@ -57,6 +57,7 @@ import numpy as np
 from trialog.actor import DecideRequest, EndEvent, MessageEvent, Policy, RewardEvent
 from trialog.environment import ActorInfo, RewardOut, Step, TrialInfo, steps_in_batches
 from trialog.errors import CodecError, TrialogError
+from trialog.learn import demonstrated, takes_demonstrations
 from trialog.learn.curves import Curves, learner_dir
 from trialog.learn.memory import Transitions, action_array, flat_observation
 from trialog.learn.report import Progress, write_summary
@@ -406,8 +407,8 @@ class InProcess:
             reward, terminated = learned.get(name, 0.0), bool(step.terminated.get(name, False))
             if actor.learning:  # each step as it completes, after the same actor's previous one
                 row = (actor.observation, actor.action, reward, observations[name], terminated, actor.version)
-                demonstration = trial.info.phase == "heatup" and self.learner.takes_demonstrations
-                serial = self.learner.add(_transitions([row]), follows=actor.serial, demonstration=demonstration)
+                demonstration = trial.info.phase == "heatup" and takes_demonstrations(self.learner)
+                serial = self.learner.add(_transitions([row]), follows=actor.serial, **demonstrated(demonstration))
                 actor.serial = int(serial[0])
             actor.observation = observations[name]
         trial.active -= ended_now
