@@ -230,7 +230,7 @@ class LearnerHandler(Handler):
                     record.partition,
                     record.offset,
                     ours,
-                    demonstration=event.phase == "heatup" and takes_demonstrations(self.learner),
+                    demonstration=takes_demonstrations(self.learner, event.phase),
                 )
                 folding.fold.add(event, record.headers)
                 self.trials[event.trial_id] = folding

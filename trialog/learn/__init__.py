@@ -54,10 +54,11 @@ def config_of(cls: type[C], config: Mapping[str, Any]) -> C:
     return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in config.items()})
 
 
-def takes_demonstrations(learner: Any) -> bool:
-    """Whether a learner's heatup steps are a demonstrator's (DQN's ``demonstrator``); a
-    learner that does not say takes none."""
-    return bool(getattr(learner, "takes_demonstrations", False))
+def takes_demonstrations(learner: Any, phase: str = "heatup") -> bool:
+    """Whether a trial of ``phase`` is a demonstrator's for this learner: a heatup trial, when
+    the learner takes demonstrations (DQN's ``demonstrator``); a learner that does not say
+    takes none."""
+    return phase == "heatup" and bool(getattr(learner, "takes_demonstrations", False))
 
 
 def demonstrated(demonstration: bool) -> dict[str, bool]:

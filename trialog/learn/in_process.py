@@ -98,6 +98,7 @@ class _Actor:
     policy: Policy | None  # the implementation's one instance (shared by its trials), or
     agent: Any = None  # a decide-style instance for this (trial, actor)
     learning: bool = False  # played by the preset's implementation
+    demonstration: bool = False  # if learning: its steps are a demonstrator's (a heatup trial)
     observation: Any = None  # the latest, as an actor would receive it
     action: Any = None  # its action at the current tick
     version: int | None = None  # the model version that chose it
@@ -284,6 +285,7 @@ class InProcess:
                 self.policies.get(a.implementation),
                 agent,
                 learning=a.implementation == self.preset.implementation and phase in LEARN_PHASES,
+                demonstration=takes_demonstrations(self.learner, phase),
             )
         trial = _Live(info, env, played, set(played))
         for name, observation in self._observe(trial, env.start(), 0).items():
@@ -407,8 +409,9 @@ class InProcess:
             reward, terminated = learned.get(name, 0.0), bool(step.terminated.get(name, False))
             if actor.learning:  # each step as it completes, after the same actor's previous one
                 row = (actor.observation, actor.action, reward, observations[name], terminated, actor.version)
-                demonstration = trial.info.phase == "heatup" and takes_demonstrations(self.learner)
-                serial = self.learner.add(_transitions([row]), follows=actor.serial, **demonstrated(demonstration))
+                serial = self.learner.add(
+                    _transitions([row]), follows=actor.serial, **demonstrated(actor.demonstration)
+                )
                 actor.serial = int(serial[0])
             actor.observation = observations[name]
         trial.active -= ended_now
