@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # runnable as `python bench/run.py` from anywhere
 
-from bench import core, floor
+from bench import core, floor, topology
 from bench.cpu import cpu_seconds
 from trialog.bus import connect
 from trialog.bus.memory import MemoryBus
@@ -163,10 +163,11 @@ async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> No
             raise core.IncompleteRun(f"{len(lat)} tick latencies for {ticks} ticks")
         obs_value = next(r.value for r in run.records if r.header("kind") == "observation")
         hop = await floor.two_hop(settings, 300 if args.quick else 2000, obs_value)
-        out["tick_latency"] = {"trialog": core.summary(lat), "floor": core.summary(hop)}
+        _, shape_p50 = await topology.tick_shape(settings, "floor.shape.latency", run.records, settings.partitions)
+        out["tick_latency"] = {"trialog": core.summary(lat), "floor": core.summary(hop), "shape_p50": shape_p50}
         print(
             f"tick latency done: p50 {out['tick_latency']['trialog']['p50']:.2f} ms "
-            f"vs floor {out['tick_latency']['floor']['p50']:.2f}",
+            f"vs floor {out['tick_latency']['floor']['p50']:.2f}, the tick's shape in raw aiokafka {shape_p50:.2f}",
             flush=True,
         )
 
@@ -180,6 +181,7 @@ async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> No
             cpu = meter.per_tick(n * per_trial)
             core.check_complete(run, await core.read_records(bus, run.trial_ids))
             raw = await floor.produce_consume(settings, f"floor.tp{n}", run.records, settings.partitions)
+            shape, _ = await topology.tick_shape(settings, f"floor.shape{n}", run.records, settings.partitions)
             out["throughput"][n] = {
                 "ticks": n * per_trial,
                 "events": run.events,
@@ -189,6 +191,8 @@ async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> No
                 "events_per_s": run.events / run.seconds,
                 "floor_seconds": raw,
                 "floor_events_per_s": run.events / raw,
+                "shape_seconds": shape,
+                "shape_events_per_s": run.events / shape,
                 "cpu_us_per_tick": cpu,
             }
             if n == live_n:
@@ -196,6 +200,7 @@ async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> No
                 out["throughput"][n]["peak_live"] = core.peak_live(run.records)
             print(
                 f"throughput {n}: {run.events / run.seconds:.0f} events/s vs floor {run.events / raw:.0f}, "
+                f"the tick's shape in raw aiokafka {run.events / shape:.0f}, "
                 f"{cpu['total']:.0f} µs CPU/tick, {run.seconds:.1f} s",
                 flush=True,
             )
@@ -308,8 +313,11 @@ def bench_memory(out: dict, trials: int) -> None:
     out["memory"] = {"trials": trials, "bytes_per_trial": per_trial}
 
 
+SHAPE = "the tick's shape, raw aiokafka (same run)"
+
+
 def table(out: dict) -> str:
-    rows = [("figure", "Trialog", "floor (same run)", "ratio", "target", "met")]
+    rows = [("figure", "Trialog", "floor (same run)", "ratio", "target", "met", SHAPE)]
     t = out.get("tick_latency")
     if t:
         r = ratio(t["trialog"]["p50"], t["floor"]["p50"])
@@ -321,6 +329,7 @@ def table(out: dict) -> str:
                 f"{r:.2f}×",
                 TARGETS["tick_p50"],
                 _yes(r <= BOUNDS["tick_p50"]),
+                _shape(t.get("shape_p50"), t["floor"]["p50"], t["trialog"]["p50"], "ms"),
             )
         )
     throughput = {int(n): tp for n, tp in (out.get("throughput") or {}).items()}
@@ -335,6 +344,7 @@ def table(out: dict) -> str:
                 f"{r:.2f}×",
                 TARGETS["events_64"] if n == 64 else "",
                 _yes(r >= BOUNDS["events_64"]) if n == 64 else "",
+                _shape(tp.get("shape_events_per_s"), tp["floor_events_per_s"], tp["events_per_s"], "events/s"),
             )
         )
     live = [n for n in throughput if n not in THROUGHPUT_TRIALS]
@@ -398,10 +408,19 @@ def table(out: dict) -> str:
                 _yes(kb <= BOUNDS["memory_kb"]),
             )
         )
+    rows = [r + ("",) * (len(rows[0]) - len(r)) for r in rows]
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     lines = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(lines)
+
+
+def _shape(shape: float | None, floor_figure: float, trialog: float, unit: str) -> str:
+    """The design's tick shape in raw aiokafka (bench/topology.py) beside the floor, and Trialog
+    beside it: ratios the same way round as the row's (Trialog's latency over it, its rate over it)."""
+    if not shape:
+        return ""
+    return f"{shape:.{2 if unit == 'ms' else 0}f} {unit}: {shape / floor_figure:.2f}× floor; Trialog {trialog / shape:.2f}× it"
 
 
 def _yes(ok: bool) -> str:

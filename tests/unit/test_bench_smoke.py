@@ -80,3 +80,39 @@ async def test_budget_times_every_service_by_record_kind():
     text, figures = budget.table(meter, cpu, ticks, produce_us=20.0, consume_us=4.0)
     assert "| environment   | observation | written |" in text
     assert figures["kafka_us_per_tick"] > 0 and figures["trialog_us_per_tick"] > 0
+
+
+async def test_the_raw_tick_shape_writes_a_tick_only_once_its_actions_are_read(capsys):
+    """bench/topology.py's environment and actors, over a stand-in for the topic that hands every
+    written record to the next poll: the logged records of real trials come out once each, and a
+    trial's observations of tick t+1 only after both its actions of tick t were read."""
+    from types import SimpleNamespace
+
+    from bench import budget, topology
+
+    _, _, _, records = await budget.trialog_alone(3, 5)
+    plain = topology._plain(records)
+    answers = topology._answers(plain)
+    written, to_read, actions_read = [], [], set()
+
+    async def send(items):
+        for r in items:
+            if r[3] == "observation" and r[4] > 0:  # its trial's actions of the tick before were read
+                assert {(r[0], actor, r[4] - 1) for actor in ("a", "b")} <= actions_read
+            written.append(r)
+            to_read.append(SimpleNamespace(key=r[0], headers=r[2]))
+
+    class Topic:
+        async def getmany(self, timeout_ms):
+            polled = to_read[:]
+            to_read.clear()
+            answered = [a for m in polled if (a := topology._answer(answers, m)) is not None]
+            for a in answered:  # the actors' answers, read by the environment's next poll
+                actions_read.add((a[0], a[5], a[4]))
+                to_read.append(SimpleNamespace(key=a[0], headers=a[2]))
+            written.extend(answered)
+            return {"p": polled}
+
+    await topology._environment(Topic(), send, plain, iter(range(10**6)).__next__)
+    assert sorted(map(repr, written)) == sorted(map(repr, plain))  # each record once, none made up
+    assert capsys.readouterr().out.splitlines()[-1].startswith(topology.DONE)
