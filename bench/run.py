@@ -420,7 +420,8 @@ def _shape(shape: float | None, floor_figure: float, trialog: float, unit: str) 
     beside it: ratios the same way round as the row's (Trialog's latency over it, its rate over it)."""
     if not shape:
         return ""
-    return f"{shape:.{2 if unit == 'ms' else 0}f} {unit}: {shape / floor_figure:.2f}× floor; Trialog {trialog / shape:.2f}× it"
+    digits = 2 if unit == "ms" else 0
+    return f"{shape:.{digits}f} {unit}: {shape / floor_figure:.2f}× floor; Trialog {trialog / shape:.2f}× it"
 
 
 def _yes(ok: bool) -> str:

@@ -221,3 +221,18 @@ total_steps=300, concurrency=4),
     assert summary["env_steps"] >= 300 and summary["wall_s"] > 0 and summary["discarded"] == 0
     assert summary["evaluations"] and summary["final_evaluation"] == summary["evaluations"][-1][1]
     assert summary["model_version"] >= 1 and "tiny (through Trialog)" in done.stdout
+    assert summary["resumed_from"] == 0
+
+    # Again under the same topic prefix: the first run's model is there, and the learner would
+    # train on from it. Refused, with the way out, before anything starts...
+    again = train(kafka_settings, tmp_path, preset, "--out", str(tmp_path / "again"), timeout=300)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "model 'tiny' already has versions" in again.stderr and "--resume" in again.stderr
+    assert not (tmp_path / "again" / "logs").exists()
+    # ...and with --resume, trained on from it and said so.
+    resumed = train(kafka_settings, tmp_path, preset, "--out", str(tmp_path / "resumed"), "--resume", timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "training on from v" in resumed.stderr
+    again_summary = json.loads((tmp_path / "resumed" / "summary.json").read_text())
+    assert again_summary["resumed_from"] >= summary["model_version"]
+    assert again_summary["model_version"] > again_summary["resumed_from"]

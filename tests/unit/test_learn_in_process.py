@@ -281,3 +281,13 @@ def test_trialog_train_in_process_from_the_command_line_writes_summary_json(tmp_
     assert "evaluation" in done.stderr and "mean return" in done.stderr  # a progress line per evaluation
     for suffix in ("png", "csv", "json"):
         assert (out / f"eval_return.{suffix}").stat().st_size > 0
+
+
+def test_resume_is_refused_in_process_before_anything_runs(tmp_path, capsys):
+    """An in-process run keeps no model between runs: `--resume` there is a mistake, said at once."""
+    from trialog.cli import main
+
+    out = tmp_path / "out"
+    assert main(["train", "dqn_cartpole", "--in-process", "--resume", "--out", str(out)]) == 1
+    assert "--resume is for runs through the log" in capsys.readouterr().err
+    assert not out.exists()

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from trialog.commands.parts import command
+from trialog.errors import TrialogError
 
 
 def add(sub) -> None:
@@ -41,6 +42,12 @@ def add(sub) -> None:
         "(to debug a preset, and the baseline its runs through the log are measured against)",
     )  # fmt: skip
 
+    p.add_argument(
+        "--resume", action="store_true",
+        help="train on from the newest version of the preset's model that an earlier run left under the same "
+        "topic prefix (without it, such a version is refused: a run is fresh or says it is not)",
+    )  # fmt: skip
+
     def do_train(args) -> int:
         from trialog.learn.curriculum import CurriculumResult, stages_table
         from trialog.learn.report import plot, table
@@ -60,12 +67,17 @@ def add(sub) -> None:
         if args.in_process:
             from trialog.learn.in_process import train_in_process
 
+            if args.resume:
+                raise TrialogError(
+                    "--resume is for runs through the log: an in-process run keeps no model between runs"
+                )
+
             result = train_in_process(preset, out, tensorboard=tensorboard)
         else:
             from trialog.learn.train import train
             from trialog.settings import from_args
 
-            result = train(from_args(args), preset, out, tensorboard=tensorboard)
+            result = train(from_args(args), preset, out, tensorboard=tensorboard, resume=args.resume)
         print(table(preset, result))
         if isinstance(result, CurriculumResult):
             print(stages_table(result))

@@ -41,6 +41,7 @@ def write_summary(out_dir: Path, preset: Preset, result: TrainResult) -> Path:
         "validation": dataclasses.asdict(preset.validation) if preset.validation else None,
         "discarded": result.discarded,
         "model_version": result.model_version,
+        "resumed_from": result.resumed_from,
         "schedule": dataclasses.asdict(preset.schedule),
         "seed": preset.seed,
         **result.summary_fields,

@@ -238,6 +238,7 @@ class TrainResult:
     on_policy: bool | None = None
     discarded: int | None = None  # transitions an on-policy learner threw away (acted by another version)
     model_version: int = 0  # the last version published
+    resumed_from: int = 0  # the version an earlier run left that this one trained on from (0: a fresh run)
 
     @property
     def summary_fields(self) -> dict[str, Any]:  # what summary.json adds (a curriculum's stages)
@@ -510,12 +511,36 @@ async def run_phases(
     return result
 
 
+async def earlier_run(settings: Settings, preset: Preset, *, resume: bool) -> int:
+    """The version of the preset's model an earlier run left on these topics, to train on from (``resume``;
+    refused without: the learner would restore it, the run report what it did not learn); 0: none."""
+    from trialog import model_registry
+    from trialog.bus import connect
+
+    async with connect(settings) as bus:
+        newest = (await model_registry.latest_versions(bus)).get(preset.model)
+    if newest is not None and not resume:
+        raise TrialogError(
+            f"model {preset.model!r} already has versions under topic prefix {settings.topic_prefix!r} "
+            f"(the newest v{newest.version}, {newest.meta.get('env_steps', 0):,} env steps), which this run's "
+            "learner would train on from. For a fresh run give another --topic-prefix (TRIALOG_TOPIC_PREFIX); "
+            f"to train on from v{newest.version}, --resume."
+        )
+    return newest.version if newest is not None else 0
+
+
 def train(
-    settings: Settings, preset: Preset, out_dir: Path, *, quiet: bool = False, tensorboard: Path | None = None
+    settings: Settings,
+    preset: Preset,
+    out_dir: Path,
+    *,
+    quiet: bool = False,
+    tensorboard: Path | None = None,
+    resume: bool = False,
 ) -> TrainResult:
-    """Create the topics, run the services and a learner locally, and the phases; write
-    ``summary.json`` into ``out_dir`` and TensorBoard curves into ``tensorboard`` (by default
-    ``out_dir/tensorboard``; the learner's in its ``learner`` folder)."""
+    """Create the topics (an earlier run's model on them: :func:`earlier_run`), run the services and
+    a learner locally, and the phases; write ``summary.json`` into ``out_dir`` and TensorBoard curves
+    into ``tensorboard`` (default ``out_dir/tensorboard``; the learner's in its ``learner`` folder)."""
     from trialog.spec import load_spec
     from trialog.tools.campaign import create_topics, free_port, local_services
     from trialog.tools.judge import judge_processes
@@ -528,7 +553,12 @@ def train(
     on_policy = bool(getattr(learner_for(preset, spec), "on_policy", False))
     settings = dataclasses.replace(settings, model_store=settings.model_store or str((out_dir / "models").resolve()))
     run_async(create_topics(settings, max(preset.environment_processes, preset.actor_processes)))
+    resumed_from = run_async(earlier_run(settings, preset, resume=resume))
     if not quiet:
+        if resumed_from:
+            print(
+                f"{preset.name}: training on from v{resumed_from} of {preset.model}, an earlier run's", file=sys.stderr
+            )
         print(
             f"{preset.name}: starting services and a learner for {preset.implementation} (logs in {out_dir / 'logs'})…",
             file=sys.stderr,
@@ -565,5 +595,6 @@ def train(
     finally:
         curves.close()
     result.on_policy = on_policy
+    result.resumed_from = resumed_from
     write_summary(out_dir, preset, result)
     return result
