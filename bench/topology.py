@@ -49,6 +49,7 @@ from trialog.settings import Settings
 ROOT = Path(__file__).resolve().parent.parent
 ROLES = ("orchestrator", "actors", "environment")
 READY, DONE = "ready", "done "  # the roles' lines to the benchmark on stdout
+TIMEOUT_S = 600  # a role not ready or not done by then has failed (a lost record would leave it waiting)
 
 
 def _plain(records: list[Record]) -> list[tuple]:
@@ -85,13 +86,13 @@ async def tick_shape(settings: Settings, name: str, records: list[Record], parti
             loop = asyncio.get_running_loop()
             for role in ("orchestrator", "actors"):  # reading from the end before the environment writes
                 procs[role] = start(role)
-                line = await loop.run_in_executor(None, procs[role].stdout.readline)
+                line = await asyncio.wait_for(loop.run_in_executor(None, procs[role].stdout.readline), TIMEOUT_S)
                 if line.strip() != READY:
                     raise RuntimeError(f"the raw {role} did not start: {line!r}")
             procs["environment"] = start("environment")
             ends = {}
             for role in ("environment", "orchestrator"):
-                line = await loop.run_in_executor(None, procs[role].stdout.readline)
+                line = await asyncio.wait_for(loop.run_in_executor(None, procs[role].stdout.readline), TIMEOUT_S)
                 if not line.startswith(DONE):
                     raise RuntimeError(f"the raw {role} did not finish: {line!r}")
                 ends[role] = [float(x) for x in line[len(DONE) :].split()]
