@@ -86,6 +86,29 @@ async def test_fold_makes_one_sample_per_tick_and_actor(bus):
     assert all(len(s.reward_sources) == 1 for s in samples if s.tick < ended.tick)
 
 
+async def test_a_learner_asking_for_each_step_decodes_each_observation_once(bus):
+    """A learner asks for the sample of tick t and of t+1 at each step (the step's observation and
+    the one after it): each observation is decoded once, and every sample is what samples() makes."""
+    spec = load_spec(SPEC, bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tid, ended = await run_trial(bus, ctl, seed=5)
+    fold = TrialFold(tid, bus.store)
+    for event in events_of(bus, tid):
+        fold.add(event)
+    decoded = []
+    decode = fold.store.decode
+    fold.store.decode = lambda payload, schema: decoded.append(schema) or decode(payload, schema)
+    try:
+        asked = [(fold.sample(t, a), fold.sample(t + 1, a)) for t in range(ended.tick) for a in ("alice", "bob")]
+    finally:
+        del fold.store.decode
+    observation_schemas = {id(s.observation) for s in fold.schemas.values()}
+    observations = sum(1 for schema in decoded if id(schema) in observation_schemas)
+    assert observations == 2 * (ended.tick + 1)  # ticks 0..end, two players: once each
+    made = {(x.tick, x.actor): x for x in fold.samples()}
+    assert all(now == made[(now.tick, now.actor)] and after == made[(after.tick, after.actor)] for now, after in asked)
+
+
 async def test_late_reward_changes_the_aggregate_and_duplicates_do_not(bus):
     spec = load_spec(SPEC, bus.store)
     async with deployment(bus, spec) as (_, ctl):

@@ -77,6 +77,33 @@ def test_replay_memory_overwrites_the_oldest_when_full():
     assert sorted(memory.rewards.tolist()) == [6.0, 7.0, 8.0]
 
 
+def test_one_step_at_a_time_is_the_same_transitions_and_memory_as_a_batch():
+    """The learner service adds each env step on its own (transitions of two samples, a memory
+    add of one): the same rows, and the same memory — slots, serials, links, overwrites — as
+    the whole sequence made and added at once."""
+    steps = [sample(i, [i, -i], i % 2, float(i), terminated=i == 7, version=i + 10) for i in range(8)]
+    batch = transitions(steps)
+    singles = [transitions(pair) for pair in zip(steps, steps[1:])]
+    for field in ("observations", "actions", "rewards", "next_observations", "dones", "versions"):
+        assert np.concatenate([getattr(t, field) for t in singles]).tolist() == getattr(batch, field).tolist()
+    assert all(t.ends.tolist() == [1.0] for t in singles)  # each the last of its batch
+    assert transitions([steps[0], steps[2]]) is None  # a tick apart: no transition
+    assert transitions([sample(0, [0, 0], None, 0.0), steps[1]]) is None  # no action at tick 0
+
+    whole, one_by_one = ReplayMemory(5, 2), ReplayMemory(5, 2)  # 7 transitions: the first two overwritten
+    whole.add(batch, demonstration=True)
+    follows = -1
+    for t in singles:
+        follows = int(one_by_one.add(t, follows=follows, demonstration=True)[0])
+    for field in ("observations", "next_observations", "actions", "rewards", "dones", "demonstrated", "serials"):
+        assert getattr(one_by_one, field).tolist() == getattr(whole, field).tolist(), field
+    assert one_by_one.successors.tolist() == whole.successors.tolist()
+    assert (one_by_one.size, one_by_one.added) == (whole.size, whole.added) == (5, 7)
+    assert one_by_one.successors.tolist() == [6, -1, 3, 4, 5]  # slots 0..4 hold serials 5, 6, 2, 3, 4
+    one_by_one.add(singles[0], follows=0)  # serial 0 was overwritten: nothing links to the new one (7, slot 2)
+    assert one_by_one.successors.tolist() == [6, -1, -1, 4, 5]
+
+
 def test_transitions_end_where_the_episode_ends_or_a_tick_is_missing():
     ticks = [0, 1, 2, 4, 5, 6]  # tick 3 is missing: 2's successor is not in the log
     t = transitions([sample(i, [i], 0, 1.0, terminated=i == 6) for i in ticks])

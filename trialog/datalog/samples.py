@@ -211,6 +211,9 @@ class TrialFold:
         # same reason), the event for a timeout.
         self._actions: dict[tuple[int, str], tuple[bytes, int | None] | ActorTimeout] = {}
         self._action_values: dict[tuple[int, str], Any] = {}  # an applied action's payload, decoded once
+        # actor -> (tick, decoded observation) of the last sample made: a learner asks for each
+        # observation twice, as the one after a step and then as the next step's.
+        self._last_observation: dict[str, tuple[int, Any]] = {}
         self._expected_at: dict[int, list[str]] = {}  # tick -> actors observed then (not finally): the barrier
         # By tick, so that one sample's rewards and messages are found without a scan of the trial's.
         self._rewards: dict[int, dict[tuple[str, str], Reward]] = {}  # tick -> (sender, receiver) -> reward
@@ -434,9 +437,13 @@ class TrialFold:
         sources = self._reward_sources(tick, actor)
         messages = self._messages.get(tick)
         observation = None
-        if schemas is not None:
+        last = self._last_observation.get(actor)
+        if last is not None and last[0] == tick:
+            observation = last[1]
+        elif schemas is not None:
             try:
                 observation = self.store.decode(payload, schemas.observation)
+                self._last_observation[actor] = (tick, observation)
             except CodecError as exc:
                 self.problems.append(f"observation of {actor} at tick {tick} does not decode: {exc}")
         # Positional: matching seventeen keywords is a measurable part of a sample's making, one per observation.
