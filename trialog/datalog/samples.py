@@ -211,8 +211,8 @@ class TrialFold:
         # same reason), the event for a timeout.
         self._actions: dict[tuple[int, str], tuple[bytes, int | None] | ActorTimeout] = {}
         self._action_values: dict[tuple[int, str], Any] = {}  # an applied action's payload, decoded once
-        # actor -> (tick, decoded observation) of the last sample made: a learner asks for each
-        # observation twice, as the one after a step and then as the next step's.
+        # actor -> (tick, decoded observation) of the last sample() asked for: a learner asks for
+        # each observation twice, as the one after a step and then as the next step's.
         self._last_observation: dict[str, tuple[int, Any]] = {}
         self._expected_at: dict[int, list[str]] = {}  # tick -> actors observed then (not finally): the barrier
         # By tick, so that one sample's rewards and messages are found without a scan of the trial's.
@@ -405,7 +405,13 @@ class TrialFold:
         obs = self._observations.get((tick, actor))
         if obs is None or self.started is None:
             return None
-        return self._sample(tick, actor, obs)
+        last = self._last_observation.get(actor)
+        if last is not None and last[0] == tick:
+            return self._sample(tick, actor, obs, last[1])
+        made = self._sample(tick, actor, obs)
+        if made.observation is not None:
+            self._last_observation[actor] = (tick, made.observation)
+        return made
 
     def reward(self, tick: int, actor: str, senders: Callable[[str], bool] | None = None) -> float:
         """The aggregated reward of one (tick, actor) so far (I-4), as its sample has it,
@@ -421,7 +427,9 @@ class TrialFold:
         actor_class = self._classes[actor]
         return tuple(reward_source(r) for r in by_source.values() if reaches(r.receiver, r.sender, actor, actor_class))
 
-    def _sample(self, tick: int, actor: str, obs: tuple[bytes, bool, bool, bool]) -> Sample:
+    def _sample(self, tick: int, actor: str, obs: tuple[bytes, bool, bool, bool], decoded: Any = None) -> Sample:
+        """The sample of (tick, actor) from its observation's fields; ``decoded``: its payload, if
+        already decoded."""
         payload, terminated, truncated, final = obs
         actor_class = self._classes[actor]
         schemas = self.schemas.get(actor_class)
@@ -436,14 +444,10 @@ class TrialFold:
             action_avro, action, timed_out = None, None, False
         sources = self._reward_sources(tick, actor)
         messages = self._messages.get(tick)
-        observation = None
-        last = self._last_observation.get(actor)
-        if last is not None and last[0] == tick:
-            observation = last[1]
-        elif schemas is not None:
+        observation = decoded
+        if observation is None and schemas is not None:
             try:
                 observation = self.store.decode(payload, schemas.observation)
-                self._last_observation[actor] = (tick, observation)
             except CodecError as exc:
                 self.problems.append(f"observation of {actor} at tick {tick} does not decode: {exc}")
         # Positional: matching seventeen keywords is a measurable part of a sample's making, one per observation.
