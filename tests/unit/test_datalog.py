@@ -67,13 +67,19 @@ def bus(memory_settings):
     return MemoryBus(memory_settings)
 
 
-async def test_fold_makes_one_sample_per_tick_and_actor(bus):
+async def folded_trial(bus: MemoryBus, seed: int) -> tuple[str, TrialEnded, TrialFold]:
+    """One rock-paper-scissors trial run to its end, and its events folded."""
     spec = load_spec(SPEC, bus.store)
     async with deployment(bus, spec) as (_, ctl):
-        tid, ended = await run_trial(bus, ctl, seed=3)
+        tid, ended = await run_trial(bus, ctl, seed=seed)
     fold = TrialFold(tid, bus.store)
     for event in events_of(bus, tid):
         fold.add(event)
+    return tid, ended, fold
+
+
+async def test_fold_makes_one_sample_per_tick_and_actor(bus):
+    tid, ended, fold = await folded_trial(bus, seed=3)
     samples = fold.samples()
     assert fold.check() == []
     assert [(s.tick, s.actor) for s in samples] == [(t, a) for t in range(ended.tick + 1) for a in ("alice", "bob")]
@@ -89,12 +95,7 @@ async def test_fold_makes_one_sample_per_tick_and_actor(bus):
 async def test_a_learner_asking_for_each_step_decodes_each_observation_once(bus):
     """A learner asks for the sample of tick t and of t+1 at each step (the step's observation and
     the one after it): each observation is decoded once, and every sample is what samples() makes."""
-    spec = load_spec(SPEC, bus.store)
-    async with deployment(bus, spec) as (_, ctl):
-        tid, ended = await run_trial(bus, ctl, seed=5)
-    fold = TrialFold(tid, bus.store)
-    for event in events_of(bus, tid):
-        fold.add(event)
+    _, ended, fold = await folded_trial(bus, seed=5)
     decoded = []
     decode = fold.store.decode
     fold.store.decode = lambda payload, schema: decoded.append(schema) or decode(payload, schema)
