@@ -1,4 +1,4 @@
-"""The tick's shape in raw aiokafka: what the design costs before any of Trialog's own work.
+"""The tick's shape in raw aiokafka: what reading every record costs, before any of Trialog's own work.
 
 The throughput floor (:func:`bench.floor.produce_consume`) produces each record once and
 consumes it once. A Trialog tick is more than that by design: every service reads every
@@ -17,7 +17,9 @@ process of its own as the services are deployed:
 Each role reads every record, as Trialog's services do; none checks, decodes or keeps
 anything beyond a count; records read in one poll are answered in one go and their
 acknowledgements are not awaited before the next poll. The run ends when the environment
-has read the last action and the orchestrator the last record.
+has read the last action and the orchestrator the last record. Unlike Trialog's service loop,
+the roles fetch back what they wrote even when they read little: not a strict floor for one
+trial's tick (docs/performance.md).
 
     python -m bench.topology ROLE --bootstrap-servers H:P --topic T --records FILE
 
