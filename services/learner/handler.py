@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,7 +45,7 @@ from trialog.bus.base import Record
 from trialog.datalog.samples import TrialFold
 from trialog.learn import demonstrated, takes_demonstrations
 from trialog.learn.curves import Curves
-from trialog.learn.memory import transitions
+from trialog.learn.memory import one_step
 from trialog.protocol.events import (
     LEARN_PHASES,
     Action,
@@ -262,11 +262,10 @@ class LearnerHandler(Handler):
         if tick < 0 or tick in serials:
             return  # the first observation, or a repeat: the transition is in memory already
         now, after = folding.fold.sample(tick, actor), folding.fold.sample(tick + 1, actor)
-        if now is not None and self.learn_from is not None:
-            now = replace(now, reward=folding.fold.reward(tick, actor, self.learn_from))
-        t = transitions([now, after]) if now is not None and after is not None else None
-        if t is None:
+        if now is None or after is None or now.action is None:
             return  # no action at tick (the actor did not answer), or the observation did not count
+        reward = now.reward if self.learn_from is None else folding.fold.reward(tick, actor, self.learn_from)
+        t = one_step(now.observation, now.action, reward, after.observation, after.terminated, now.policy_version)
         serial = self.learner.add(
             t, count=self._counts(record), follows=serials.get(tick - 1, -1), **demonstrated(folding.demonstration)
         )

@@ -18,7 +18,7 @@ from trialog.datalog.samples import Sample, TrialFold
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialogError
 from trialog.learn.dqn import DQNConfig, DQNLearner, DQNPolicy
-from trialog.learn.memory import ReplayMemory, flat_observation, transitions
+from trialog.learn.memory import ReplayMemory, flat_observation, one_step, transitions
 from trialog.learn.train import Schedule, derived_spec, load_preset
 from trialog.model_registry import ModelVersion, from_safetensors, make_version
 from trialog.protocol.events import Reward
@@ -78,12 +78,15 @@ def test_replay_memory_overwrites_the_oldest_when_full():
 
 
 def test_one_step_at_a_time_is_the_same_transitions_and_memory_as_a_batch():
-    """The learner service adds each env step on its own (transitions of two samples, a memory
-    add of one): the same rows, and the same memory — slots, serials, links, overwrites — as
-    the whole sequence made and added at once."""
+    """The learner service adds each env step on its own (one_step, a memory add of one): the
+    same rows, and the same memory — slots, serials, links, overwrites — as the whole sequence
+    made and added at once."""
     steps = [sample(i, [i, -i], i % 2, float(i), terminated=i == 7, version=i + 10) for i in range(8)]
     batch = transitions(steps)
-    singles = [transitions(pair) for pair in zip(steps, steps[1:])]
+    singles = [
+        one_step(s.observation, s.action, s.reward, n.observation, n.terminated, s.policy_version)
+        for s, n in zip(steps, steps[1:])
+    ]
     for field in ("observations", "actions", "rewards", "next_observations", "dones", "versions"):
         assert np.concatenate([getattr(t, field) for t in singles]).tolist() == getattr(batch, field).tolist()
     assert all(t.ends.tolist() == [1.0] for t in singles)  # each the last of its batch

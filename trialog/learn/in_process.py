@@ -52,14 +52,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from trialog.actor import DecideRequest, EndEvent, MessageEvent, Policy, RewardEvent
 from trialog.environment import ActorInfo, RewardOut, Step, TrialInfo, steps_in_batches
 from trialog.errors import CodecError, TrialogError
 from trialog.learn import demonstrated, takes_demonstrations
 from trialog.learn.curves import Curves, learner_dir
-from trialog.learn.memory import Transitions, action_array, flat_observation
+from trialog.learn.memory import one_step
 from trialog.learn.report import Progress, write_summary
 from trialog.learn.train import (
     Evaluation,
@@ -409,9 +407,7 @@ class InProcess:
             reward, terminated = learned.get(name, 0.0), bool(step.terminated.get(name, False))
             if actor.learning:  # each step as it completes, after the same actor's previous one
                 row = (actor.observation, actor.action, reward, observations[name], terminated, actor.version)
-                serial = self.learner.add(
-                    _transitions([row]), follows=actor.serial, **demonstrated(actor.demonstration)
-                )
+                serial = self.learner.add(one_step(*row), follows=actor.serial, **demonstrated(actor.demonstration))
                 actor.serial = int(serial[0])
             actor.observation = observations[name]
         trial.active -= ended_now
@@ -500,19 +496,6 @@ class InProcess:
     def _say(self, text: str) -> None:
         if not self.quiet:
             print(text, file=sys.stderr, flush=True)
-
-
-def _transitions(rows: list[tuple]) -> Transitions:
-    """(obs, action, reward, next obs, terminated, version) rows of one actor's consecutive ticks."""
-    return Transitions(
-        observations=np.stack([flat_observation(r[0]) for r in rows]),
-        actions=action_array([r[1] for r in rows]),
-        rewards=np.array([r[2] for r in rows], np.float32),
-        next_observations=np.stack([flat_observation(r[3]) for r in rows]),
-        dones=np.array([r[4] for r in rows], np.float32),
-        versions=np.array([-1 if r[5] is None else r[5] for r in rows], np.int64),
-        ends=(np.arange(len(rows)) == len(rows) - 1).astype(np.float32),
-    )
 
 
 def train_in_process(

@@ -59,8 +59,6 @@ class Transitions:
 
 def transitions(samples: Sequence[Any]) -> Transitions | None:
     """The transitions of one actor's samples (sorted by tick); None when there are none."""
-    if len(samples) == 2:  # one step, as the learner service adds each as the log completes it
-        return _one_transition(*samples)
     rows = [(s, n) for s, n in zip(samples, samples[1:]) if s.action is not None and n.tick == s.tick + 1]
     if not rows:
         return None
@@ -76,18 +74,19 @@ def transitions(samples: Sequence[Any]) -> Transitions | None:
     )
 
 
-def _one_transition(s: Any, n: Any) -> Transitions | None:
-    """:func:`transitions` of two samples, without the lists and stacks of many (a quarter of the
-    time: it runs once per env step in the learner service)."""
-    if s.action is None or n.tick != s.tick + 1:
-        return None
+def one_step(
+    observation: Any, action: Any, reward: float, next_observation: Any, terminated: bool, version: int | None
+) -> Transitions:
+    """One transition, the last of its batch: what the learner service and ``--in-process`` add at
+    each env step, made without the lists and stacks of :func:`transitions` (a quarter of the
+    learner service's time per step)."""
     return Transitions(
-        observations=flat_observation(s.observation)[None],
-        actions=action_array([s.action]),
-        rewards=np.array([s.reward], np.float32),
-        next_observations=flat_observation(n.observation)[None],
-        dones=np.array([n.terminated], np.float32),
-        versions=np.array([-1 if s.policy_version is None else s.policy_version], np.int64),
+        observations=flat_observation(observation)[None],
+        actions=action_array([action]),
+        rewards=np.array([reward], np.float32),
+        next_observations=flat_observation(next_observation)[None],
+        dones=np.array([terminated], np.float32),
+        versions=np.array([-1 if version is None else version], np.int64),
         ends=np.ones(1, np.float32),
     )
 
@@ -125,10 +124,12 @@ class ReplayMemory:
         continues). Within the batch, one continues the previous unless that ``ends``; the
         last one continues into the next transition added unless it ``ends``. ``demonstration``:
         a demonstrator acted them (sampled with ``demonstrated`` 1.0)."""
-        if len(t) == 1:
-            return self._add_one(t, follows, demonstration)
-        serials = self.added + np.arange(len(t), dtype=np.int64)
-        slots = serials % self.capacity
+        n = len(t)
+        serials = self.added + np.arange(n, dtype=np.int64)
+        first = self.added % self.capacity
+        # A slice where the batch does not wrap: index arrays cost several times as much, and the
+        # learner service adds each env step on its own.
+        slots = slice(first, first + n) if first + n <= self.capacity else serials % self.capacity
         self.observations[slots] = t.observations
         self.next_observations[slots] = t.next_observations
         self.actions[slots] = t.actions
@@ -137,30 +138,11 @@ class ReplayMemory:
         self.demonstrated[slots] = float(demonstration)
         self.serials[slots] = serials
         self.successors[slots] = np.where(t.ends == 0, serials + 1, -1)
-        if follows >= 0 and len(t) and self.holds(follows):
+        if follows >= 0 and n and self.holds(follows):
             self.successors[follows % self.capacity] = serials[0]
-        self.added += len(t)
-        self.size = min(self.capacity, self.size + len(t))
+        self.added += n
+        self.size = min(self.capacity, self.size + n)
         return serials
-
-    def _add_one(self, t: Transitions, follows: int, demonstration: bool) -> np.ndarray:
-        """:meth:`add` of one transition, slot by slot rather than by index arrays (a fifth of the
-        time: the learner service adds each env step on its own)."""
-        serial = self.added
-        slot = serial % self.capacity
-        self.observations[slot] = t.observations[0]
-        self.next_observations[slot] = t.next_observations[0]
-        self.actions[slot] = t.actions[0]
-        self.rewards[slot] = t.rewards[0]
-        self.dones[slot] = t.dones[0]
-        self.demonstrated[slot] = float(demonstration)
-        self.serials[slot] = serial
-        self.successors[slot] = serial + 1 if t.ends[0] == 0 else -1
-        if follows >= 0 and self.serials[follows % self.capacity] == follows:
-            self.successors[follows % self.capacity] = serial
-        self.added += 1
-        self.size = min(self.capacity, self.size + 1)
-        return np.array([serial], np.int64)
 
     def holds(self, serials: np.ndarray | int) -> np.ndarray | bool:
         """Whether these transitions are still in memory (not overwritten)."""
