@@ -308,7 +308,15 @@ def _baseline_record(preset: Curriculum, seeds: list[int], returns: list[float],
 
 
 async def run_stages_through_log(
-    settings, preset: Curriculum, spec, *, quiet: bool = False, curves=None, served=None, settled=None
+    settings,
+    preset: Curriculum,
+    spec,
+    *,
+    quiet: bool = False,
+    curves=None,
+    served=None,
+    settled=None,
+    learned_before: int = 0,
 ) -> CurriculumResult:
     """The stages in turn against the services :func:`trialog.learn.train.train` started, after
     publishing the partners' models; then the baseline."""
@@ -340,6 +348,7 @@ async def run_stages_through_log(
             result=_carry(total),
             served=served,
             settled=settled,
+            learned_before=learned_before,
         )
         _merge(total, stage, part, time.monotonic() - started)
     if preset.baseline:

@@ -361,13 +361,15 @@ async def run_phases(
     result: TrainResult | None = None,
     served: Callable[[], int] | None = None,
     settled: Callable[[], int] | None = None,
+    learned_before: int = 0,
 ) -> TrainResult:
     """Heatup, then train ↔ evaluate until the budget, against services already running
     (``spec``: the loaded spec the orchestrator serves); the run's TensorBoard ``curves`` as it goes;
     a curriculum's stage goes on from the counters of the ``result`` before it. ``served`` says which
     version the actor services act with (local services: their ``trialog_model_version`` gauge), so
     an evaluation starts as soon as they act with the version it evaluates; ``settled`` the env steps the
-    learner has taken in with no round owed (its ``trialog_learner_settled_steps`` gauge)."""
+    learner has taken in with no round owed (its ``trialog_learner_settled_steps`` gauge);
+    ``learned_before``: the env steps the model resumed from had seen (its learner counts on from them)."""
     from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
@@ -392,8 +394,9 @@ async def run_phases(
             meta = v.meta
             result.discarded = meta.get("discarded", result.discarded)
             result.algorithm = v.algorithm
-            seen = max(taken_in, meta.get("env_steps", 0))
-            return v.version, seen >= result.env_steps or meta.get("next_round_at", 0) > result.env_steps
+            seen = max(taken_in, meta.get("env_steps", 0)) - learned_before  # this run's steps it has seen
+            owed_at = meta.get("next_round_at", 0) - learned_before
+            return v.version, seen >= result.env_steps or owed_at > result.env_steps
 
         async def until_served(version: int) -> None:
             """Until the actor services act with ``version`` (they load it from `models`)."""
@@ -511,9 +514,9 @@ async def run_phases(
     return result
 
 
-async def earlier_run(settings: Settings, preset: Preset, *, resume: bool) -> int:
-    """The version of the preset's model an earlier run left on these topics, to train on from (``resume``;
-    refused without: the learner would restore it, the run report what it did not learn); 0: none."""
+async def earlier_run(settings: Settings, preset: Preset, *, resume: bool) -> tuple[int, int]:
+    """The version of the preset's model an earlier run left on these topics and its env steps, to train on
+    from (``resume``; refused without: the learner would restore it, the run report it as its own); (0, 0)."""
     from trialog import model_registry
     from trialog.bus import connect
 
@@ -526,7 +529,7 @@ async def earlier_run(settings: Settings, preset: Preset, *, resume: bool) -> in
             "learner would train on from. For a fresh run give another --topic-prefix (TRIALOG_TOPIC_PREFIX); "
             f"to train on from v{newest.version}, --resume."
         )
-    return newest.version if newest is not None else 0
+    return (newest.version, newest.meta.get("env_steps", 0)) if newest is not None else (0, 0)
 
 
 def train(
@@ -553,20 +556,16 @@ def train(
     on_policy = bool(getattr(learner_for(preset, spec), "on_policy", False))
     settings = dataclasses.replace(settings, model_store=settings.model_store or str((out_dir / "models").resolve()))
     run_async(create_topics(settings, max(preset.environment_processes, preset.actor_processes)))
-    resumed_from = run_async(earlier_run(settings, preset, resume=resume))
-    if not quiet:
-        if resumed_from:
-            print(
-                f"{preset.name}: training on from v{resumed_from} of {preset.model}, an earlier run's", file=sys.stderr
-            )
-        print(
-            f"{preset.name}: starting services and a learner for {preset.implementation} (logs in {out_dir / 'logs'})…",
-            file=sys.stderr,
-        )
+    resumed_from, learned_before = run_async(earlier_run(settings, preset, resume=resume))
     (out_dir / "logs").mkdir(exist_ok=True)
     tensorboard = tensorboard or out_dir / "tensorboard"
-    if not quiet:
-        print(f"{preset.name}: TensorBoard curves in {tensorboard}", file=sys.stderr)
+    for line in (
+        f"training on from v{resumed_from} of {preset.model}, an earlier run's" if resumed_from else "",
+        f"starting services and a learner for {preset.implementation} (logs in {out_dir / 'logs'})…",
+        f"TensorBoard curves in {tensorboard}",
+    ):
+        if line and not quiet:
+            print(f"{preset.name}: {line}", file=sys.stderr)
     judging(preset)  # a preset whose learner would learn from nothing fails now
     learner = ["--implementation", preset.implementation, "--experiment", preset.name]
     learner += [arg for sender in preset.learn_from for arg in ("--learn-from", sender)]
@@ -591,7 +590,8 @@ def train(
         ):
             served = functools.partial(services.served_version, preset.implementation)
             settled = functools.partial(services.settled_steps, preset.implementation)
-            result = run_async(preset.run(settings, spec, quiet=quiet, curves=curves, served=served, settled=settled))
+            more = {"served": served, "settled": settled, "learned_before": learned_before}
+            result = run_async(preset.run(settings, spec, quiet=quiet, curves=curves, **more))
     finally:
         curves.close()
     result.on_policy = on_policy
