@@ -258,6 +258,31 @@ def test_dqn_learner_round_trips_through_a_version(tmp_path):
         assert np.array_equal(resumed.policy_weights()[k], v)
 
 
+def test_a_version_is_current_only_once_no_round_is_owed_not_once_every_step_is_in():
+    """What `trialog train` waits for before an evaluation: a learner that fell behind has every
+    step in memory and rounds still to train; its versions meanwhile are not current."""
+    from trialog.learn import trained_on_every_step
+
+    cfg = DQNConfig(
+        observation_size=2, actions=2, hidden=(8,), batch_size=4, gradient_steps=3, learning_starts=0, train_frequency=4
+    )
+    learner = DQNLearner(cfg)
+    learner.add(transitions([sample(i, [i, -i], i % 2, 1.0) for i in range(13)]))
+    steps = learner.env_steps
+    assert steps == 12 and learner.rounds_due() == 3
+    learner.train_round()  # one of three rounds: a version published now has seen every step
+    assert learner.metadata()["env_steps"] == steps and not trained_on_every_step(learner.metadata(), -1, steps)
+    learner.train_round()
+    learner.train_round()
+    assert learner.rounds_due() == 0 and trained_on_every_step(learner.metadata(), -1, steps)
+    assert not trained_on_every_step(learner.metadata(), -1, steps + 4)  # the next round is owed at 16
+    assert trained_on_every_step(learner.metadata(), -1, steps + 3)
+    assert trained_on_every_step({}, steps, steps)  # the learner says it has settled at those steps
+    assert not trained_on_every_step({}, -1, steps)  # a training learner's gauge (-1) says nothing
+    # A learner that says nothing of rounds: its versions by the steps they saw.
+    assert trained_on_every_step({"env_steps": 12}, -1, 12) and not trained_on_every_step({"env_steps": 11}, -1, 12)
+
+
 def test_dqn_target_network_is_refreshed_every_interval_of_gradient_steps_inside_and_across_rounds():
     def learner(gradient_steps: int) -> DQNLearner:
         cfg = DQNConfig(

@@ -83,3 +83,16 @@ def sampled_actions(requests: Sequence[DecideRequest], probabilities: np.ndarray
         raise ValueError("the model's action probabilities are not finite")
     cdf /= cdf[:, -1:]
     return [int(c.searchsorted(decision_generator(r).random(), side="right")) for r, c in zip(requests, cdf)]
+
+
+def trained_on_every_step(meta: Mapping[str, Any], settled: int, env_steps: int) -> bool:
+    """Whether a version (its metadata) is as trained as the learner makes it at ``env_steps``
+    (counted as the learner counts them): the learner says so (``settled``: it has taken in that
+    many, no round owed), or no round is owed before the steps reach its ``next_round_at``. A learner
+    in rounds may have taken in every step and still owe rounds (it fell behind): its steps taken in
+    say nothing of its training. Versions of a learner that does not say: by the steps they saw."""
+    if settled >= env_steps:
+        return True
+    if "next_round_at" in meta:
+        return meta["next_round_at"] > env_steps
+    return meta.get("env_steps", 0) >= env_steps

@@ -50,6 +50,7 @@ from typing import Any
 import yaml
 
 from trialog.errors import SpecError, TrialogError
+from trialog.learn import trained_on_every_step
 from trialog.learn.curves import Curves, learner_dir
 from trialog.learn.report import Progress, write_summary
 from trialog.runtime.process import run_async
@@ -391,12 +392,9 @@ async def run_phases(
             v = (await model_registry.latest_versions(ctl.bus)).get(preset.model)
             if v is None:
                 return 0, False
-            meta = v.meta
-            result.discarded = meta.get("discarded", result.discarded)
+            result.discarded = v.meta.get("discarded", result.discarded)
             result.algorithm = v.algorithm
-            seen = max(taken_in, meta.get("env_steps", 0)) - learned_before  # this run's steps it has seen
-            owed_at = meta.get("next_round_at", 0) - learned_before
-            return v.version, seen >= result.env_steps or owed_at > result.env_steps
+            return v.version, trained_on_every_step(v.meta, taken_in, result.env_steps + learned_before)
 
         async def until_served(version: int) -> None:
             """Until the actor services act with ``version`` (they load it from `models`)."""
