@@ -17,6 +17,7 @@ from trialog.bus.memory import MemoryBus
 from trialog.datalog.samples import Sample, TrialFold
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialogError
+from trialog.learn import trained_on_every_step
 from trialog.learn.dqn import DQNConfig, DQNLearner, DQNPolicy
 from trialog.learn.memory import ReplayMemory, flat_observation, one_step, transitions
 from trialog.learn.train import Schedule, derived_spec, load_preset
@@ -261,8 +262,6 @@ def test_dqn_learner_round_trips_through_a_version(tmp_path):
 def test_a_version_is_current_only_once_no_round_is_owed_not_once_every_step_is_in():
     """What `trialog train` waits for before an evaluation: a learner that fell behind has every
     step in memory and rounds still to train; its versions meanwhile are not current."""
-    from trialog.learn import trained_on_every_step
-
     cfg = DQNConfig(
         observation_size=2, actions=2, hidden=(8,), batch_size=4, gradient_steps=3, learning_starts=0, train_frequency=4
     )
