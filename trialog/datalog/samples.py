@@ -68,7 +68,12 @@ from trialog.protocol.trial import ClassSchemas, class_schemas, reaches
 from trialog.trust.seats import SeatBook, seat_headers
 
 
-@dataclass(frozen=True, slots=True)
+# Samples and what they carry are values: treat them as read-only. They are not frozen
+# dataclasses because a replay or a learner makes one per (tick, actor) it reads, and a
+# frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``: a
+# Sample cost 4.6 µs to make, against 0.4 µs as a plain slots dataclass (as
+# :class:`trialog.bus.base.Record`). ``unsafe_hash`` keeps them hashable, as they were.
+@dataclass(slots=True, unsafe_hash=True)
 class RewardSource:
     """One raw reward joined to a sample (the log keeps them all; I-4 aggregates)."""
 
@@ -79,7 +84,7 @@ class RewardSource:
     user_data: str | None = None  # JSON text, as sent
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class MessageIn:
     """A message addressed to the sample's actor at the sample's tick."""
 
@@ -89,7 +94,7 @@ class MessageIn:
     payload: str  # JSON text, as sent
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Sample:
     """One (tick, actor) of a trial.
 
