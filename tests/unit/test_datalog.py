@@ -92,6 +92,20 @@ async def test_fold_makes_one_sample_per_tick_and_actor(bus):
     assert all(len(s.reward_sources) == 1 for s in samples if s.tick < ended.tick)
 
 
+async def test_samples_are_values_equal_and_hashed_by_what_was_logged(bus):
+    """Samples are plain slots dataclasses (cheap to make), still compared and hashed as values:
+    by the logged bytes and fields, never by the decoded payloads."""
+    _, _, fold = await folded_trial(bus, seed=4)
+    first, again = fold.samples(), fold.samples()
+    assert first == again and {hash(s) for s in first} == {hash(s) for s in again}
+    assert len(set(first) | set(again)) == len(first)  # usable in sets and as keys, duplicates merged
+    same_bytes = dataclasses.replace(first[0], observation="decoded differently", action=object())
+    assert same_bytes == first[0] and hash(same_bytes) == hash(first[0])
+    other_reward = dataclasses.replace(first[0], reward=first[0].reward + 1)
+    assert other_reward != first[0]
+    assert not hasattr(first[0], "__dict__")  # slots: no per-sample dict
+
+
 async def test_a_learner_asking_for_each_step_decodes_each_observation_once(bus):
     """A learner asks for the sample of tick t and of t+1 at each step (the step's observation and
     the one after it): each observation is decoded once, and every sample is what samples() makes."""
