@@ -431,7 +431,9 @@ def test_ppo_learner_trains_a_full_rollout_and_round_trips():
 async def test_an_off_policy_learner_slower_than_its_samples_publishes_after_each_round():
     """In-process the next step acts with the latest round's weights: through the log an
     off-policy learner with rounds still owed publishes after each one, not once it has
-    caught up (a learner slower than its samples would otherwise hardly publish)."""
+    caught up (a learner slower than its samples would otherwise hardly publish) — and goes
+    on to the next owed round at once, not at the service loop's next periodic sweep (that
+    capped it at five rounds a second, whatever a round took)."""
     from trialog.services.learner.handler import ROUNDS_PER_VERSION, LearnerHandler
 
     class Behind:
@@ -458,9 +460,9 @@ async def test_an_off_policy_learner_slower_than_its_samples_publishes_after_eac
         published.append((number, rounds))
 
     handler._publish = publish
-    while handler.learner.rounds_due():
-        await handler._train()
+    await handler._train()  # one training task: every owed round, a version after each
     assert published == [(v, ROUNDS_PER_VERSION) for v in range(1, 6)] and ROUNDS_PER_VERSION == 1
+    assert handler.learner.rounds_due() == 0
     # An on-policy learner makes one version of whatever is owed (its samples are that version's).
     handler = LearnerHandler("ppo", type("OnPolicy", (Behind,), {"on_policy": True}), {"model": "m"})
     handler._publish = publish
