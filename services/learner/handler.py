@@ -136,6 +136,7 @@ class LearnerHandler(Handler):
             int, int
         ] = {}  # partition -> offset of the last record whose transitions were counted
         self._training: asyncio.Task | None = None
+        self._closing = False  # a stopping service finishes the round it trains, not every round owed
         self.restored = asyncio.Event()
         self._restoring: asyncio.Task | None = None
         self._waiting: list[tuple[Record, Event]] = []  # read before the last version was restored
@@ -330,7 +331,7 @@ class LearnerHandler(Handler):
                 loss = await asyncio.to_thread(self.learner.train_round)
                 rounds += 1
             await self._publish(loss, rounds, number=self.version)
-            if self.on_policy or not self.learner.rounds_due():
+            if self.on_policy or self._closing or not self.learner.rounds_due():
                 return
 
     async def _publish(self, loss: float, rounds: int, number: int | None = None) -> None:
@@ -386,6 +387,7 @@ class LearnerHandler(Handler):
             del self.trials[tid]
 
     async def close(self) -> None:
+        self._closing = True
         if self._follower is not None:
             await self._follower.stop()
         if self._training is not None:

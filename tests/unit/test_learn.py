@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
@@ -463,6 +464,13 @@ async def test_an_off_policy_learner_slower_than_its_samples_publishes_after_eac
     await handler._train()  # one training task: every owed round, a version after each
     assert published == [(v, ROUNDS_PER_VERSION) for v in range(1, 6)] and ROUNDS_PER_VERSION == 1
     assert handler.learner.rounds_due() == 0
+    # A stopping service publishes the round it trains and leaves the rest owed (a restart resumes).
+    handler = LearnerHandler("dqn", Behind, {"model": "m"})
+    handler._publish = publish
+    published.clear()
+    handler._training = asyncio.create_task(handler._train())
+    await handler.close()
+    assert published == [(1, 1)] and handler.learner.rounds_due() == 4
     # An on-policy learner makes one version of whatever is owed (its samples are that version's).
     handler = LearnerHandler("ppo", type("OnPolicy", (Behind,), {"on_policy": True}), {"model": "m"})
     handler._publish = publish
