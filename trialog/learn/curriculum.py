@@ -323,7 +323,8 @@ async def run_stages_through_log(
     from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
-    from trialog.learn.train import run_phases, until_ended
+    from trialog.learn.train import run_phases
+    from trialog.tools.person import until_ended
 
     total = CurriculumResult(mode="log")
     if preset.models:

@@ -338,19 +338,6 @@ def learner_for(preset: Preset, spec) -> Any:
 SERVED_TIMEOUT_S = 10.0  # an evaluation waits this long at most for the actor services to load its version
 
 
-async def until_ended(ctl, spec, preset: Preset, trial_id: str, setup: Mapping[str, Any], *, seed: int, quiet: bool):
-    """The trial's end, its seats of people (if any) played meanwhile by the preset's scripted
-    ``person`` through the gateway, or their join links printed for people to open."""
-    from trialog.tools.person import load_person, seat_players
-
-    person = load_person(preset.person) if preset.person else None
-    links, stand_ins = seat_players(ctl, spec, trial_id, setup.get("implementations", {}), person, seed=seed)
-    for actor, link in links.items() if person is None and not quiet else ():
-        print(f"{preset.name}: trial {trial_id}: seat {actor}: open {link}", file=sys.stderr, flush=True)
-    ended, *_ = await asyncio.gather(ctl.wait_ended(trial_id, timeout=600), *stand_ins)
-    return ended
-
-
 async def run_phases(
     settings: Settings,
     preset: Preset,
@@ -375,6 +362,7 @@ async def run_phases(
     from trialog.bus import connect
     from trialog.controller import Controller
     from trialog.runtime.pinned import pinned_actors, pins_allowed
+    from trialog.tools.person import until_ended
 
     s, result, progress = preset.schedule, result or TrainResult(), Progress(quiet)
     start = result.env_steps
@@ -479,13 +467,16 @@ async def run_phases(
                 deadline = time.monotonic() + version_timeout
                 # (or, for learners that do not say, until no newer version has come for a while).
                 version, current = await latest_version()
-                quiet_since = time.monotonic()
+                quiet_since = read_at = time.monotonic()
                 while (
                     not current
                     and time.monotonic() < deadline
                     and (version == 0 or time.monotonic() - quiet_since < 10)
                 ):
-                    await asyncio.sleep(0.5)
+                    await asyncio.sleep(0.1)  # the learner's gauge answers in a millisecond, the catalog in 0.1 s
+                    if time.monotonic() - read_at < 0.5 and settled and await asyncio.to_thread(settled) < 0:
+                        continue  # a round still owed, the learner says
+                    read_at = time.monotonic()
                     newer, current = await latest_version()
                     if newer != version:
                         version, quiet_since = newer, time.monotonic()

@@ -21,6 +21,7 @@ import asyncio
 import importlib
 import inspect
 import json
+import sys
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ __all__ = [
     "random_person",
     "seat_players",
     "seat_socket_url",
+    "until_ended",
 ]
 
 
@@ -100,6 +102,18 @@ def seat_players(ctl, spec, trial_id: str, implementations: Mapping[str, str], p
     if person is None:
         return links, []
     return links, [play_seat(link, person, holder=f"stand-in-{actor}", seed=seed) for actor, link in links.items()]
+
+
+async def until_ended(ctl, spec, preset, trial_id: str, setup: Mapping[str, Any], *, seed: int, quiet: bool):
+    """The trial's end, its seats of people (if any) played meanwhile by the preset's scripted
+    ``person`` through the gateway, or their join links printed for people to open (``preset``:
+    a :class:`trialog.learn.train.Preset`, its ``person`` and ``name``)."""
+    person = load_person(preset.person) if preset.person else None
+    links, stand_ins = seat_players(ctl, spec, trial_id, setup.get("implementations", {}), person, seed=seed)
+    for actor, link in links.items() if person is None and not quiet else ():
+        print(f"{preset.name}: trial {trial_id}: seat {actor}: open {link}", file=sys.stderr, flush=True)
+    ended, *_ = await asyncio.gather(ctl.wait_ended(trial_id, timeout=600), *stand_ins)
+    return ended
 
 
 def seat_socket_url(link: str, holder: str) -> str:
