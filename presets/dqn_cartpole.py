@@ -6,7 +6,10 @@ hidden layers), with the learning rate falling linearly to 0 over the 50,000-ste
 budget, Double DQN targets, 3-step returns, clipped gradients, and rounds of 512
 updates (two per env step) with the target network refreshed once a round; 16 trials
 at once (the learner takes each step as it is logged; the ten-seed benchmark passed with
-16 as with 2, and the log's cost per step falls with more in flight: docs/learning.md).
+16 as with 2, and the log's cost per step falls with more in flight: docs/learning.md);
+through the log each evaluation runs beside the next stretch of training, its trials
+pinned to the version it evaluates (the ten-seed benchmark passed with it, in 0.8 of the
+wall clock).
 trialog.learn.dqn documents each. Validation as Coach's CartPole preset: a
 mean evaluation return of at least 475 (of 500).
 
@@ -40,7 +43,12 @@ preset = Preset(
         "seed": 1,
     },  # fmt: skip
     schedule=Schedule(
-        heatup_steps=1_000, steps_between_evaluations=5_000, evaluation_trials=10, total_steps=50_000, concurrency=16
+        heatup_steps=1_000,
+        steps_between_evaluations=5_000,
+        evaluation_trials=10,
+        total_steps=50_000,
+        concurrency=16,
+        evaluate_beside_training=True,
     ),
     validation=Validation(min_reward_threshold=475),
 )
