@@ -75,6 +75,37 @@ def test_a_batch_is_every_transition_of_the_version_trained_once_it_is_full():
     assert ppo.metadata()["late"] == 9 and ppo.env_steps == 5 + 6 + 9 + 8
 
 
+def test_a_batch_larger_than_the_compiled_shape_trains_in_calls_of_that_shape_the_same_steps():
+    """Late transitions make batches through the log of any size; each size once compiled a shape
+    of its own (most of the learner's training time went to XLA's compiler). A batch larger than the compiled
+    shape now runs in several calls of it: the same steps, in the same order, as one scan over
+    every minibatch (compiled here for the comparison)."""
+    ppo = learner(update_epochs=3)
+    ppo.published(1)
+    one_by_one(ppo, steps(37, 1, seed=5))  # 10 minibatches of 4 an epoch where the shape holds 4
+    before = (ppo.params, ppo.opt_state)
+    state = ppo.rng.bit_generator.state
+    ppo.train_round()
+    assert ppo._update._cache_size() == 1 and ppo.updates == 3 * 10
+    # The same round as one scan over all 3 x 10 minibatches: the rows drawn from the same state.
+    again = learner(update_epochs=3)
+    again.published(1)
+    one_by_one(again, steps(37, 1, seed=5))
+    again.rng.bit_generator.state = state
+    again.params, again.opt_state = before
+    calls = []
+    update = again._update
+    again._update = lambda *a: calls.append(a[2]["mask"].shape) or update(*a)
+    again.slots = 10  # the compiled shape holds the whole round: one call
+    again.train_round()
+    assert calls == [(3 * 10, 4)]
+    for key in ppo.params:
+        for name in ppo.params[key]:
+            np.testing.assert_allclose(
+                np.asarray(ppo.params[key][name]), np.asarray(again.params[key][name]), rtol=1e-5, atol=1e-6
+            )
+
+
 def test_a_late_transition_of_an_older_version_is_discarded_and_counted():
     ppo = learner()
     ppo.published(1)
