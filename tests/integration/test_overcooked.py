@@ -74,9 +74,11 @@ async def test_modular_rewards_are_logged_by_source_and_coefficients_change_at_a
     bus = KafkaBus(kafka_settings)
     spec = load_spec(Path(__file__).parent / "overcooked_modular.yaml", bus.store)
     async with deployment(bus, spec) as (_, ctl):
-        tid = await ctl.start_trial("overcooked-modular", seed=3, max_ticks=150)
+        tid = await ctl.start_trial("overcooked-modular", seed=3, max_ticks=200)
         await wait_for(lambda: ctl.last_tick(tid) >= 50, timeout=120, what="tick 50")
-        change_at = ctl.last_tick(tid) + 5
+        # A tick the environment has not reached when it reads the change (a past one would take
+        # effect at its next update instead): 5 ticks ahead was passed now and then on a fast machine.
+        change_at = ctl.last_tick(tid) + 40
         await ctl.change_parameters(tid, {"reward_coefficients": {"overcooked.onion_in_pot": 0.0}}, tick=change_at)
         end = await ctl.wait_ended(tid, timeout=120)
         events = await read_trial(bus, tid)
