@@ -52,6 +52,13 @@ def test_pace_moves_calls_that_wait_off_the_loop_on_most_calls_not_one():
     assert not pace.off_loop
 
 
+def test_pace_moves_long_waits_off_the_loop_whatever_a_wake_up_costs_in_cpu():
+    pace = Pace(0.005)
+    for _ in range(3):  # a quarter-second sleep whose thread's CPU clock gained 1.3 ms (a virtual machine's wake-up)
+        pace.record(0.25, 0.0013)
+    assert pace.off_loop
+
+
 def test_pace_keeps_calls_that_compute_inline_however_long():
     pace = Pace(0.002)
     for _ in range(10):  # Python computing, stretched by a busy machine: a thread would only take turns
