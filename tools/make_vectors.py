@@ -546,6 +546,7 @@ def event_values(obs_schema: str, act_schema: str, obs_payload: bytes, act_paylo
             updated_ms=1_735_689_660_000,
             experiment="dqn-cartpole",
             phase="train",
+            returns={"alice": 37.5, "bob": -2.25},
         ),
         ev.DeadLetter(
             topic="trialog.events",

@@ -4,14 +4,18 @@
 
     async with Controller(connect(settings)) as ctl:
         trial_id = await ctl.start_trial("rps", seed=7, implementations={"bob": "scripted"})
-        ended = await ctl.wait_ended(trial_id)
-        print(ended.reason, ended.tick)
+        ended = await ctl.wait_result(trial_id)
+        print(ended.reason, ended.tick, ended.returns)
 
 A start request goes to ``control``; the answer (``trial.started`` or
 ``trial.rejected`` with the reason) comes back on ``events`` and is never
 silently dropped: :meth:`Controller.wait_started` raises :class:`TrialError` with
 the orchestrator's reason. Rewards, messages and parameter changes from outside
 (an evaluator, a person) go straight to the trial's events.
+
+A controller that needs only how its trials end (``follow=TRIALS``: `trialog train`) reads
+the ``trials`` index instead — a few records per trial, where ``events`` has several per
+tick, every one of which a watcher of events fetches and looks at.
 """
 
 from __future__ import annotations
@@ -47,9 +51,8 @@ from trialog.protocol.events import (
     trial_id_problem,
 )
 from trialog.protocol.owners import reward_problem
-from trialog.protocol.rewards import aggregate, reward_bounds_problem
+from trialog.protocol.rewards import Returns, reward_bounds_problem
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
-from trialog.protocol.trial import reaches
 from trialog.trust.join_tokens import mint_join_token
 from trialog.trust.keys import Keyring
 
@@ -68,34 +71,49 @@ def new_trial_id(prefix: str = "trial") -> str:
 
 @dataclass
 class _Watch:
-    started: asyncio.Future
-    ended: asyncio.Future
+    started: asyncio.Future  # TrialStarted (following events) or the running TrialRecord (the index)
+    ended: asyncio.Future  # TrialEnded, or the ended TrialRecord
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """How a trial ended: its last tick, the reason, and per actor its return (I-4)."""
+
+    trial_id: str
+    tick: int
+    reason: str
+    returns: dict[str, float]
 
 
 class Controller:
     """Starts, watches and ends trials through the log."""
 
-    def __init__(self, bus: Bus, name: str = "controller", *, watch: bool = True):
+    def __init__(self, bus: Bus, name: str = "controller", *, watch: bool = True, follow: str = EVENTS):
         """``watch=False``: a controller that only asks (starts, terminates, rewards): it reads
         no ``events`` — its consumer would fetch and look at every record of every trial — and
-        cannot wait for answers (the web gateway's lobby, which follows trials in its feed)."""
+        cannot wait for answers (the web gateway's lobby, which follows trials in its feed).
+        ``follow=TRIALS``: answers from the ``trials`` index, as the orchestrator records each
+        trial — :meth:`wait_started` and :meth:`wait_ended` give the trial's
+        :class:`TrialRecord` (running, ended), :meth:`watch` yields the index's records, the
+        returns are those the ended record carries, and ``ticks_seen`` grows as trials end."""
+        if follow not in (EVENTS, TRIALS):
+            raise ValueError(f"a controller follows {EVENTS!r} or {TRIALS!r}, not {follow!r}")
         self.bus = bus
         self.name = name
         self.watching = watch
+        self.follows = follow
         self._watches: dict[str, _Watch] = {}
         self._listeners: list[asyncio.Queue] = []
         self._consumer: Consumer | None = None
         self._task: asyncio.Task | None = None
         self.ticks_seen = 0  # ticks reached by all trials seen, for progress figures
         self._last_tick: dict[str, int] = {}
-        # Rewards of the trials this controller started: (receiver, tick) -> rewards, for returns.
-        self._rewards: dict[str, dict[tuple[str, int], dict[str, Reward]]] = {}  # (receiver, tick) -> sender -> latest
-        self._actors: dict[str, dict[str, str]] = {}  # trial -> actor -> class
+        self._returns: dict[str, Returns] = {}  # following events: the trials this controller started
 
     async def __aenter__(self) -> Controller:
         await self.bus.start()
         if self.watching:
-            self._consumer = self.bus.consumer([EVENTS], from_start=False, batched=True)
+            self._consumer = self.bus.consumer([self.follows], from_start=False, batched=True)
             await self._consumer.start()
             self._task = asyncio.create_task(self._watch_loop())
         return self
@@ -136,7 +154,8 @@ class Controller:
             )
         if self.watching:  # a controller that does not watch keeps nothing per trial
             self._watch(trial_id)
-            self._rewards[trial_id] = defaultdict(dict)
+            if self.follows == EVENTS:
+                self._returns[trial_id] = Returns({})  # its actors once it starts
         await self.bus.publish(
             CONTROL,
             StartRequest(
@@ -242,28 +261,27 @@ class Controller:
     async def wait_ended(self, trial_id: str, timeout: float | None = None) -> TrialEnded:
         return await asyncio.wait_for(asyncio.shield(self._watch(trial_id).ended), timeout)
 
-    def returns(self, trial_id: str) -> dict[str, float]:
-        """Per actor, the sum over ticks of the aggregated reward (I-4) seen so far
-        (trials started by this controller)."""
-        per_tick: dict[tuple[str, int], list[Reward]] = defaultdict(list)
-        last = self._end_tick(trial_id)
-        for (receiver, tick), rewards in self._rewards.get(trial_id, {}).items():
-            if last is not None and tick > last:
-                continue  # past the end's tick: not part of the trial (as the datalog folds it)
-            for name, actor_class in self._actors.get(trial_id, {}).items():
-                reaching = [r for r in rewards.values() if reaches(receiver, r.sender, name, actor_class)]
-                if reaching:
-                    per_tick[(name, tick)].extend(reaching)
-        totals = {name: 0.0 for name in self._actors.get(trial_id, {})}
-        for (name, _tick), rewards in per_tick.items():
-            totals[name] += aggregate(rewards)
-        return totals
+    async def wait_result(self, trial_id: str, timeout: float | None = None) -> TrialResult:
+        """How the trial ended, with its returns — whichever topic this controller follows."""
+        ended = await self.wait_ended(trial_id, timeout)
+        if isinstance(ended, TrialRecord):
+            return TrialResult(trial_id, ended.ticks, ended.reason, dict(ended.returns))
+        return TrialResult(trial_id, ended.tick, ended.reason, self.returns(trial_id))
 
-    def _end_tick(self, trial_id: str) -> int | None:
+    def returns(self, trial_id: str) -> dict[str, float]:
+        """Per actor, the sum over ticks of the aggregated reward (I-4) seen so far (trials
+        started by this controller; following the index, those its ended record carries)."""
+        ended = self._ended(trial_id)
+        if isinstance(ended, TrialRecord):
+            return dict(ended.returns)
+        r = self._returns.get(trial_id)
+        return {} if r is None else r.totals(None if ended is None else ended.tick)
+
+    def _ended(self, trial_id: str) -> TrialEnded | TrialRecord | None:
         w = self._watches.get(trial_id)
         if w is None or not w.ended.done() or w.ended.cancelled() or w.ended.exception() is not None:
             return None
-        return w.ended.result().tick
+        return w.ended.result()
 
     def last_tick(self, trial_id: str) -> int:
         return self._last_tick.get(trial_id, 0)
@@ -282,9 +300,38 @@ class Controller:
 
     async def _watch_loop(self) -> None:
         assert self._consumer is not None
+        see = self._see if self.follows == EVENTS else self._see_index
         while True:
             for record in await self._consumer.poll(timeout_ms=500):
-                self._see(record)
+                see(record)
+
+    def _see_index(self, record: Record) -> None:
+        if self.bus.refusal(record) is not None:
+            return  # forged: not the orchestrator's
+        try:
+            r = self.bus.codec.decode(record.value, TrialRecord.KIND)
+        except Exception:
+            return
+        for q in self._listeners:
+            q.put_nowait(r)
+        w = self._watches.get(r.trial_id)
+        if w is None:
+            return
+        if r.status == "rejected":
+            self._fail(w, TrialError(f"trial {r.trial_id} rejected: {r.reason}", trial_id=r.trial_id, reason=r.reason))
+            return
+        if r.status in ("running", "ended") and not w.started.done():
+            w.started.set_result(r)
+        if r.status == "ended" and not w.ended.done():
+            self.ticks_seen += r.ticks
+            w.ended.set_result(r)
+
+    @staticmethod
+    def _fail(w: _Watch, error: TrialError) -> None:
+        for f in (w.started, w.ended):
+            if not f.done():
+                f.set_exception(error)
+                f.exception()  # mark retrieved: a caller may wait on only one of them
 
     def _see(self, record: Record) -> None:
         kind = record.header(HEADER_KIND)
@@ -295,17 +342,16 @@ class Controller:
                 self.ticks_seen += tick - last
                 self._last_tick[record.trial_id] = tick
             return
-        if kind == Reward.KIND and record.trial_id in self._rewards:
+        if kind == Reward.KIND and record.trial_id in self._returns:
             if self.bus.refusal(record) is not None:
                 return  # forged: the orchestrator dead-letters it; it counts for nothing
             try:
                 r = self.bus.codec.decode(record.value, kind)
             except Exception:
                 return
-            if (
-                reward_problem(r, self._last_tick.get(record.trial_id, 0), self._actors.get(record.trial_id)) is None
-            ):  # counted as the datalog counts it
-                self._rewards[record.trial_id][(r.receiver, r.tick)][r.sender] = r  # a later one from a sender corrects
+            returns = self._returns[record.trial_id]
+            if reward_problem(r, self._last_tick.get(record.trial_id, 0), returns.actors or None) is None:
+                returns.add(r)  # counted as the datalog counts it
             return
         if kind not in LIFECYCLE or self.bus.refusal(record) is not None:
             return
@@ -321,16 +367,12 @@ class Controller:
         if w is None:
             return
         if isinstance(event, TrialStarted) and not w.started.done():
-            self._actors[event.trial_id] = {a.name: a.actor_class for a in event.actors}
+            if event.trial_id in self._returns:
+                self._returns[event.trial_id].actors = {a.name: a.actor_class for a in event.actors}
             w.started.set_result(event)
         elif isinstance(event, TrialRejected):
-            error = TrialError(
-                f"trial {event.trial_id} rejected: {event.reason}", trial_id=event.trial_id, reason=event.reason
-            )
-            for f in (w.started, w.ended):
-                if not f.done():
-                    f.set_exception(error)
-                    f.exception()  # mark retrieved: a caller may wait on only one of them
+            tid, reason = event.trial_id, event.reason
+            self._fail(w, TrialError(f"trial {tid} rejected: {reason}", trial_id=tid, reason=reason))
         elif isinstance(event, TrialEnded):
             if not w.started.done():
                 w.started.set_exception(

@@ -49,6 +49,7 @@ from trialog.protocol.events import (
     TrialTerminating,
 )
 from trialog.protocol.owners import message_problem, owner_of, reward_problem
+from trialog.protocol.rewards import Returns
 from trialog.protocol.roles import ORCHESTRATOR
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
 from trialog.protocol.trial import class_schemas
@@ -89,6 +90,7 @@ class _Live:
     waiting_for: set[str] = field(default_factory=set)
     pending: TrialPending | None = None  # kept only while client actors join
     end_sent: bool = False
+    returns: Returns = field(default_factory=lambda: Returns({}))  # the rewards accepted, for the index at its end
     # The latest observation or action glanced at and not verified, with when it was read:
     # activity, its tag checked only should the trial look inactive (see saw_undecoded).
     unverified: tuple[Record, float] | None = None
@@ -311,6 +313,8 @@ class OrchestratorHandler(Handler):
         problem = reward_problem(reward, current, actors)
         if problem:
             raise BadRecord(problem)
+        if trial is not None:
+            trial.returns.add(reward)  # a reward after the trial's end is in the log, not in the index's returns
         if self.loop.is_live(EVENTS, self.loop.bus.partition_of(reward.trial_id)):
             metrics.REWARDS.labels("live" if trial is not None and reward.tick >= trial.tick else "retroactive").inc()
 
@@ -395,6 +399,7 @@ class OrchestratorHandler(Handler):
                 actors={a.name: a.actor_class for a in event.actors},
                 served=frozenset(a.name for a in event.actors if not a.client),
                 away_before=time.monotonic() - self.loop.log.time(),
+                returns=Returns({a.name: a.actor_class for a in event.actors}),
             )
             self.live_trials[tid] = trial
         trial.last_activity = self.loop.log.time()
@@ -447,6 +452,7 @@ class OrchestratorHandler(Handler):
             end_offset=record.offset,
             ticks=event.tick,
             reason=event.reason,
+            returns=trial.returns.totals(event.tick) if trial.status != "pending" else {},
         )
 
     def _index(self, tid: str, trial: _Live, updated_ms: int, **changes) -> None:

@@ -237,7 +237,7 @@ async def test_a_controller_that_only_asks_reads_no_events_and_keeps_nothing(mem
     async with Controller(bus, name="lobby", watch=False) as ctl:
         tid = await ctl.start_trial("rps", implementations={"bob": "human"})
         assert ctl._consumer is None and ctl._task is None
-        assert ctl._watches == {} and ctl._rewards == {}
+        assert ctl._watches == {} and ctl._returns == {}
         with pytest.raises(TrialError, match="does not watch"):
             await ctl.wait_started(tid, timeout=0.1)
         with pytest.raises(TrialError, match="does not watch"):

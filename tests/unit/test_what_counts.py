@@ -20,14 +20,15 @@ from tests.unit.test_datalog import events_of
 from trialog.actor import EndEvent, MessageEvent, ObservationEvent, RewardEvent
 from trialog.bus.memory import MemoryBus
 from trialog.client_actor import join
+from trialog.controller import Controller, new_trial_id
 from trialog.datalog.replay import read_trial
 from trialog.datalog.samples import RewardSource, Sample, TrialFold, apply_rewards
 from trialog.errors import TrialError
 from trialog.examples.rps.game import RockPaperScissors
-from trialog.protocol.events import Action, DeadLetter, Message, Reward
+from trialog.protocol.events import Action, DeadLetter, Message, Reward, TrialRecord
 from trialog.protocol.owners import message_problem, reward_problem
 from trialog.protocol.rewards import MAX_CONFIDENCE, MAX_REWARD_VALUE, aggregate, reward_bounds_problem
-from trialog.protocol.topics import DEAD_LETTERS, EVENTS
+from trialog.protocol.topics import DEAD_LETTERS, EVENTS, TRIALS
 from trialog.protocol.trial import matches, reaches
 from trialog.services.analytics.jobs import fold_trial
 from trialog.services.orchestrator.main import loop_for as orchestrator_loop
@@ -442,3 +443,30 @@ async def test_a_restarted_orchestrator_judges_a_late_reward_as_before(bus):
     assert [(r.sender, r.value) for s in fold.samples() for r in s.reward_sources if r.sender.startswith("judge")] == [
         ("judge", 3.0)
     ]
+
+
+async def test_the_index_records_at_a_trials_end_the_returns_a_watcher_of_events_counts(bus, tmp_path):
+    """`trialog train` follows the `trials` index, not every event: the ended trial's record
+    carries per actor the returns that a controller watching events counts and the datalog folds —
+    the rewards refused (forged senders, values out of bounds, nobody reached) left out alike."""
+    (tmp_path / "counts.yaml").write_text(SPEC)
+    spec = load_spec(tmp_path / "counts.yaml", bus.store)
+    async with deployment(bus, spec) as (_, ctl), Controller(bus, name="index", follow=TRIALS) as index:
+        tid = new_trial_id()
+        following = (
+            asyncio.create_task(index.wait_started(tid, timeout=20)),
+            asyncio.create_task(index.wait_result(tid, timeout=20)),
+        )
+        await asyncio.sleep(0)  # waiting for it before it is asked for
+        await ctl.start_trial("counts", trial_id=tid)  # the controller watching events counts its returns
+        watched = await ctl.wait_result(tid, timeout=20)
+        started, ended = await asyncio.gather(*following)
+    assert isinstance(started, TrialRecord) and started.status in ("running", "ended")
+    assert (ended.reason, ended.tick) == (watched.reason, watched.tick) == ("max_ticks", 5)
+    fold = await read_trial(bus, tid)
+    folded = {a: sum(s.reward for s in fold.samples() if s.actor == a and s.tick <= 5) for a in ("alice", "bob")}
+    assert ended.returns == watched.returns == pytest.approx(folded)
+    assert all(ended.returns[a] != 0 for a in ("alice", "bob")), ended.returns  # something counted for each
+    assert index.ticks_seen == 5
+    with pytest.raises(ValueError, match="follows"):
+        Controller(bus, follow="control")

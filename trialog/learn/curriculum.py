@@ -324,6 +324,7 @@ async def run_stages_through_log(
     from trialog.bus import connect
     from trialog.controller import Controller
     from trialog.learn.train import run_phases
+    from trialog.protocol.topics import TRIALS
     from trialog.tools.person import until_ended
 
     total = CurriculumResult(mode="log")
@@ -358,13 +359,13 @@ async def run_stages_through_log(
         seeds = list(range(first, first + len(trained.returns)))
         base = _with(preset, stage=STAGE_BASELINE)
         played = played_actors(preset, spec)
-        async with Controller(connect(settings), name=f"train.{preset.name}.baseline") as ctl:
+        async with Controller(connect(settings), name=f"train.{preset.name}.baseline", follow=TRIALS) as ctl:
 
             async def one(seed: int) -> float:
                 setup = base.trial_setup(played, seed)
                 tid = await ctl.start_trial(spec.name, seed=seed, **setup, experiment=preset.name, phase="evaluate")
-                await until_ended(ctl, spec, preset, tid, setup, seed=seed, quiet=quiet)
-                return ctl.returns(tid).get(next(iter(played)), 0.0)  # the first learning actor's, as run_phases
+                ended = await until_ended(ctl, spec, preset, tid, setup, seed=seed, quiet=quiet)
+                return ended.returns.get(next(iter(played)), 0.0)  # the first learning actor's, as run_phases
 
             returns = list(await asyncio.gather(*(one(s) for s in seeds)))
         total.baseline = _baseline_record(preset, seeds, returns, trained)

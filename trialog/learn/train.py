@@ -361,17 +361,21 @@ async def run_phases(
     from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
+    from trialog.protocol.topics import TRIALS
     from trialog.runtime.pinned import pinned_actors, pins_allowed
     from trialog.tools.person import until_ended
 
     s, result, progress = preset.schedule, result or TrainResult(), Progress(quiet)
     start = result.env_steps
     played = played_actors(preset, spec)
+    learning = next(iter(played))  # the actor whose return the run follows: the first the preset plays
     recent: list[float] = []
     next_seed = preset.seed
     started = time.monotonic()
 
-    async with Controller(connect(settings), name=f"train.{preset.name}") as ctl:
+    # The trials' ends and returns from the `trials` index: following `events` would fetch and look at every
+    # record of every trial, several per env step (it was an eighth of a run's CPU, the services' beside it).
+    async with Controller(connect(settings), name=f"train.{preset.name}", follow=TRIALS) as ctl:
 
         async def latest_version() -> tuple[int, bool]:
             """The newest version, and whether it has trained on every step so far (a learner
@@ -407,12 +411,12 @@ async def run_phases(
             tid = await ctl.start_trial(spec.name, seed=seed, **setup, experiment=preset.name, phase=phase)
             ending = asyncio.create_task(until_ended(ctl, spec, preset, tid, setup, seed=seed, quiet=quiet))
             try:
-                started = await ctl.wait_started(tid)
+                await ctl.wait_started(tid)
             except BaseException:  # rejected: its error is the start's, once
                 ending.cancel()
                 raise
-            learning = next((a.name for a in started.actors if a.implementation == preset.implementation), "")
-            return (await ending).tick, ctl.returns(tid).get(learning, 0.0)
+            ended = await ending
+            return ended.tick, ended.returns.get(learning, 0.0)
 
         async def run_until(phase: str, target_steps: int) -> None:
             """Trials of ``phase``, ``concurrency`` at a time, until the steps reach the target."""

@@ -390,6 +390,7 @@ class TrialRecord(Event):
     updated_ms: int = 0
     experiment: str = ""
     phase: str = ""
+    returns: Mapping[str, float] = field(default_factory=dict)  # once ended: per actor (schema v3)
 
 
 @dataclass(frozen=True, slots=True)

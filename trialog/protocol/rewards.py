@@ -17,9 +17,11 @@ rewards stay in the log; aggregation happens when reading.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from fnmatch import fnmatchcase
 from typing import Protocol
+
+from trialog.protocol.trial import reaches
 
 # The bounds a reward must keep to count (docs/protocol.md): with them Σcᵢvᵢ cannot
 # overflow a float for any number of rewards a log can hold.
@@ -55,6 +57,46 @@ def aggregate(rewards: Iterable[_Weighted]) -> float:
             total += r.confidence * r.value
             weight += r.confidence
     return total / weight if weight > 0 else 0.0
+
+
+class _Given(_Weighted, Protocol):
+    receiver: str
+    sender: str
+    tick: int
+
+
+class Returns:
+    """One trial's returns: per actor, the sum over ticks of the aggregated reward (I-4) of
+    the rewards given so far — what a controller answers for the trials it started and what
+    the orchestrator records in the ``trials`` index when a trial ends. A later reward from
+    the same sender for the same receiver and tick replaces the earlier one (a correction; a
+    duplicate changes nothing). Rewards are added once checked
+    (:func:`trialog.protocol.owners.reward_problem`); the aggregation runs when asked."""
+
+    __slots__ = ("actors", "_given")
+
+    def __init__(self, actors: Mapping[str, str]):
+        self.actors = dict(actors)  # name -> actor class
+        self._given: dict[tuple[str, int], dict[str, _Given]] = {}  # (receiver, tick) -> sender -> latest
+
+    def add(self, reward: _Given) -> None:
+        self._given.setdefault((reward.receiver, reward.tick), {})[reward.sender] = reward
+
+    def totals(self, last_tick: int | None = None) -> dict[str, float]:
+        """Per actor, its return; rewards for ticks after ``last_tick`` (the end's) are not the
+        trial's, as the datalog folds it."""
+        per_tick: dict[tuple[str, int], list[_Given]] = {}
+        for (receiver, tick), rewards in self._given.items():
+            if last_tick is not None and tick > last_tick:
+                continue
+            for name, actor_class in self.actors.items():
+                reaching = [r for r in rewards.values() if reaches(receiver, r.sender, name, actor_class)]
+                if reaching:
+                    per_tick.setdefault((name, tick), []).extend(reaching)
+        totals = dict.fromkeys(self.actors, 0.0)
+        for (name, _tick), rewards in per_tick.items():
+            totals[name] += aggregate(rewards)
+        return totals
 
 
 def senders_matching(patterns: Iterable[str]) -> Callable[[str], bool] | None:

@@ -105,14 +105,15 @@ def seat_players(ctl, spec, trial_id: str, implementations: Mapping[str, str], p
 
 
 async def until_ended(ctl, spec, preset, trial_id: str, setup: Mapping[str, Any], *, seed: int, quiet: bool):
-    """The trial's end, its seats of people (if any) played meanwhile by the preset's scripted
+    """How the trial ended (:class:`trialog.controller.TrialResult`: its ticks and returns), its
+    seats of people (if any) played meanwhile by the preset's scripted
     ``person`` through the gateway, or their join links printed for people to open (``preset``:
     a :class:`trialog.learn.train.Preset`, its ``person`` and ``name``)."""
     person = load_person(preset.person) if preset.person else None
     links, stand_ins = seat_players(ctl, spec, trial_id, setup.get("implementations", {}), person, seed=seed)
     for actor, link in links.items() if person is None and not quiet else ():
         print(f"{preset.name}: trial {trial_id}: seat {actor}: open {link}", file=sys.stderr, flush=True)
-    ended, *_ = await asyncio.gather(ctl.wait_ended(trial_id, timeout=600), *stand_ins)
+    ended, *_ = await asyncio.gather(ctl.wait_result(trial_id, timeout=600), *stand_ins)
     return ended
 
 
