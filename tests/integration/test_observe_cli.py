@@ -98,6 +98,9 @@ def test_json_outputs_of_settings_broker_trials_and_dead_letters(kafka_settings,
         assert [(r["trial_id"], r["status"], r["implementations"]) for r in listed] == [
             (tid, "ended", {"alice": "random", "bob": "counter"})
         ]
+        assert set(listed[0]["returns"]) == {"alice", "bob"}  # an ended trial's returns, from the index
+        table = trialog(kafka_settings, "trial", "list").stdout
+        assert tid in table and "returns" in table and "alice=" in table and "bob=" in table, table
 
         # A record nobody can use: the orchestrator dead-letters it; the command lists and explains it.
         script = (

@@ -118,7 +118,7 @@ def add(sub) -> None:
         from trialog.controller import Controller
 
         async def go():
-            async with Controller(connect(from_args(args))) as ctl:
+            async with Controller(connect(from_args(args)), watch=False) as ctl:  # the index only
                 return await ctl.list_trials()
 
         records = [r for r in run_async(go()) if not args.status or r.status == args.status]
@@ -126,9 +126,10 @@ def add(sub) -> None:
             for r in records:
                 print(json_line(fields_of(r)))
             return 0
-        print(f"{'trial':24} {'spec':12} {'status':9} {'ticks':>6} reason")
+        print(f"{'trial':24} {'spec':12} {'status':9} {'ticks':>6} {'reason':12} returns")
         for r in records:
-            print(f"{r.trial_id:24} {r.spec:12} {r.status:9} {r.ticks:>6} {r.reason}")
+            returns = " ".join(f"{actor}={value:g}" for actor, value in sorted(r.returns.items()))
+            print(f"{r.trial_id:24} {r.spec:12} {r.status:9} {r.ticks:>6} {r.reason:12} {returns}")
         return 0
 
     start.set_defaults(func=do_start)
