@@ -27,7 +27,7 @@ from trialog.errors import TrialError
 from trialog.examples.rps.game import RockPaperScissors
 from trialog.protocol.events import Action, DeadLetter, Message, Reward, TrialRecord
 from trialog.protocol.owners import message_problem, reward_problem
-from trialog.protocol.rewards import MAX_CONFIDENCE, MAX_REWARD_VALUE, aggregate, reward_bounds_problem
+from trialog.protocol.rewards import MAX_CONFIDENCE, MAX_REWARD_VALUE, Returns, aggregate, reward_bounds_problem
 from trialog.protocol.topics import DEAD_LETTERS, EVENTS, TRIALS
 from trialog.protocol.trial import matches, reaches
 from trialog.services.analytics.jobs import fold_trial
@@ -470,3 +470,36 @@ async def test_the_index_records_at_a_trials_end_the_returns_a_watcher_of_events
     assert index.ticks_seen == 5
     with pytest.raises(ValueError, match="follows"):
         Controller(bus, follow="control")
+
+
+def test_returns_kept_compactly_are_the_aggregation_of_the_latest_reward_of_each_sender():
+    """Returns keeps a receiver's first sender in arrays and the others by entry: whatever the
+    mix — corrections, several senders on one tick, patterns, zero confidences, rewards past the
+    end — its totals are I-4's aggregation over the latest reward of each (receiver, tick, sender)."""
+    import random
+
+    actors = {"alice": "player", "bob": "player", "carol": "coach"}
+    rng = random.Random(7)
+    for _ in range(50):
+        returns, latest = Returns(actors), {}
+        for _ in range(rng.randrange(1, 200)):
+            r = Reward(
+                "t",
+                tick=rng.randrange(0, 40),
+                receiver=rng.choice(["alice", "bob", "carol", "*", "player.*"]),
+                sender=rng.choice(["env", "env", "env", "judge", "carol", "alice"]),
+                value=rng.uniform(-5, 5),
+                confidence=rng.choice([1.0, 1.0, 0.5, 2.0, 0.0]),
+            )
+            returns.add(r)
+            latest[(r.receiver, r.tick, r.sender)] = r
+        last = rng.choice([None, 20, 39])
+        expected = {}
+        for name, actor_class in actors.items():
+            per_tick = {}
+            for (receiver, tick, sender), r in latest.items():
+                if (last is None or tick <= last) and reaches(receiver, sender, name, actor_class):
+                    per_tick.setdefault(tick, []).append(r)
+            expected[name] = sum(aggregate(rs) for rs in per_tick.values())
+        assert returns.totals(last) == pytest.approx(expected, abs=1e-9)
+    assert Returns(actors).totals() == dict.fromkeys(actors, 0.0)
