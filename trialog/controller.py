@@ -320,8 +320,15 @@ class Controller:
         if r.status == "rejected":
             self._fail(w, TrialError(f"trial {r.trial_id} rejected: {r.reason}", trial_id=r.trial_id, reason=r.reason))
             return
-        if r.status in ("running", "ended") and not w.started.done():
+        if r.status == "running" and not w.started.done():
             w.started.set_result(r)
+        if r.status == "ended" and not w.started.done():  # no running record first: it never ran
+            w.started.set_exception(
+                TrialError(
+                    f"trial {r.trial_id} ended before it started: {r.reason}", trial_id=r.trial_id, reason=r.reason
+                )
+            )
+            w.started.exception()
         if r.status == "ended" and not w.ended.done():
             self.ticks_seen += r.ticks
             w.ended.set_result(r)

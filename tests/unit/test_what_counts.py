@@ -503,3 +503,30 @@ def test_returns_kept_compactly_are_the_aggregation_of_the_latest_reward_of_each
             expected[name] = sum(aggregate(rs) for rs in per_tick.values())
         assert returns.totals(last) == pytest.approx(expected, abs=1e-9)
     assert Returns(actors).totals() == dict.fromkeys(actors, 0.0)
+
+
+async def test_a_controller_following_the_index_answers_as_one_watching_events(bus):
+    """A trial's running then ended records start and end it; an ended record with no running
+    one before it is a trial that never started (a seat nobody joined), as trial.ended before
+    trial.started is for a controller watching events; a rejected one fails both waits."""
+    await bus.create_topics()
+    async with bus, Controller(bus, name="index", follow=TRIALS) as index:
+        ran, never, refused = new_trial_id(), new_trial_id(), new_trial_id()
+        waits = {
+            t: (index.wait_started(t, timeout=10), index.wait_result(t, timeout=10)) for t in (ran, never, refused)
+        }
+        tasks = {t: [asyncio.create_task(w) for w in ws] for t, ws in waits.items()}
+        await asyncio.sleep(0)
+        await bus.publish(TRIALS, TrialRecord(ran, status="running"))
+        await bus.publish(TRIALS, TrialRecord(ran, status="ended", ticks=7, reason="max_ticks", returns={"a": 2.5}))
+        await bus.publish(TRIALS, TrialRecord(never, status="ended", reason="join_timeout"))
+        await bus.publish(TRIALS, TrialRecord(refused, status="rejected", reason="unknown spec"))
+        started, ended = await asyncio.gather(*tasks[ran])
+        assert started.status == "running" and (ended.tick, ended.reason, ended.returns) == (7, "max_ticks", {"a": 2.5})
+        assert index.returns(ran) == {"a": 2.5} and index.ticks_seen == 7
+        with pytest.raises(TrialError, match="ended before it started: join_timeout"):
+            await tasks[never][0]
+        assert (await tasks[never][1]).reason == "join_timeout"
+        for task in tasks[refused]:
+            with pytest.raises(TrialError, match="rejected: unknown spec"):
+                await task
