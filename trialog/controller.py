@@ -264,9 +264,8 @@ class Controller:
     async def wait_result(self, trial_id: str, timeout: float | None = None) -> TrialResult:
         """How the trial ended, with its returns — whichever topic this controller follows."""
         ended = await self.wait_ended(trial_id, timeout)
-        if isinstance(ended, TrialRecord):
-            return TrialResult(trial_id, ended.ticks, ended.reason, dict(ended.returns))
-        return TrialResult(trial_id, ended.tick, ended.reason, self.returns(trial_id))
+        tick = ended.ticks if isinstance(ended, TrialRecord) else ended.tick
+        return TrialResult(trial_id, tick, ended.reason, self.returns(trial_id))
 
     def returns(self, trial_id: str) -> dict[str, float]:
         """Per actor, the sum over ticks of the aggregated reward (I-4) seen so far (trials
@@ -322,16 +321,24 @@ class Controller:
             return
         if r.status == "running" and not w.started.done():
             w.started.set_result(r)
-        if r.status == "ended" and not w.started.done():  # no running record first: it never ran
+        elif r.status == "ended":  # with no running record first, it never ran
+            if not w.ended.done():
+                self.ticks_seen += r.ticks
+            self._end(w, r)
+
+    @staticmethod
+    def _end(w: _Watch, ended: TrialEnded | TrialRecord) -> None:
+        if not w.started.done():
             w.started.set_exception(
                 TrialError(
-                    f"trial {r.trial_id} ended before it started: {r.reason}", trial_id=r.trial_id, reason=r.reason
+                    f"trial {ended.trial_id} ended before it started: {ended.reason}",
+                    trial_id=ended.trial_id,
+                    reason=ended.reason,
                 )
             )
             w.started.exception()
-        if r.status == "ended" and not w.ended.done():
-            self.ticks_seen += r.ticks
-            w.ended.set_result(r)
+        if not w.ended.done():
+            w.ended.set_result(ended)
 
     @staticmethod
     def _fail(w: _Watch, error: TrialError) -> None:
@@ -381,17 +388,7 @@ class Controller:
             tid, reason = event.trial_id, event.reason
             self._fail(w, TrialError(f"trial {tid} rejected: {reason}", trial_id=tid, reason=reason))
         elif isinstance(event, TrialEnded):
-            if not w.started.done():
-                w.started.set_exception(
-                    TrialError(
-                        f"trial {event.trial_id} ended before it started: {event.reason}",
-                        trial_id=event.trial_id,
-                        reason=event.reason,
-                    )
-                )
-                w.started.exception()
-            if not w.ended.done():
-                w.ended.set_result(event)
+            self._end(w, event)
 
     # --- the index ------------------------------------------------------------------------------
     async def trial_record(self, trial_id: str) -> TrialRecord | None:

@@ -81,6 +81,7 @@ class _Live:
     implementations: dict[str, str]
     actors: dict[str, str]  # name -> actor class
     served: frozenset[str]  # actors an actor service plays (not client seats)
+    returns: Returns  # the rewards accepted, for the index at the trial's end
     experiment: str = ""
     phase: str = ""
     environment_deadline: float | None = None  # monotonic; cleared by the first observation
@@ -90,7 +91,6 @@ class _Live:
     waiting_for: set[str] = field(default_factory=set)
     pending: TrialPending | None = None  # kept only while client actors join
     end_sent: bool = False
-    returns: Returns = field(default_factory=lambda: Returns({}))  # the rewards accepted, for the index at its end
     # The latest observation or action glanced at and not verified, with when it was read:
     # activity, its tag checked only should the trial look inactive (see saw_undecoded).
     unverified: tuple[Record, float] | None = None

@@ -91,11 +91,12 @@ class Returns:
         self._given: dict[tuple[str, int, str], tuple[float, float]] = {}  # the others: latest (value, confidence)
 
     def add(self, reward: _Given) -> None:
+        """A checked reward (its tick at least 0)."""
         receiver, tick, sender = reward.receiver, reward.tick, reward.sender
         steady = self._steady.get(receiver)
-        if steady is None and tick >= 0:
+        if steady is None:
             steady = self._steady[receiver] = (sender, array("d"), array("d"))
-        if steady is not None and steady[0] == sender and tick >= 0:
+        if steady[0] == sender:
             _, values, confidences = steady
             if tick >= len(values):
                 missing = tick + 1 - len(values)
@@ -122,7 +123,7 @@ class Returns:
                     weighted[: len(v)] += np.where(counts, c * np.nan_to_num(v), 0.0)
                     weight[: len(c)] += np.where(counts, c, 0.0)
             for (receiver, tick, sender), (value, confidence) in self._given.items():
-                if 0 <= tick < ticks and confidence > 0 and reaches(receiver, sender, name, actor_class):
+                if tick < ticks and reaches(receiver, sender, name, actor_class):  # c = 0 adds nothing
                     weighted[tick] += confidence * value
                     weight[tick] += confidence
             given = weight > 0
