@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import itertools
 import json
 import os
 import signal
@@ -21,7 +22,8 @@ from trialog.bus.kafka import KafkaBus
 from trialog.controller import Controller
 from trialog.datalog.replay import read_trials
 from trialog.learn.memory import transitions
-from trialog.learn.train import Preset, Schedule, derived_spec, run_phases
+from trialog.learn.through_log import run_phases
+from trialog.learn.train import Preset, Schedule, derived_spec
 from trialog.spec import load_spec
 from trialog.tools.campaign import local_services, start_service, wait_ready
 
@@ -191,7 +193,15 @@ async def test_an_evaluation_beside_training_plays_the_version_it_evaluates_in_e
         if any(t.created_ms < e.updated_ms and e.created_ms < t.updated_ms for e in evaluations)
     ]  # fmt: skip
     assert beside, "no training trial ran while an evaluation ran"
-    assert result.env_steps >= 1200
+    # And no stretch waited for its slowest trial: when the ended trials' steps reached an evaluation's
+    # (the order the index has them end in), training trials were in flight, counted in the next stretch.
+    trained = sorted((t for t in index.values() if t.phase in ("heatup", "train")), key=lambda t: t.updated_ms)
+    ends_at = dict(zip(itertools.accumulate(t.ticks for t in trained), (t.updated_ms for t in trained)))
+    for e in result.evaluations[:-1]:
+        stretch_end = ends_at[e.env_steps]
+        in_flight = [t for t in trained if t.created_ms < stretch_end < t.updated_ms]
+        assert in_flight, (f"every training trial had ended when the steps reached {e.env_steps}", stretch_end, [(t.created_ms, t.updated_ms, t.ticks) for t in trained if abs(t.updated_ms - stretch_end) < 300])
+    assert result.env_steps >= 1200 and result.env_steps == sum(t.ticks for t in trained)
 
 
 def test_trialog_train_runs_a_preset_and_its_exit_code_is_the_validation_rule(kafka_settings, tmp_path):

@@ -69,6 +69,41 @@ def test_dqn_in_process_runs_the_schedule_trains_the_policy_and_writes_its_summa
     assert summary["valid"] is (max(e.mean_return for e in result.evaluations) >= 5)
 
 
+@pytest.mark.parametrize("beside", [False, True])
+def test_training_trials_go_on_through_an_evaluation_only_when_it_runs_beside_training(beside, tmp_path):
+    """As through the log (run_phases): evaluated beside training, the training trials in flight at a
+    stretch's end go on after its evaluation, counted in the next stretch; otherwise every one ends first."""
+    run = InProcess(tiny_dqn(evaluate_beside_training=beside, total_steps=1_600, concurrency=3), tmp_path)
+    events: list[tuple[str, str]] = []  # ("start" | "end", trial ID) in the order they happen
+    start, tick = run._start, run._tick
+
+    def started(phase):
+        trial = start(phase)
+        events.append(("start", trial.info.trial_id))
+        return trial
+
+    def ticked(live):
+        ended = tick(live)
+        events.extend(("end", trial.info.trial_id) for trial, _, _ in ended)
+        return ended
+
+    run._start, run._tick = started, ticked
+    result = run.run()
+
+    evaluations = [i for i, (what, tid) in enumerate(events) if what == "start" and "-evaluate-" in tid]
+    first_of_each = [i for i in evaluations if i - 1 not in evaluations]  # each evaluation starts its trials at once
+    assert len(first_of_each) == len(result.evaluations) >= 3
+    ends = {tid: i for i, (what, tid) in enumerate(events) if what == "end"}
+    carried = [
+        tid for i, (what, tid) in enumerate(events)
+        if what == "start" and "-train-" in tid and any(i < e < ends[tid] for e in first_of_each)
+    ]  # fmt: skip
+    assert bool(carried) is beside, carried
+    # Every trial started ends (the last stretch's trials before the last evaluation), and counts once.
+    assert set(ends) == {tid for what, tid in events if what == "start"}
+    assert result.env_steps >= 1_600 and result.episodes == sum("-evaluate-" not in t for t in ends)
+
+
 def test_ppo_in_process_collects_by_version_and_trains_on_every_transition(tmp_path):
     def ppo(concurrency: int) -> Preset:
         return Preset(

@@ -323,7 +323,7 @@ async def run_stages_through_log(
     from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
-    from trialog.learn.train import run_phases
+    from trialog.learn.through_log import run_phases
     from trialog.protocol.topics import TRIALS
     from trialog.tools.person import until_ended
 

@@ -11,7 +11,7 @@ services run: the implementation's :class:`~trialog.actor.Policy` decides
 and handed to ``Policy.load``, as an actor service does). The way to debug a preset
 before paying for the log, and the baseline every learning figure is measured against.
 
-What is the same as through the log (:func:`trialog.learn.train.run_phases` with the
+What is the same as through the log (:func:`trialog.learn.through_log.run_phases` with the
 services and the learner service):
 
 - the trials: the spec's default trial, the preset's implementation playing its actors,
@@ -73,6 +73,7 @@ from trialog.protocol.codec import Schema, SchemaStore
 from trialog.protocol.events import LEARN_PHASES
 from trialog.protocol.rewards import aggregate, reward_bounds_problem
 from trialog.protocol.trial import reaches
+from trialog.runtime.pinned import pins_allowed
 from trialog.spec import load_entry, load_spec
 from trialog.tools.judge import JUDGE_CONFIDENCE, JUDGE_NAME
 
@@ -190,7 +191,7 @@ class InProcess:
         self.result = TrainResult(mode="in-process", on_policy=self.on_policy)
         self.result.algorithm = getattr(self.learner, "algorithm", "")
 
-    # --- the phases (as trialog.learn.train.run_phases) ---------------------------------------------
+    # --- the phases (as trialog.learn.through_log.run_phases) ---------------------------------------------
     def run(self) -> TrainResult:
         self.curves, self.learner_curves = Curves(self.tensorboard), Curves(learner_dir(self.tensorboard))
         try:
@@ -207,9 +208,14 @@ class InProcess:
         if getattr(self.learner, "publish_initial", False) and self.version == 0:  # once (a curriculum: stages)
             self._publish(0.0)  # on-policy: actors act with version 1 before anything is learned
 
-        def run_until(phase: str, target_steps: int) -> None:
-            live: list[_Live] = []
-            while result.env_steps < target_steps or live:
+        live: list[_Live] = []
+        # Evaluated beside training through the log, the training trials in flight at a stretch's end go on
+        # into the next one (run_phases): here they wait for the evaluation and go on after it.
+        carry = s.evaluate_beside_training and pins_allowed(self.spec, self.played)
+
+        def run_until(phase: str, target_steps: int, carried: bool = False) -> None:
+            budget = start + s.total_steps
+            while result.env_steps < target_steps or (live and not (carried and result.env_steps < budget)):
                 while result.env_steps < target_steps and len(live) < s.concurrency:
                     live.append(self._start(phase))
                 for trial, ticks, ret in self._tick(live):
@@ -225,19 +231,20 @@ class InProcess:
         next_eval = start + s.steps_between_evaluations
         # Every run ends with an evaluation, even one whose heatup (its trials in flight finishing) ate the budget.
         while result.env_steps < start + s.total_steps or not result.evaluations:
-            run_until("train", min(next_eval, start + s.total_steps))
+            run_until("train", min(next_eval, start + s.total_steps), carried=carry)
             next_eval = result.env_steps + s.steps_between_evaluations
-            live = [self._start("evaluate") for _ in range(s.evaluation_trials)]
+            evaluating = [self._start("evaluate") for _ in range(s.evaluation_trials)]
             rets = []
-            while live:
-                for trial, _ticks, ret in self._tick(live):
-                    live.remove(trial)
+            while evaluating:
+                for trial, _ticks, ret in self._tick(evaluating):
+                    evaluating.remove(trial)
                     rets.append(ret)
             e = Evaluation(result.env_steps, result.episodes, sum(rets) / len(rets), rets, self.version)
             result.evaluations.append(e)
             progress.evaluated(e, start + s.total_steps)
             self.curves.evaluated(e)
             if self.preset.stop_when_valid and result.meets(self.preset.validation):
+                run_until("train", 0)  # the trials in flight finish, as through the log
                 break
         progress.done()
         result.seconds = time.monotonic() - started

@@ -35,13 +35,11 @@ checks and the result; :mod:`trialog.learn.report` writes its table, plot and su
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import functools
 import importlib.util
 import inspect
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,9 +48,8 @@ from typing import Any
 import yaml
 
 from trialog.errors import SpecError, TrialogError
-from trialog.learn import trained_on_every_step
 from trialog.learn.curves import Curves, learner_dir
-from trialog.learn.report import Progress, write_summary
+from trialog.learn.report import write_summary
 from trialog.runtime.process import run_async
 from trialog.settings import Settings
 
@@ -129,6 +126,8 @@ class Preset:
         return {"implementations": dict(played)}
 
     async def run(self, settings: Settings, spec, **kwargs) -> TrainResult:
+        from trialog.learn.through_log import run_phases
+
         return await run_phases(settings, self, spec, **kwargs)
 
     def run_in_process(self, run) -> TrainResult:
@@ -333,178 +332,6 @@ def learner_for(preset: Preset, spec) -> Any:
             file=spec.file,
         )
     return learner
-
-
-SERVED_TIMEOUT_S = 10.0  # an evaluation waits this long at most for the actor services to load its version
-
-
-async def run_phases(
-    settings: Settings,
-    preset: Preset,
-    spec,
-    *,
-    quiet: bool = False,
-    version_timeout: float = 120,
-    curves: Curves | None = None,
-    result: TrainResult | None = None,
-    served: Callable[[], int] | None = None,
-    settled: Callable[[], int] | None = None,
-    learned_before: int = 0,
-) -> TrainResult:
-    """Heatup, then train ↔ evaluate until the budget, against services already running
-    (``spec``: the loaded spec the orchestrator serves); the run's TensorBoard ``curves`` as it goes;
-    a curriculum's stage goes on from the counters of the ``result`` before it. ``served`` says which
-    version the actor services act with (local services: their ``trialog_model_version`` gauge), so
-    an evaluation starts as soon as they act with the version it evaluates; ``settled`` the env steps the
-    learner has taken in with no round owed (its ``trialog_learner_settled_steps`` gauge);
-    ``learned_before``: the env steps the model resumed from had seen (its learner counts on from them)."""
-    from trialog import model_registry
-    from trialog.bus import connect
-    from trialog.controller import Controller
-    from trialog.protocol.topics import TRIALS
-    from trialog.runtime.pinned import pinned_actors, pins_allowed
-    from trialog.tools.person import until_ended
-
-    s, result, progress = preset.schedule, result or TrainResult(), Progress(quiet)
-    start = result.env_steps
-    played = played_actors(preset, spec)
-    learning = next(iter(played))  # the actor whose return the run follows: the first the preset plays
-    recent: list[float] = []
-    next_seed = preset.seed
-    started = time.monotonic()
-
-    # The trials' ends and returns from the `trials` index: following `events` would fetch and look at every
-    # record of every trial, several per env step (it was an eighth of a run's CPU, the services' beside it).
-    async with Controller(connect(settings), name=f"train.{preset.name}", follow=TRIALS) as ctl:
-
-        async def latest_version() -> tuple[int, bool]:
-            """The newest version, and whether it has trained on every step so far (a learner
-            trains in rounds: ``next_round_at`` says when the next one is owed; or the learner says so)."""
-            taken_in = await asyncio.to_thread(settled) if settled is not None else -1  # before the version
-            v = (await model_registry.latest_versions(ctl.bus)).get(preset.model)
-            if v is None:
-                return 0, False
-            result.discarded = v.meta.get("discarded", result.discarded)
-            result.algorithm = v.algorithm
-            return v.version, trained_on_every_step(v.meta, taken_in, result.env_steps + learned_before)
-
-        async def until_served(version: int) -> None:
-            """Until the actor services act with ``version`` (they load it from `models`)."""
-            if served is None:  # services elsewhere, no gauge to read: time for them to load it
-                await asyncio.sleep(1.0)
-                return
-            deadline = time.monotonic() + SERVED_TIMEOUT_S
-            while await asyncio.to_thread(served) < version:
-                if time.monotonic() > deadline:
-                    if not quiet:
-                        print(f"{preset.name}: actor services not on v{version}; evaluating anyway", file=sys.stderr)
-                    return
-                await asyncio.sleep(0.02)
-
-        async def one(phase: str, pin: int | None = None) -> tuple[int, float]:
-            nonlocal next_seed
-            seed, next_seed = next_seed, next_seed + 1
-            setup = preset.trial_setup(played, seed)
-            if pin is not None:  # the learning actors act with that version, whatever is newer
-                implementations = setup.get("implementations", {})
-                setup["actors"] = pinned_actors(spec, implementations, preset.implementation, f"{preset.model}@{pin}")
-            tid = await ctl.start_trial(spec.name, seed=seed, **setup, experiment=preset.name, phase=phase)
-            ending = asyncio.create_task(until_ended(ctl, spec, preset, tid, setup, seed=seed, quiet=quiet))
-            try:
-                await ctl.wait_started(tid)
-            except BaseException:  # rejected: its error is the start's, once
-                ending.cancel()
-                raise
-            ended = await ending
-            return ended.tick, ended.returns.get(learning, 0.0)
-
-        async def run_until(phase: str, target_steps: int) -> None:
-            """Trials of ``phase``, ``concurrency`` at a time, until the steps reach the target."""
-            running: set[asyncio.Task] = set()
-            while (result.env_steps < target_steps and not stop) or running:
-                while result.env_steps < target_steps and not stop and len(running) < s.concurrency:
-                    running.add(asyncio.create_task(one(phase)))
-                done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    ticks, ret = task.result()
-                    result.env_steps += ticks
-                    result.episodes += 1
-                    recent.append(ret)
-                    if curves is not None:
-                        curves.trial_ended(result.env_steps, ret, version)
-                # in-flight trials still finish; no new ones once the target is reached
-                progress.show(
-                    phase,
-                    result.env_steps,
-                    start + s.total_steps,
-                    recent,
-                    result.evaluations[-1] if result.evaluations else None,
-                    version,
-                )
-
-        async def evaluate(version: int, steps: int, episodes: int) -> None:
-            nonlocal stop
-            await until_served(version)
-            pin = version if pinning and version else None
-            rets = [r for _, r in await asyncio.gather(*(one("evaluate", pin) for _ in range(s.evaluation_trials)))]
-            e = Evaluation(steps, episodes, sum(rets) / len(rets), rets, version)
-            result.evaluations.append(e)
-            progress.evaluated(e, start + s.total_steps)
-            if curves is not None:
-                curves.evaluated(e)
-            stop = preset.stop_when_valid and result.meets(preset.validation)
-
-        version, stop, evaluating = 0, False, None
-        # Asked for, and where a trial may pin the version its learning actors act with, an evaluation
-        # runs beside the next stretch of training (its trials pinned to the version it evaluates).
-        pinning = s.evaluate_beside_training and pins_allowed(spec, played)
-        await run_until("heatup", start + s.heatup_steps)
-        next_eval = start + s.steps_between_evaluations
-        try:
-            # Every run ends with an evaluation, even one whose heatup (its trials in flight finishing) ate the budget.
-            while not stop:
-                await run_until("train", min(next_eval, start + s.total_steps))
-                if stop:
-                    break  # an evaluation met the rule meanwhile
-                next_eval = result.env_steps + s.steps_between_evaluations
-                # Evaluate the version that has seen every step so far (the learner may lag a little).
-                deadline = time.monotonic() + version_timeout
-                # (or, for learners that do not say, until no newer version has come for a while).
-                version, current = await latest_version()
-                quiet_since = read_at = time.monotonic()
-                while (
-                    not current
-                    and time.monotonic() < deadline
-                    and (version == 0 or time.monotonic() - quiet_since < 10)
-                ):
-                    await asyncio.sleep(0.1)  # the learner's gauge answers in a millisecond, the catalog in 0.1 s
-                    if time.monotonic() - read_at < 0.5 and settled and await asyncio.to_thread(settled) < 0:
-                        continue  # a round still owed, the learner says
-                    read_at = time.monotonic()
-                    newer, current = await latest_version()
-                    if newer != version:
-                        version, quiet_since = newer, time.monotonic()
-                if evaluating is not None:
-                    await evaluating  # one evaluation at a time, in order
-                if stop:
-                    break
-                last = result.env_steps >= start + s.total_steps
-                evaluating = asyncio.create_task(evaluate(version, result.env_steps, result.episodes))
-                if last or not pinning:  # nothing to train beside it, or no pin to evaluate with
-                    await evaluating
-                    evaluating = None
-                if last:
-                    break
-            if evaluating is not None:
-                await evaluating
-        finally:
-            if evaluating is not None and not evaluating.done():
-                evaluating.cancel()
-        result.model_version, _ = await latest_version()  # and the learner's discarded count
-    progress.done()
-    result.seconds = time.monotonic() - started
-    result.valid = result.meets(preset.validation) if preset.validation else None
-    return result
 
 
 async def earlier_run(settings: Settings, preset: Preset, *, resume: bool) -> tuple[int, int]:
