@@ -8,7 +8,9 @@ transitions of the version it published last and, corrected, those of the one be
 that arrive late; it discards, and counts, any other.
 16 trials at once: through the log each request then carries more ticks (a run took 216 s
 where 8 at once took 297 s), and both modes still reach 500; at 32 neither stayed above 475
-(docs/learning.md has the runs).
+(docs/learning.md has the runs). Evaluations run beside training, each trial of one pinned to
+the version it evaluates: through the log the training trials then go on through them, where
+otherwise every stretch waited for its slowest trial and the evaluation ran alone.
 """
 
 from trialog.learn.train import Preset, Schedule, Validation
@@ -30,7 +32,12 @@ preset = Preset(
         "seed": 1,
     },
     schedule=Schedule(
-        heatup_steps=0, steps_between_evaluations=10_000, evaluation_trials=10, total_steps=100_000, concurrency=16
+        heatup_steps=0,
+        steps_between_evaluations=10_000,
+        evaluation_trials=10,
+        total_steps=100_000,
+        concurrency=16,
+        evaluate_beside_training=True,
     ),
     validation=Validation(min_reward_threshold=475),
 )
