@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from trialog.bus.base import Bus, Consumer, Record
+from trialog.bus.base import LIFECYCLE_WAIT_MS, Bus, Consumer, Record
 from trialog.errors import TrialError, TrialTimeout
 from trialog.protocol.events import (
     HEADER_KIND,
@@ -113,7 +113,9 @@ class Controller:
     async def __aenter__(self) -> Controller:
         await self.bus.start()
         if self.watching:
-            self._consumer = self.bus.consumer([self.follows], from_start=False, batched=True)
+            self._consumer = self.bus.consumer(
+                [self.follows], from_start=False, batched=True, batch_wait_ms=LIFECYCLE_WAIT_MS
+            )
             await self._consumer.start()
             self._task = asyncio.create_task(self._watch_loop())
         return self

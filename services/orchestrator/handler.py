@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from trialog.bus.base import Record
+from trialog.bus.base import LIFECYCLE_WAIT_MS, Record
 from trialog.datalog.replay import recall_end, recall_start
 from trialog.errors import BadRecord, CodecError, TopicMissingError, TrialError
 from trialog.protocol.cannot_play import cannot_play_reason
@@ -99,7 +99,8 @@ class _Live:
 class OrchestratorHandler(Handler):
     topics = (CONTROL, EVENTS)
     owner_role = ORCHESTRATOR
-    batched = True  # not on the tick path: lifecycle answers may wait a fetch batch
+    batched = True  # not on the tick path: lifecycle answers may wait a fetch batch, a short one
+    batch_wait_ms = LIFECYCLE_WAIT_MS
     service_name = "orchestrator"
     # Observations and actions of running trials are the environment's and the actor
     # services' to judge (trialog.protocol.owners): of those the orchestrator needs only their

@@ -184,7 +184,7 @@ async def test_an_evaluation_beside_training_plays_the_version_it_evaluates_in_e
         if f.started.phase == "evaluate":
             (version,) = {s.policy_version for s in f.samples() if s.action is not None}  # one version per trial
             by_version[version] = by_version.get(version, 0) + 1
-    assert by_version == dict.fromkeys(evaluated, 3), (by_version, evaluated)
+    assert by_version == {v: 3 * evaluated.count(v) for v in evaluated}, (by_version, evaluated)
     # Training went on beside the evaluations but the last: a train trial ran while one ran (evaluating
     # between stretches, every train trial of a stretch ends before its evaluation's trials start).
     evaluations = [r for r in index.values() if r.phase == "evaluate"]
@@ -193,14 +193,14 @@ async def test_an_evaluation_beside_training_plays_the_version_it_evaluates_in_e
         if any(t.created_ms < e.updated_ms and e.created_ms < t.updated_ms for e in evaluations)
     ]  # fmt: skip
     assert beside, "no training trial ran while an evaluation ran"
-    # And no stretch waited for its slowest trial: when the ended trials' steps reached an evaluation's
-    # (the order the index has them end in), training trials were in flight, counted in the next stretch.
+    # And no stretch waited for its slowest trial: when the ended trials' steps reached an evaluation's,
+    # training trials were in flight, to count in the next stretch. (Were every stretch's trials ended
+    # before its evaluation, no trial could start before a stretch's end and end after it.)
     trained = sorted((t for t in index.values() if t.phase in ("heatup", "train")), key=lambda t: t.updated_ms)
-    ends_at = dict(zip(itertools.accumulate(t.ticks for t in trained), (t.updated_ms for t in trained)))
-    for e in result.evaluations[:-1]:
-        stretch_end = ends_at[e.env_steps]
-        in_flight = [t for t in trained if t.created_ms < stretch_end < t.updated_ms]
-        assert in_flight, (f"every training trial had ended when the steps reached {e.env_steps}", stretch_end, [(t.created_ms, t.updated_ms, t.ticks) for t in trained if abs(t.updated_ms - stretch_end) < 300])
+    ends = list(zip(itertools.accumulate(t.ticks for t in trained), (t.updated_ms for t in trained)))
+    stretch_ends = [next(ms for steps, ms in ends if steps >= e.env_steps) for e in result.evaluations[:-1]]
+    in_flight = [t for end in stretch_ends for t in trained if t.created_ms < end < t.updated_ms]
+    assert in_flight, "every stretch's training trials had ended when its evaluation's steps were reached"
     assert result.env_steps >= 1200 and result.env_steps == sum(t.ticks for t in trained)
 
 

@@ -33,7 +33,7 @@ from aiokafka.errors import (
     TopicAlreadyExistsError,
 )
 
-from trialog.bus.base import RECORD_OVERHEAD, Bus, Delivered
+from trialog.bus.base import BATCH_WAIT_MS, RECORD_OVERHEAD, Bus, Delivered
 from trialog.bus.kafka_consumer import ASK_AGAIN_S, KafkaConsumer, partitions_of
 from trialog.bus.kafka_tasks import _ended_with, _stopped, _watch_metadata
 from trialog.errors import RecordsTooLarge, TransportError
@@ -184,9 +184,20 @@ class KafkaBus(Bus):
         return self.refuse(refused, delivered, items)
 
     def consumer(
-        self, roles, *, group=None, on_assigned=None, on_revoked=None, partitions=None, from_start=True, batched=False
+        self,
+        roles,
+        *,
+        group=None,
+        on_assigned=None,
+        on_revoked=None,
+        partitions=None,
+        from_start=True,
+        batched=False,
+        batch_wait_ms=BATCH_WAIT_MS,
     ):
-        return KafkaConsumer(self, roles, group, on_assigned, on_revoked, partitions, from_start, batched)
+        return KafkaConsumer(
+            self, roles, group, on_assigned, on_revoked, partitions, from_start, batched, batch_wait_ms
+        )
 
     # --- admin -----------------------------------------------------------------------------------
     async def _admin(self) -> AIOKafkaAdminClient:

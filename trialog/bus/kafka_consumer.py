@@ -113,6 +113,7 @@ class KafkaConsumer(Consumer):
         partitions: Iterable[int] | None,
         from_start: bool,
         batched: bool = False,
+        batch_wait_ms: int = BATCH_WAIT_MS,
     ):
         self.bus = bus
         self.roles = list(roles)
@@ -122,6 +123,7 @@ class KafkaConsumer(Consumer):
         self.partitions = None if partitions is None else list(partitions)
         self.from_start = from_start
         self.batched = batched
+        self.batch_wait_ms = batch_wait_ms
         self._topic_roles = {bus.settings.topic(r): r for r in self.roles}
         self._consumer: AIOKafkaConsumer | None = None
         self._next: dict[TopicPartition, int] = {}  # the next offset to hand out (ours: see poll)
@@ -145,7 +147,7 @@ class KafkaConsumer(Consumer):
             partition_assignment_strategy=(RangePartitionAssignor,),
             # Batched readers let the broker gather records: each fetch response costs
             # aiokafka ~0.5 ms of CPU, which a reader off the tick path need not pay per tick.
-            fetch_max_wait_ms=BATCH_WAIT_MS if self.batched else FETCH_MAX_WAIT_MS,
+            fetch_max_wait_ms=self.batch_wait_ms if self.batched else FETCH_MAX_WAIT_MS,
             fetch_min_bytes=BATCH_MIN_BYTES if self.batched else 1,
             session_timeout_ms=10_000,
             heartbeat_interval_ms=1_000,

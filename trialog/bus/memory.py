@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from trialog.bus.base import (
+    BATCH_WAIT_MS,
     AssignmentCallback,
     Bus,
     Consumer,
@@ -66,7 +67,16 @@ class MemoryBus(Bus):
         self.changed = asyncio.Event()
 
     def consumer(
-        self, roles, *, group=None, on_assigned=None, on_revoked=None, partitions=None, from_start=True, batched=False
+        self,
+        roles,
+        *,
+        group=None,
+        on_assigned=None,
+        on_revoked=None,
+        partitions=None,
+        from_start=True,
+        batched=False,
+        batch_wait_ms=BATCH_WAIT_MS,
     ):
         return MemoryConsumer(self, roles, group, on_assigned, on_revoked, partitions, from_start)
 

@@ -171,8 +171,13 @@ async def run_phases(
             # Every run ends with an evaluation, even one whose heatup (its trials in flight finishing) ate the budget.
             while not stop:
                 last = await stretch(next_eval)
+                if evaluating is not None:
+                    await evaluating  # one evaluation at a time, in order; the next one's version chosen after it
+                    evaluating = None
+                    if not last and result.env_steps >= start + s.total_steps:
+                        last = await stretch(next_eval)  # the budget's trials ended meanwhile: this one is the last
                 if stop:
-                    break  # an evaluation met the rule meanwhile
+                    break  # an evaluation met the rule
                 steps, episodes = result.env_steps, result.episodes
                 next_eval = steps + s.steps_between_evaluations
                 # Evaluate the version that has seen every step so far (the learner may lag a little).
@@ -192,18 +197,15 @@ async def run_phases(
                     newer, current = await latest_version(steps)
                     if newer != version:
                         version, quiet_since = newer, time.monotonic()
-                if evaluating is not None:
-                    await evaluating  # one evaluation at a time, in order
-                if stop:
-                    break
                 evaluating = asyncio.create_task(evaluate(version, steps, episodes))
                 if last or not pinning:  # nothing to train beside it, or no pin to evaluate with
                     await evaluating
                     evaluating = None
                 if last:
                     break
-            if evaluating is not None:
-                await evaluating
+            for task in (evaluating, training):  # stopped at a valid evaluation: the trials in flight finish
+                if task is not None:
+                    await task
         finally:
             for task in (evaluating, training):
                 if task is not None and not task.done():

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterable
 from typing import TYPE_CHECKING, Protocol
 
-from trialog.bus.base import Record
+from trialog.bus.base import BATCH_WAIT_MS, Record
 from trialog.protocol.events import Event
 from trialog.protocol.owners import owner_of
 from trialog.protocol.topics import EVENTS
@@ -52,6 +52,7 @@ class Handler:
     # with runs_here, what the default must_judge decides by.
     owner_role: str = ""
     batched: bool = False  # off the tick path: fetch in batches (see Bus.consumer)
+    batch_wait_ms: int = BATCH_WAIT_MS  # how long a batched fetch may wait (LIFECYCLE_WAIT_MS: a trial waits on it)
     service_name: str = "service"
 
     loop: ServiceLoop

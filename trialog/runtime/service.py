@@ -168,6 +168,7 @@ class ServiceLoop:
             on_assigned=self._on_assigned,
             on_revoked=self._on_revoked,
             batched=self.handler.batched,
+            batch_wait_ms=self.handler.batch_wait_ms,
         )
         await self.consumer.start()
         if self.group is None:  # a plain reader owns everything from the start
