@@ -17,8 +17,10 @@ services and the learner service):
 - the trials: the spec's default trial, the preset's implementation playing its actors,
   trial *i* seeded ``preset.seed + i`` in the order trials start, labelled with the
   experiment and the phase; ``concurrency`` trials in flight during heatup and train
-  (a new one starts as soon as one ends, none once the phase's steps are reached), all
-  ``evaluation_trials`` at once in an evaluation; the trials in flight step together, in
+  (a new one starts as soon as one ends, none once the phase's steps are reached; evaluated
+  beside training, the training trials in flight at a stretch's end go on after its
+  evaluation and count in the next stretch), all ``evaluation_trials`` at once in an
+  evaluation; the trials in flight step together, in
   one ``update_batch`` call when the implementation steps in batches
   (:meth:`~trialog.environment.Environment.update_batch`);
 - what crosses the log: every observation and action goes through its actor class's

@@ -61,7 +61,8 @@ class Schedule:
     evaluation_trials: int = 10
     total_steps: int = 50_000
     concurrency: int = 8  # trials at once in heatup and train (evaluation runs all its trials at once)
-    evaluate_beside_training: bool = False  # through the log: an evaluation's trials pin its version (run_phases)
+    # Through the log an evaluation's trials pin its version and training goes on beside them (run_phases).
+    evaluate_beside_training: bool = False
 
     def __post_init__(self) -> None:
         # Zero trials at once, or a budget that never ends a phase, would run forever doing nothing.
