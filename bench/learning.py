@@ -51,7 +51,8 @@ sys.path.insert(0, str(ROOT))  # runnable as `python bench/learning.py` from any
 
 from trialog.learn.in_process import train_in_process  # noqa: E402
 from trialog.learn.report import plot, table  # noqa: E402
-from trialog.learn.train import load_preset, train  # noqa: E402
+from trialog.learn.through_log import train  # noqa: E402
+from trialog.learn.train import load_preset  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
 from trialog.spec import load_spec  # noqa: E402
 from trialog.tools.campaign import campaign, create_topics, local_services  # noqa: E402

@@ -74,7 +74,7 @@ def add(sub) -> None:
 
             result = train_in_process(preset, out, tensorboard=tensorboard)
         else:
-            from trialog.learn.train import train
+            from trialog.learn.through_log import train
             from trialog.settings import from_args
 
             result = train(from_args(args), preset, out, tensorboard=tensorboard, resume=args.resume)

@@ -161,8 +161,8 @@ class Curriculum(Preset):
             stop_when_valid=rule is not None,
         )
 
-    async def run(self, settings, spec, **kwargs) -> TrainResult:
-        return await run_stages_through_log(settings, self, spec, **kwargs)
+    async def run(self, phases, settings, spec, **kwargs) -> TrainResult:
+        return await run_stages_through_log(phases, settings, self, spec, **kwargs)
 
     def run_in_process(self, run) -> TrainResult:
         return run_stages_in_process(run)
@@ -308,6 +308,7 @@ def _baseline_record(preset: Curriculum, seeds: list[int], returns: list[float],
 
 
 async def run_stages_through_log(
+    run_phases,
     settings,
     preset: Curriculum,
     spec,
@@ -318,12 +319,11 @@ async def run_stages_through_log(
     settled=None,
     learned_before: int = 0,
 ) -> CurriculumResult:
-    """The stages in turn against the services :func:`trialog.learn.train.train` started, after
-    publishing the partners' models; then the baseline."""
+    """The stages in turn against the services :func:`trialog.learn.through_log.train` started, after
+    publishing the partners' models, each stage's phases run by ``run_phases``; then the baseline."""
     from trialog import model_registry
     from trialog.bus import connect
     from trialog.controller import Controller
-    from trialog.learn.through_log import run_phases
     from trialog.protocol.topics import TRIALS
     from trialog.tools.person import until_ended
 

@@ -1,22 +1,39 @@
-"""The phases through the log: heatup, then train ↔ evaluate, as trials the services play.
+"""``trialog train PRESET`` through the log: the services, a learner, and the phases as trials they play.
 
-:func:`run_phases` starts the trials of a preset (:mod:`trialog.learn.train`) against services already
-running — ``concurrency`` at a time, each labelled with the experiment and its phase — follows their
-ends and returns in the ``trials`` index, and evaluates the version that has trained on every step
-so far. :mod:`trialog.learn.in_process` is the same schedule in one process, no broker.
+:func:`train` creates the topics, starts the spec's services and a learner as local processes, and
+runs the preset (:mod:`trialog.learn.train`); :func:`run_phases` is its heatup, then train ↔ evaluate,
+against services already running — ``concurrency`` trials at a time, each labelled with the experiment
+and its phase — following their ends and returns in the ``trials`` index and evaluating the version
+that has trained on every step so far. :mod:`trialog.learn.in_process` is the same schedule in one
+process, no broker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from trialog.errors import TrialogError
 from trialog.learn import trained_on_every_step
-from trialog.learn.curves import Curves
-from trialog.learn.report import Progress
-from trialog.learn.train import Evaluation, Preset, TrainResult, played_actors
+from trialog.learn.curves import Curves, learner_dir
+from trialog.learn.report import Progress, write_summary
+from trialog.learn.train import (
+    Evaluation,
+    Preset,
+    TrainResult,
+    derived_spec,
+    hosted_implementations,
+    judging,
+    learner_for,
+    people_seated,
+    played_actors,
+)
+from trialog.runtime.process import run_async
 from trialog.settings import Settings
 
 SERVED_TIMEOUT_S = 10.0  # an evaluation waits this long at most for the actor services to load its version
@@ -214,4 +231,90 @@ async def run_phases(
     progress.done()
     result.seconds = time.monotonic() - started
     result.valid = result.meets(preset.validation) if preset.validation else None
+    return result
+
+
+async def earlier_run(settings: Settings, preset: Preset, *, resume: bool) -> tuple[int, int]:
+    """The version of the preset's model an earlier run left on these topics and its env steps, to train on
+    from (``resume``; refused without: the learner would restore it, the run report it as its own); (0, 0)."""
+    from trialog import model_registry
+    from trialog.bus import connect
+
+    async with connect(settings) as bus:
+        newest = (await model_registry.latest_versions(bus)).get(preset.model)
+    if newest is not None and not resume:
+        raise TrialogError(
+            f"model {preset.model!r} already has versions under topic prefix {settings.topic_prefix!r} "
+            f"(the newest v{newest.version}, {newest.meta.get('env_steps', 0):,} env steps), which this run's "
+            "learner would train on from. For a fresh run give another --topic-prefix (TRIALOG_TOPIC_PREFIX); "
+            f"to train on from v{newest.version}, --resume."
+        )
+    return (newest.version, newest.meta.get("env_steps", 0)) if newest is not None else (0, 0)
+
+
+def train(
+    settings: Settings,
+    preset: Preset,
+    out_dir: Path,
+    *,
+    quiet: bool = False,
+    tensorboard: Path | None = None,
+    resume: bool = False,
+) -> TrainResult:
+    """Create the topics (an earlier run's model on them: :func:`earlier_run`), run the services and
+    a learner locally, and the phases; write ``summary.json`` into ``out_dir`` and TensorBoard curves
+    into ``tensorboard`` (default ``out_dir/tensorboard``; the learner's in its ``learner`` folder)."""
+    from trialog.spec import load_spec
+    from trialog.tools.campaign import create_topics, free_port, local_services
+    from trialog.tools.judge import judge_processes
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spec_file = derived_spec(preset, out_dir)
+    spec = load_spec(spec_file)
+    # What the learner service will build, built here first: a preset it cannot train fails now,
+    # with the reason, rather than in a service's log while the trials wait.
+    on_policy = bool(getattr(learner_for(preset, spec), "on_policy", False))
+    settings = dataclasses.replace(settings, model_store=settings.model_store or str((out_dir / "models").resolve()))
+    run_async(create_topics(settings, max(preset.environment_processes, preset.actor_processes)))
+    resumed_from, learned_before = run_async(earlier_run(settings, preset, resume=resume))
+    (out_dir / "logs").mkdir(exist_ok=True)
+    tensorboard = tensorboard or out_dir / "tensorboard"
+    for line in (
+        f"training on from v{resumed_from} of {preset.model}, an earlier run's" if resumed_from else "",
+        f"starting services and a learner for {preset.implementation} (logs in {out_dir / 'logs'})…",
+        f"TensorBoard curves in {tensorboard}",
+    ):
+        if line and not quiet:
+            print(f"{preset.name}: {line}", file=sys.stderr)
+    judging(preset)  # a preset whose learner would learn from nothing fails now
+    learner = ["--implementation", preset.implementation, "--experiment", preset.name]
+    learner += [arg for sender in preset.learn_from for arg in ("--learn-from", sender)]
+    people = people_seated(preset, spec)
+    gateway_port = free_port() if preset.judges or people else None
+    if people and settings.gateway_url == Settings().gateway_url:  # the join links: to the gateway started here
+        settings = dataclasses.replace(settings, gateway_url=f"http://127.0.0.1:{gateway_port}")
+    curves = Curves(tensorboard)
+    try:
+        with (
+            local_services(
+                settings,
+                str(spec_file),
+                environment_processes=preset.environment_processes,
+                actor_processes=preset.actor_processes,
+                log_dir=str(out_dir / "logs"),
+                learners=[[*learner, "--tensorboard", str(learner_dir(tensorboard).resolve())]],
+                gateway_port=gateway_port,
+                actor_implementations=hosted_implementations(preset, spec),
+            ) as services,
+            judge_processes(preset.judges, preset.name, f"http://127.0.0.1:{gateway_port}", out_dir / "logs"),
+        ):
+            served = functools.partial(services.served_version, preset.implementation)
+            settled = functools.partial(services.settled_steps, preset.implementation)
+            more = {"served": served, "settled": settled, "learned_before": learned_before}
+            result = run_async(preset.run(run_phases, settings, spec, quiet=quiet, curves=curves, **more))
+    finally:
+        curves.close()
+    result.on_policy = on_policy
+    result.resumed_from = resumed_from
+    write_summary(out_dir, preset, result)
     return result

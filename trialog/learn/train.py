@@ -28,18 +28,17 @@ It ends with a table and a plot (PNG, with its CSV and JSON beside it) of the ev
 and ``summary.json`` (:mod:`trialog.learn.report`); the exit code says whether the validation rule held (0) or
 not (1).
 
-``trialog train PRESET --in-process`` runs the same preset in one process over the environment directly, no
-broker (:mod:`trialog.learn.in_process`); what both modes share lives here: the preset, the schedule, the
-checks and the result; :mod:`trialog.learn.report` writes its table, plot and summary.
+Through the log the run is :mod:`trialog.learn.through_log`'s; ``trialog train PRESET --in-process`` runs the
+same preset in one process over the environment directly, no broker (:mod:`trialog.learn.in_process`). What
+both modes share lives here: the preset, the schedule, the checks and the result; :mod:`trialog.learn.report`
+writes its table, plot and summary.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib.util
 import inspect
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,9 +47,6 @@ from typing import Any
 import yaml
 
 from trialog.errors import SpecError, TrialogError
-from trialog.learn.curves import Curves, learner_dir
-from trialog.learn.report import write_summary
-from trialog.runtime.process import run_async
 from trialog.settings import Settings
 
 
@@ -126,10 +122,9 @@ class Preset:
     def trial_setup(self, played: Mapping[str, str], seed: int) -> dict[str, Any]:
         return {"implementations": dict(played)}
 
-    async def run(self, settings: Settings, spec, **kwargs) -> TrainResult:
-        from trialog.learn.through_log import run_phases
-
-        return await run_phases(settings, self, spec, **kwargs)
+    async def run(self, phases, settings: Settings, spec, **kwargs) -> TrainResult:
+        """Through the log: ``phases`` (:func:`trialog.learn.through_log.run_phases`) once."""
+        return await phases(settings, self, spec, **kwargs)
 
     def run_in_process(self, run) -> TrainResult:
         return run.run()
@@ -333,89 +328,3 @@ def learner_for(preset: Preset, spec) -> Any:
             file=spec.file,
         )
     return learner
-
-
-async def earlier_run(settings: Settings, preset: Preset, *, resume: bool) -> tuple[int, int]:
-    """The version of the preset's model an earlier run left on these topics and its env steps, to train on
-    from (``resume``; refused without: the learner would restore it, the run report it as its own); (0, 0)."""
-    from trialog import model_registry
-    from trialog.bus import connect
-
-    async with connect(settings) as bus:
-        newest = (await model_registry.latest_versions(bus)).get(preset.model)
-    if newest is not None and not resume:
-        raise TrialogError(
-            f"model {preset.model!r} already has versions under topic prefix {settings.topic_prefix!r} "
-            f"(the newest v{newest.version}, {newest.meta.get('env_steps', 0):,} env steps), which this run's "
-            "learner would train on from. For a fresh run give another --topic-prefix (TRIALOG_TOPIC_PREFIX); "
-            f"to train on from v{newest.version}, --resume."
-        )
-    return (newest.version, newest.meta.get("env_steps", 0)) if newest is not None else (0, 0)
-
-
-def train(
-    settings: Settings,
-    preset: Preset,
-    out_dir: Path,
-    *,
-    quiet: bool = False,
-    tensorboard: Path | None = None,
-    resume: bool = False,
-) -> TrainResult:
-    """Create the topics (an earlier run's model on them: :func:`earlier_run`), run the services and
-    a learner locally, and the phases; write ``summary.json`` into ``out_dir`` and TensorBoard curves
-    into ``tensorboard`` (default ``out_dir/tensorboard``; the learner's in its ``learner`` folder)."""
-    from trialog.spec import load_spec
-    from trialog.tools.campaign import create_topics, free_port, local_services
-    from trialog.tools.judge import judge_processes
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec_file = derived_spec(preset, out_dir)
-    spec = load_spec(spec_file)
-    # What the learner service will build, built here first: a preset it cannot train fails now,
-    # with the reason, rather than in a service's log while the trials wait.
-    on_policy = bool(getattr(learner_for(preset, spec), "on_policy", False))
-    settings = dataclasses.replace(settings, model_store=settings.model_store or str((out_dir / "models").resolve()))
-    run_async(create_topics(settings, max(preset.environment_processes, preset.actor_processes)))
-    resumed_from, learned_before = run_async(earlier_run(settings, preset, resume=resume))
-    (out_dir / "logs").mkdir(exist_ok=True)
-    tensorboard = tensorboard or out_dir / "tensorboard"
-    for line in (
-        f"training on from v{resumed_from} of {preset.model}, an earlier run's" if resumed_from else "",
-        f"starting services and a learner for {preset.implementation} (logs in {out_dir / 'logs'})…",
-        f"TensorBoard curves in {tensorboard}",
-    ):
-        if line and not quiet:
-            print(f"{preset.name}: {line}", file=sys.stderr)
-    judging(preset)  # a preset whose learner would learn from nothing fails now
-    learner = ["--implementation", preset.implementation, "--experiment", preset.name]
-    learner += [arg for sender in preset.learn_from for arg in ("--learn-from", sender)]
-    people = people_seated(preset, spec)
-    gateway_port = free_port() if preset.judges or people else None
-    if people and settings.gateway_url == Settings().gateway_url:  # the join links: to the gateway started here
-        settings = dataclasses.replace(settings, gateway_url=f"http://127.0.0.1:{gateway_port}")
-    curves = Curves(tensorboard)
-    try:
-        with (
-            local_services(
-                settings,
-                str(spec_file),
-                environment_processes=preset.environment_processes,
-                actor_processes=preset.actor_processes,
-                log_dir=str(out_dir / "logs"),
-                learners=[[*learner, "--tensorboard", str(learner_dir(tensorboard).resolve())]],
-                gateway_port=gateway_port,
-                actor_implementations=hosted_implementations(preset, spec),
-            ) as services,
-            judge_processes(preset.judges, preset.name, f"http://127.0.0.1:{gateway_port}", out_dir / "logs"),
-        ):
-            served = functools.partial(services.served_version, preset.implementation)
-            settled = functools.partial(services.settled_steps, preset.implementation)
-            more = {"served": served, "settled": settled, "learned_before": learned_before}
-            result = run_async(preset.run(settings, spec, quiet=quiet, curves=curves, **more))
-    finally:
-        curves.close()
-    result.on_policy = on_policy
-    result.resumed_from = resumed_from
-    write_summary(out_dir, preset, result)
-    return result
