@@ -15,7 +15,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from trialog.bus.base import (
-    BATCH_WAIT_MS,
     AssignmentCallback,
     Bus,
     Consumer,
@@ -67,17 +66,8 @@ class MemoryBus(Bus):
         self.changed = asyncio.Event()
 
     def consumer(
-        self,
-        roles,
-        *,
-        group=None,
-        on_assigned=None,
-        on_revoked=None,
-        partitions=None,
-        from_start=True,
-        batched=False,
-        batch_wait_ms=BATCH_WAIT_MS,
-    ):
+        self, roles, *, group=None, on_assigned=None, on_revoked=None, partitions=None, from_start=True, **_batching
+    ):  # no fetches to batch: ``batched`` and ``batch_wait_ms`` change nothing here
         return MemoryConsumer(self, roles, group, on_assigned, on_revoked, partitions, from_start)
 
     async def create_topics(self, local_instances: int | None = None) -> list[str]:

@@ -214,9 +214,9 @@ class InProcess:
         # Evaluated beside training through the log, the training trials in flight at a stretch's end go on
         # into the next one (run_phases): here they wait for the evaluation and go on after it.
         carry = s.evaluate_beside_training and pins_allowed(self.spec, self.played)
+        budget = start + s.total_steps
 
         def run_until(phase: str, target_steps: int, carried: bool = False) -> None:
-            budget = start + s.total_steps
             while result.env_steps < target_steps or (live and not (carried and result.env_steps < budget)):
                 while result.env_steps < target_steps and len(live) < s.concurrency:
                     live.append(self._start(phase))

@@ -186,15 +186,13 @@ async def run_phases(
         next_eval = start + s.steps_between_evaluations
         try:
             # Every run ends with an evaluation, even one whose heatup (its trials in flight finishing) ate the budget.
-            while not stop:
-                last = await stretch(next_eval)
+            while True:
                 if evaluating is not None:
                     await evaluating  # one evaluation at a time, in order; the next one's version chosen after it
                     evaluating = None
-                    if not last and result.env_steps >= start + s.total_steps:
-                        last = await stretch(next_eval)  # the budget's trials ended meanwhile: this one is the last
                 if stop:
                     break  # an evaluation met the rule
+                last = await stretch(next_eval)
                 steps, episodes = result.env_steps, result.episodes
                 next_eval = steps + s.steps_between_evaluations
                 # Evaluate the version that has seen every step so far (the learner may lag a little).
@@ -214,13 +212,11 @@ async def run_phases(
                     newer, current = await latest_version(steps)
                     if newer != version:
                         version, quiet_since = newer, time.monotonic()
+                # Beside the next stretch where it pins its version; else awaited before the next stretch starts.
                 evaluating = asyncio.create_task(evaluate(version, steps, episodes))
-                if last or not pinning:  # nothing to train beside it, or no pin to evaluate with
-                    await evaluating
-                    evaluating = None
                 if last:
                     break
-            for task in (evaluating, training):  # stopped at a valid evaluation: the trials in flight finish
+            for task in (evaluating, training):  # the last evaluation; stopped at a valid one, the trials in flight
                 if task is not None:
                     await task
         finally:
