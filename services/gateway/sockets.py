@@ -137,15 +137,17 @@ class Page:
         self.address = ws.client.host if ws.client else "?"
 
     async def send(self, message: dict[str, Any]) -> None:
-        """Send one message; a page that does not take it within the limit is dropped."""
+        """Send one message; a page that does not take it within the limit is dropped. The
+        limit is ``asyncio.timeout``, not ``wait_for``: a task per message queued every send
+        behind the callbacks ready by then (the tail's next Kafka fetch among them) — a
+        person's round trip took ~0.15 ms longer (docs/performance.md)."""
         if self.ws.application_state != WebSocketState.CONNECTED:
             raise WebSocketDisconnect(
                 1006
             )  # closed meanwhile (a frame over the limit, the page left): nothing to send to
         try:
-            await asyncio.wait_for(
-                self.ws.send_text(orjson.dumps(message).decode()), self.gw.door.limits.send_timeout_s
-            )
+            async with asyncio.timeout(self.gw.door.limits.send_timeout_s):
+                await self.ws.send_text(orjson.dumps(message).decode())
         except TimeoutError:
             raise Refused(f"this page did not read for {self.gw.door.limits.send_timeout_s:g} s", SLOW) from None
         except RuntimeError:  # the server closed the socket between the check and the send
@@ -178,9 +180,8 @@ class Page:
         with contextlib.suppress(Exception):
             if self.ws.application_state == WebSocketState.CONNECTING:
                 await self.ws.accept()
-            await asyncio.wait_for(
-                self.ws.send_text(orjson.dumps({"type": "refused", "reason": reason, "held": held}).decode()), 1.0
-            )
+            async with asyncio.timeout(1.0):
+                await self.ws.send_text(orjson.dumps({"type": "refused", "reason": reason, "held": held}).decode())
         with contextlib.suppress(Exception):
             await self.ws.close(code, _close_reason(reason))
 

@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 
 from trialog.actor import (
     ActorEvent,
+    Agent,
     DecideRequest,
     EndEvent,
     MessageEvent,
@@ -88,6 +89,9 @@ T = TypeVar("T")
 
 
 _NO_ACTION = object()  # a decide() that raised
+# Rewards of a trial kept unread (no actor here takes them as they come) before they are read
+# anyway: read, each is a few numbers in the actors' inboxes; unread, the whole record.
+UNREAD_REWARDS_KEPT = 4096
 
 
 @dataclass
@@ -105,6 +109,12 @@ class _Played:
     pin: Pin | None = None  # the model version its trial pins for it (another policy decides)
 
 
+def _hooks_rewards(agent: Any) -> bool:
+    """Whether a decide-style agent does something with a reward (overrides ``on_reward``)."""
+    hook = getattr(agent, "on_reward", None)
+    return hook is not None and getattr(hook, "__func__", None) is not Agent.on_reward
+
+
 @dataclass
 class _Trial:
     started: TrialStarted
@@ -116,6 +126,11 @@ class _Trial:
     actors: dict[str, _Played] = field(default_factory=dict)
     tick: int = 0  # the latest tick observed: rewards and messages for later ticks do not count
     said_cannot_play: bool = False  # an actor of it cannot play, and this service said so
+    # Whether an actor here takes rewards as they come (a session, or an agent's on_reward). If none
+    # does, its rewards are read only when a probe asks what the actors received: policies never
+    # see them, and checking and decoding each was a seventh of the actor service's CPU (PPO).
+    takes_rewards: bool = True
+    unread_rewards: list[tuple[Record, int]] = field(default_factory=list)  # with the tick observed then
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +194,11 @@ class ActorHandler(Handler):
         trial = self.trials.get(record.trial_id)
         if trial is None:
             return False
+        if kind == Reward.KIND and not trial.takes_rewards:
+            trial.unread_rewards.append((record, trial.tick))  # read if a probe asks (_read_rewards)
+            if len(trial.unread_rewards) >= UNREAD_REWARDS_KEPT:
+                self._read_rewards(trial)
+            return False
         return kind != Observation.KIND or record.header(HEADER_RECEIVER) in trial.actors
 
     def handle(self, record: Record, event: Event) -> None:
@@ -193,28 +213,12 @@ class ActorHandler(Handler):
             case Observation(actor=name) if name in trial.actors:
                 trial.tick = max(trial.tick, event.tick)
                 self._on_observation(trial, trial.actors[name], event)
-            case Reward() | Message() if (
-                reward_problem(event, trial.tick, trial.classes)
-                if isinstance(event, Reward)
-                else message_problem(event, trial.tick, trial.classes)
-            ):
-                pass  # not counted: its owner (the orchestrator) dead-letters it
             case Reward():
-                for played in trial.actors.values():
-                    if reaches(
-                        event.receiver, event.sender, played.info.name, played.info.actor_class
-                    ) and played.received.reward(event):
-                        self._deliver(
-                            played,
-                            RewardEvent(
-                                event.tick,
-                                event.value,
-                                event.confidence,
-                                event.sender,
-                                loads(event.user_data) if event.user_data else None,
-                            ),
-                        )
+                self._on_reward(trial, event, trial.tick)
+            case Message() if message_problem(event, trial.tick, trial.classes):
+                pass  # not counted: its owner (the orchestrator) dead-letters it
             case Message():
+                self._read_rewards(trial)  # a probe's answer lists them, in log order
                 payload = loads(event.payload)
                 for played in trial.actors.values():
                     if any(
@@ -274,6 +278,7 @@ class ActorHandler(Handler):
             trial.actors[actor.name] = played
             if played.pin is not None and (policy := self.pinned.use(played.pin)) is not None:
                 self._to_worker(self._load_pinned, played.pin, policy)
+        trial.takes_rewards = any(p.session is not None or _hooks_rewards(p.agent) for p in trial.actors.values())
         self.trials[started.trial_id] = trial
         if failed:
             self._cannot_play(trial, next(iter(failed)), "; ".join(failed.values()))
@@ -516,6 +521,28 @@ class ActorHandler(Handler):
         if self._follower is not None:
             await self._follower.stop()
         self._worker.shutdown(wait=False, cancel_futures=True)
+
+    def _on_reward(self, trial: _Trial, event: Reward, tick: int) -> None:
+        """A reward read when the trial's latest observed tick was ``tick``: each actor it
+        reaches records it once and takes it (rewards for later ticks do not count: their
+        owner, the orchestrator, dead-letters them)."""
+        if reward_problem(event, tick, trial.classes):
+            return
+        for played in trial.actors.values():
+            if reaches(event.receiver, event.sender, played.info.name, played.info.actor_class) and (
+                played.received.reward(event)
+            ):
+                user_data = loads(event.user_data) if event.user_data else None
+                self._deliver(played, RewardEvent(event.tick, event.value, event.confidence, event.sender, user_data))
+
+    def _read_rewards(self, trial: _Trial) -> None:
+        """The rewards set aside unread (no actor here takes them as they come), checked and
+        decoded now as the loop would have, in log order."""
+        unread, trial.unread_rewards = trial.unread_rewards, []
+        for record, tick in unread:
+            event = self.loop.verified(record, Reward.KIND)
+            if isinstance(event, Reward):
+                self._on_reward(trial, event, tick)
 
     def _deliver(self, played: _Played, event: ActorEvent) -> None:
         if played.session is not None:

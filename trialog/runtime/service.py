@@ -281,6 +281,11 @@ class ServiceLoop:
         except Exception:  # a bug in user code must not stop a service that hosts many trials
             log.exception("handler failed", service=self.handler.service_name, trial=record.trial_id, kind=kind)
 
+    def verified(self, record: Record, kind: str | None) -> Event | None:
+        """A record its handler set aside undecoded (``should_decode``), checked and decoded now
+        as when it was read: its event, or None if it does not count."""
+        return self._verified(record, self.handler.must_judge(record, kind), kind)
+
     def _verified(self, record: Record, owned: bool, kind: str | None) -> Event | None:
         """The record's event if it is tagged by a key allowed to write it, decodes, and its
         headers say what its body says; else None (dead-lettered, if this service owns it)."""
