@@ -358,13 +358,22 @@ async def _seat_from_log(page: Page, gw: Gateway, state: _SeatState, records, ca
 
 
 def _others(record, me: str) -> bool:
-    """Another actor's observation or action: nothing a seat folds or shows, so neither
-    verified nor decoded here (half of a tick's records in a two-actor trial). Its headers
-    are what its tag covers; one whose body says otherwise does not count anywhere (its
-    owner dead-letters it)."""
+    """Another actor's observation or action, or a reward another sends to another actor by
+    name: nothing a seat folds or shows, so neither queued, verified nor decoded here (in a
+    two-actor trial with the environment's rewards, two thirds of a tick's records). Its
+    headers are what its tag covers; one whose body says otherwise does not count anywhere
+    (its owner dead-letters it)."""
     kind = record.header(HEADER_KIND)
     if kind == Observation.KIND:
         return record.header(HEADER_RECEIVER) != me
+    if kind == Reward.KIND:  # a seat folds the rewards it sends, shows those that reach it
+        receiver = record.header(HEADER_RECEIVER)
+        return (
+            receiver is not None
+            and receiver not in (me, "*")
+            and not receiver.endswith(".*")
+            and record.header(HEADER_SENDER) != me
+        )
     return kind == Action.KIND and record.header(HEADER_SENDER) != me
 
 

@@ -40,6 +40,12 @@ JUDGE_CONFIDENCE = 0.8
 JUDGE_LAG = 5  # ticks: a preset's judges' ratings land this late (retroactively), as a person's do
 LOBBY_EVERY_S = 0.5  # how often the judge looks for new trials
 ANSWERS_WITHIN_S = 10.0  # after a trial's end: how long the judge waits for its last ratings' answers
+# Ratings a second, over all the trials one judge watches, in bursts of at most a second's worth:
+# the gateway lets one address send 200 messages a second in bursts of 400 (docs/humans.md#limits)
+# and refuses the rest. A judge that caught up a trial's history, or watched many trials at once,
+# sent faster than that and lost ratings; it now spaces them (they land retroactively anyway).
+RATINGS_PER_S = 180.0
+FINISH_WITHIN_S = 15.0  # once stopped: how long the judge goes on sending what its ended trials are owed
 
 
 @dataclass
@@ -52,6 +58,24 @@ class Tally:
         errors = self.answers["error"]
         logged = self.answers["rewarded"]
         return f"{self.trials} trials judged, {self.sent} ratings sent, {logged} logged, {errors} refused"
+
+
+class _Spacing:
+    """At most ``per_s`` sends a second in bursts of ``per_s``, shared by every trial a judge
+    watches; each send waits for its turn, in the order they asked (a token bucket kept as the
+    time the next send is due, GCRA)."""
+
+    def __init__(self, per_s: float):
+        self.interval = 1.0 / per_s
+        self.tolerance = (per_s - 1) * self.interval
+        self.due = 0.0
+
+    async def turn(self) -> None:
+        now = time.monotonic()
+        due = max(self.due, now)
+        self.due = due + self.interval
+        if due - self.tolerance > now:
+            await asyncio.sleep(due - self.tolerance - now)
 
 
 class _Trial:
@@ -99,7 +123,7 @@ def _lobby(gateway: str) -> list[dict]:
 
 
 async def _judge_trial(
-    gateway: str, trial_id: str, rate: Rate, name: str, lag: int, confidence: float, tally: Tally
+    gateway: str, trial_id: str, rate: Rate, name: str, lag: int, confidence: float, tally: Tally, spacing: _Spacing
 ) -> None:
     import websockets
 
@@ -125,6 +149,7 @@ async def _judge_trial(
             elif kind == "end":
                 ended = True
             for reward in state.ready(ended):
+                await spacing.turn()
                 await ws.send(json.dumps(reward))
                 sent += 1
                 tally.sent += 1
@@ -159,7 +184,7 @@ async def judge(
         )
 
     stop = stop or asyncio.Event()
-    tally, watched, tasks = Tally(), set(), set()
+    tally, watched, tasks, spacing = Tally(), set(), set(), _Spacing(RATINGS_PER_S)
     gateway = gateway.rstrip("/")
     since_ms = time.time() * 1000 if since_ms is None else since_ms
     try:
@@ -173,11 +198,15 @@ async def judge(
                 if t["trial"] not in watched and wanted(t):
                     watched.add(t["trial"])
                     tally.trials += 1
-                    task = asyncio.create_task(_judge_trial(gateway, t["trial"], rate, name, lag, confidence, tally))
+                    task = asyncio.create_task(
+                        _judge_trial(gateway, t["trial"], rate, name, lag, confidence, tally, spacing)
+                    )
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), LOBBY_EVERY_S)
+        if tasks:  # stopped: the trials that ended are still owed their last ratings
+            await asyncio.wait(tasks, timeout=FINISH_WITHIN_S)
     finally:
         for task in tasks:
             task.cancel()
