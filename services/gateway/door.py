@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
+
+from trialog.runtime.rates import Bucket
 
 # WebSocket close codes (the application range 4000-4999, shaped like HTTP's).
 REFUSED = 4403  # a seat this socket may not have (bad link, held by another page)
@@ -62,30 +64,6 @@ class Limits:
     @classmethod
     def from_args(cls, args) -> Limits:
         return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
-
-
-@dataclass
-class Bucket:
-    """A token bucket: ``rate`` per second, bursts up to two seconds' worth."""
-
-    rate: float
-    tokens: float = field(init=False)
-    stamp: float = field(default_factory=time.monotonic)
-
-    def __post_init__(self) -> None:
-        self.tokens = self.burst
-
-    @property
-    def burst(self) -> float:
-        return max(1.0, 2 * self.rate)
-
-    def take(self, now: float) -> bool:
-        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
-        self.stamp = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return True
-        return False
 
 
 class Refused(Exception):

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trialog.runtime.rates import Bucket
 from trialog.telemetry.logs import get_logger
 from trialog.tools.campaign import stop_services
 
@@ -62,20 +63,15 @@ class Tally:
 
 class _Spacing:
     """At most ``per_s`` sends a second in bursts of ``per_s``, shared by every trial a judge
-    watches; each send waits for its turn, in the order they asked (a token bucket kept as the
-    time the next send is due, GCRA)."""
+    watches; each send waits for its turn, in the order they asked."""
 
     def __init__(self, per_s: float):
-        self.interval = 1.0 / per_s
-        self.tolerance = (per_s - 1) * self.interval
-        self.due = 0.0
+        self.bucket = Bucket(per_s, burst=per_s, stamp=time.monotonic())
 
     async def turn(self) -> None:
-        now = time.monotonic()
-        due = max(self.due, now)
-        self.due = due + self.interval
-        if due - self.tolerance > now:
-            await asyncio.sleep(due - self.tolerance - now)
+        wait = self.bucket.reserve(time.monotonic())
+        if wait > 0:
+            await asyncio.sleep(wait)
 
 
 class _Trial:
