@@ -520,8 +520,9 @@ async def test_a_learner_told_its_reward_sources_learns_from_those_only(memory_s
 
 
 async def test_a_learner_decodes_only_the_records_of_trials_it_folds(memory_settings):
-    """An evaluation trial's records are skipped undecoded, its rewards too; a reward for a
-    folded trial is decoded while it runs and after its end (late rewards correct memory)."""
+    """An evaluation trial's records are skipped undecoded, its rewards too; a folded trial's
+    observations and actions are read in place (no event decoded), its other records decoded,
+    and a reward for it is decoded while it runs and after its end (late rewards correct memory)."""
     bus, logged = await cartpole_trials(memory_settings, seeds=(1,))
     ((tid, events),) = logged.items()
     handler = LearnerHandler("random", DQNPolicy, {"observation_size": 4, "actions": 2, "learning_starts": 10**9})
@@ -533,12 +534,52 @@ async def test_a_learner_decodes_only_the_records_of_trials_it_folds(memory_sett
             handler.handle(record, event)
     decoded = {e.KIND for r, e in evaluated if handler.should_decode(r, e.KIND)}
     assert decoded == {"trial.started"} and tid not in handler.trials and tid not in handler.recent
+    in_place = set()
     for record, event in events:  # the train phase's trial: folded, then ended
-        assert handler.should_decode(record, event.KIND)
-        handler.handle(record, event)
+        if handler.should_decode(record, event.KIND):
+            handler.handle(record, event)
+        else:
+            in_place.add(event.KIND)
+    assert in_place == {"observation", "action"} and handler.learner.env_steps > 0
     rewards = [(r, e) for r, e in events if e.KIND == "reward"]
     assert rewards and tid in handler.recent and all(handler.should_decode(r, e.KIND) for r, e in rewards)
     assert not handler.should_decode(dataclasses.replace(rewards[0][0], key=b"trial-unknown"), "reward")
+
+
+async def test_a_learner_skips_forged_and_altered_observations_and_actions_it_reads_in_place(memory_settings):
+    """Before each genuine observation and action of a folded trial, an altered copy (its body
+    changed under its tag) and a forged one (the tick header moved on, the body and tag as
+    they were): the learner's memory is what the genuine records alone give it, and the fold
+    keeps no note of the skipped records."""
+    bus, logged = await cartpole_trials(memory_settings, seeds=(1,))
+    ((tid, events),) = logged.items()
+    config = {"observation_size": 4, "actions": 2, "learning_starts": 10**9, "buffer_size": 1000}
+
+    def learner_over(records) -> LearnerHandler:
+        handler = LearnerHandler("random", DQNPolicy, config)
+        handler.loop = SimpleNamespace(bus=bus)
+        handler.restored.set()
+        for i, (record, event) in enumerate(records):
+            record = dataclasses.replace(record, offset=i)
+            if handler.should_decode(record, event.KIND):
+                handler.handle(record, event)
+        return handler
+
+    attacked = []
+    for record, event in events:
+        if event.KIND in ("observation", "action"):
+            altered = dataclasses.replace(
+                record, value=record.value[:-2] + bytes([record.value[-2] ^ 1]) + record.value[-1:]
+            )
+            moved = tuple((k, str(event.tick + 1).encode() if k == "tick" else v) for k, v in record.headers)
+            attacked += [(altered, event), (dataclasses.replace(record, headers=moved), event)]
+        attacked.append((record, event))
+    genuine, under_attack = learner_over(events), learner_over(attacked)
+    a, b = genuine.learner.memory, under_attack.learner.memory
+    assert a.added == b.added == genuine.learner.env_steps == under_attack.learner.env_steps > 10
+    assert np.array_equal(a.observations[: a.added], b.observations[: b.added])
+    assert np.array_equal(a.actions[: a.added], b.actions[: b.added])
+    assert under_attack.recent[tid].fold.problems == []
 
 
 async def test_learner_service_adds_each_step_as_logged_following_each_actors_sequence(memory_settings):

@@ -29,16 +29,17 @@ async def trials_of(settings, seeds: list[int]) -> tuple[MemoryBus, list[list[tu
     return bus, list(logged.values())
 
 
-def laid_out(sequence: list[tuple[Record, object]], switch: int) -> list[tuple[Record, object]]:
+def laid_out(bus: MemoryBus, sequence: list[tuple[Record, object]], switch: int) -> list[tuple[Record, object]]:
     """The records as one partition's log, in this order; the actions before ``switch`` acted
-    by version 1, the others by version 2."""
-    return [
-        (
-            Record(EVENTS, 0, i, r.key, r.value, r.headers, r.timestamp_ms),
-            dataclasses.replace(e, policy_version=1 if i < switch else 2) if isinstance(e, Action) else e,
-        )
-        for i, (r, e) in enumerate(sequence)
-    ]
+    by version 1, the others by version 2 (written again so: the learner reads actions' bytes)."""
+    out = []
+    for i, (r, e) in enumerate(sequence):
+        value, headers = r.value, r.headers
+        if isinstance(e, Action):
+            e = dataclasses.replace(e, policy_version=1 if i < switch else 2)
+            _, _, value, headers = bus.to_record(EVENTS, e)
+        out.append((Record(EVENTS, 0, i, r.key, value, tuple(headers), r.timestamp_ms), e))
+    return out
 
 
 def learner_at(bus, version: int) -> LearnerHandler:
@@ -86,7 +87,7 @@ def restarted(bus, records, handler: LearnerHandler) -> LearnerHandler:
 async def test_the_committed_offset_passes_the_trials_a_published_version_trained_on(memory_settings):
     bus, (t1, t2, t3, t4) = await trials_of(memory_settings, [1, 2, 3, 4])
     n12 = len(t1) + len(t2)
-    records = laid_out(t1 + t2 + t3 + t4, n12)
+    records = laid_out(bus, t1 + t2 + t3 + t4, n12)
     handler = learner_at(bus, 1)
     feed(handler, records[:n12])
     assert handler.learner.rounds_due()
@@ -111,7 +112,7 @@ async def test_a_trial_that_outlived_the_batch_is_kept_though_later_trials_ended
     # The batch is taken before a's last two actions: a few of a's transitions are still needed,
     # fewer than b has ahead of them.
     switch = [i for i, (_, e) in enumerate(interleaved) if isinstance(e, Action) and any(e is x for _, x in a)][-2]
-    records = laid_out(interleaved + c, switch)
+    records = laid_out(bus, interleaved + c, switch)
     handler = learner_at(bus, 1)
     feed(handler, records[:switch])
     assert handler.learner.rounds_due()

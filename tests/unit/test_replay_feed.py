@@ -1,4 +1,4 @@
-"""The replay's reader of observations and actions (``_Feeder``) folds exactly what ``feed``
+"""The replay's reader of observations and actions (``Feeder``) folds exactly what ``feed``
 folds: the same samples, the same problems, the same records refused for the same reason —
 on the records as logged and on records altered in every way the fast reading could miss."""
 
@@ -15,7 +15,7 @@ from trialog.bus.base import Record
 from trialog.bus.memory import MemoryBus, MemoryConsumer
 from trialog.datalog import replay as replay_module
 from trialog.datalog.collector import PUT_OFF
-from trialog.datalog.replay import _Feeder, feed
+from trialog.datalog.replay import Feeder, feed
 from trialog.datalog.samples import TrialFold
 from trialog.protocol.events import Action, Observation
 from trialog.protocol.topics import EVENTS
@@ -52,7 +52,7 @@ def with_header(record: Record, name: str, value: bytes | None) -> list[tuple[st
 
 
 def folded(bus: MemoryBus, tid: str, records: list[Record], fast: bool) -> tuple:
-    fold, reader = TrialFold(tid, bus.store), _Feeder(bus)
+    fold, reader = TrialFold(tid, bus.store), Feeder(bus)
     for r in records:
         if fast:
             reader(fold, r)
@@ -156,7 +156,7 @@ async def test_read_trials_folds_in_small_polls_with_full_collections_put_off(bu
     folds, and puts the threshold back once the partition is read."""
     tid, records = await logged(bus)
     polls, thresholds = [], []
-    real_poll, real_call = MemoryConsumer.poll, replay_module._Feeder.__call__
+    real_poll, real_call = MemoryConsumer.poll, replay_module.Feeder.__call__
 
     async def poll(self, timeout_ms=100, max_records=None):
         polls.append(max_records)
@@ -167,7 +167,7 @@ async def test_read_trials_folds_in_small_polls_with_full_collections_put_off(bu
         return real_call(self, fold, record)
 
     monkeypatch.setattr(MemoryConsumer, "poll", poll)
-    monkeypatch.setattr(replay_module._Feeder, "__call__", call)
+    monkeypatch.setattr(replay_module.Feeder, "__call__", call)
     before = gc.get_threshold()
     folds = [f async for f in replay_module.read_trials(bus, lambda r: r.trial_id == tid)]
     assert gc.get_threshold() == before

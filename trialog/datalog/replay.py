@@ -176,29 +176,31 @@ async def trial_records(
         await consumer.stop()
 
 
-def feed(fold: TrialFold, bus: Bus, record: Record) -> None:
-    """Decode one record into the fold (undecodable or forged ones become problems)."""
+def feed(fold: TrialFold, bus: Bus, record: Record) -> bool:
+    """Decode one record into the fold (undecodable or forged ones become problems): whether
+    it was folded."""
     refused = bus.refusal(record)
     if refused is not None:
         fold.bad_record(record.offset, f"refused: {refused}")
-        return
-    _decode_into(fold, bus, record)
+        return False
+    return _decode_into(fold, bus, record)
 
 
-def _decode_into(fold: TrialFold, bus: Bus, record: Record) -> None:
+def _decode_into(fold: TrialFold, bus: Bus, record: Record) -> bool:
     """:func:`feed` of a record whose tags hold."""
     try:
         event = bus.codec.decode(record.value, record.header(HEADER_KIND))
         check_headers(record.key, record.headers, event)
     except CodecError as exc:
         fold.bad_record(record.offset, f"undecodable record: {exc}")
-        return
+        return False
     if isinstance(event, ResolvedTrial):
         bus.trust.learn(event)  # who plays whom: what the trial's next records are checked against
     fold.add(event, record.headers)
+    return True
 
 
-class _Feeder:
+class Feeder:
     """:func:`feed`, with the tick's records — observations and actions, nearly every record
     of a trial — read straight into the fold: their Avro bodies compared with what their key
     and headers say and their other fields read in place, and folded without building the
@@ -211,7 +213,8 @@ class _Feeder:
     writes them, every other field well formed and nothing after them — and the fold gets
     the same fields :func:`feed` would give it. Any other record (an older schema, a header
     that does not match, bytes that do not decode) takes :func:`feed`'s way, which says
-    what is wrong with it. Tags are checked first, for every record, as :func:`feed` does."""
+    what is wrong with it. Tags are checked first, for every record, as :func:`feed` does.
+    The learner service folds its trials' observations and actions with one too."""
 
     CACHED = 100_000  # entries per cache below: keys and headers are untrusted input
 
@@ -223,21 +226,22 @@ class _Feeder:
         self._ticks: dict[bytes | None, tuple[int, bytes] | None] = {}  # tick header -> (tick, as an Avro long)
         self._names: dict[bytes | None, tuple[str, bytes] | None] = {}  # name header -> (name, as an Avro string)
 
-    def __call__(self, fold: TrialFold, record: Record) -> None:
+    def __call__(self, fold: TrialFold, record: Record) -> bool:
+        """Fold the record as :func:`feed` does: whether it was folded (its tags hold and it decodes)."""
         h = dict(record.headers)  # as the tag check and check_headers read them: the last of a name counts
         refused = self.bus.refusal(record, h)
         if refused is not None:
             fold.bad_record(record.offset, f"refused: {refused}")
-            return
+            return False
         value = record.value
         if type(value) is bytes:
             kind = h.get(HEADER_KIND)
             if kind == _OBSERVATION and self.observation is not None:
                 if self._observation(fold, record.key, h, value):
-                    return
+                    return True
             elif kind == _ACTION and self.action is not None and self._action(fold, record, h, value):
-                return
-        _decode_into(fold, self.bus, record)
+                return True
+        return _decode_into(fold, self.bus, record)
 
     def _observation(self, fold: TrialFold, key: bytes | None, h: dict, value: bytes) -> bool:
         read = self._tick_actor(self.observation, key, h.get(HEADER_TICK), h.get(HEADER_RECEIVER), value)
@@ -318,7 +322,7 @@ _UNSEEN = object()
 
 
 def _tick_schema(bus: Bus, cls: type[Observation] | type[Action], fields: list) -> Schema | None:
-    """The schema ``cls`` is written with, if it is the one :class:`_Feeder` reads (its fields,
+    """The schema ``cls`` is written with, if it is the one :class:`Feeder` reads (its fields,
     in the order of the event's); None otherwise, and every such record takes feed's way."""
     try:
         schema = bus.store.get(cls.SCHEMA)
@@ -369,7 +373,7 @@ def _varint_at(data: bytes, pos: int) -> tuple[int, int] | None:
 
 async def read_trial(bus: Bus, trial_id: str) -> TrialFold:
     """The whole fold of a trial as logged so far (samples, trial.started/ended, problems)."""
-    fold, fast_feed = TrialFold(trial_id, bus.store), _Feeder(bus)
+    fold, fast_feed = TrialFold(trial_id, bus.store), Feeder(bus)
     async for record in trial_records(bus, trial_id):
         fast_feed(fold, record)
     return fold
@@ -389,7 +393,7 @@ async def read_trials(bus: Bus, select: Callable[[TrialRecord], bool]) -> AsyncI
             continue
         selected.setdefault(record.partition, {})[record.trial_id] = TrialFold(record.trial_id, bus.store)
         starts[record.partition] = min(starts.get(record.partition, record.start_offset), record.start_offset)
-    fast_feed = _Feeder(bus)
+    fast_feed = Feeder(bus)
     for partition, folds in sorted(selected.items()):
         # By the key's bytes: no trial ID decoded per record. A key that is not a selected
         # trial's is decoded as before (a trial ID of U+FFFD could be an invalid key's).
@@ -409,7 +413,7 @@ async def read_trials(bus: Bus, select: Callable[[TrialRecord], bool]) -> AsyncI
 
 async def replay(bus: Bus, trial_id: str, *, follow: bool = False) -> AsyncIterator[Sample]:
     """The samples of a trial from the topic (see the module's doc for ``follow``)."""
-    fold, fast_feed = TrialFold(trial_id, bus.store), _Feeder(bus)
+    fold, fast_feed = TrialFold(trial_id, bus.store), Feeder(bus)
     if not follow:
         async for record in trial_records(bus, trial_id):
             fast_feed(fold, record)
