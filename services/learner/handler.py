@@ -235,12 +235,13 @@ class LearnerHandler(Handler):
         record that does not count is skipped, as the loop skips it (its owner reports it)."""
         if self._feeder is None:
             self._feeder = Feeder(self.loop.bus)
-        fold = folding.fold
-        if not self._feeder(fold, record):
-            fold.problems.clear()  # no note kept of it: a flood of forged records must not grow the fold
+        problems = folding.fold.problems
+        noted = len(problems)
+        h = self._feeder(folding.fold, record)
+        if h is None:
+            del problems[noted:]  # no note kept of it: a flood of forged records must not grow the fold
             return
         if kind == Observation.KIND:
-            h = dict(record.headers)  # as the feeder read them: the last of a name counts
             actor = (h.get(HEADER_RECEIVER) or b"").decode()
             if actor in folding.actors:
                 self._stepped(record, folding, actor, int(h[HEADER_TICK]) - 1)

@@ -176,18 +176,17 @@ async def trial_records(
         await consumer.stop()
 
 
-def feed(fold: TrialFold, bus: Bus, record: Record) -> bool:
-    """Decode one record into the fold (undecodable or forged ones become problems): whether
-    it was folded."""
+def feed(fold: TrialFold, bus: Bus, record: Record) -> None:
+    """Decode one record into the fold (undecodable or forged ones become problems)."""
     refused = bus.refusal(record)
     if refused is not None:
         fold.bad_record(record.offset, f"refused: {refused}")
-        return False
-    return _decode_into(fold, bus, record)
+        return
+    _decode_into(fold, bus, record)
 
 
 def _decode_into(fold: TrialFold, bus: Bus, record: Record) -> bool:
-    """:func:`feed` of a record whose tags hold."""
+    """:func:`feed` of a record whose tags hold: whether it was folded."""
     try:
         event = bus.codec.decode(record.value, record.header(HEADER_KIND))
         check_headers(record.key, record.headers, event)
@@ -226,22 +225,23 @@ class Feeder:
         self._ticks: dict[bytes | None, tuple[int, bytes] | None] = {}  # tick header -> (tick, as an Avro long)
         self._names: dict[bytes | None, tuple[str, bytes] | None] = {}  # name header -> (name, as an Avro string)
 
-    def __call__(self, fold: TrialFold, record: Record) -> bool:
-        """Fold the record as :func:`feed` does: whether it was folded (its tags hold and it decodes)."""
+    def __call__(self, fold: TrialFold, record: Record) -> dict[str, bytes] | None:
+        """Fold the record as :func:`feed` does. If it was folded (its tags hold and it decodes),
+        its headers as they were read (the last of a name counts); else None."""
         h = dict(record.headers)  # as the tag check and check_headers read them: the last of a name counts
         refused = self.bus.refusal(record, h)
         if refused is not None:
             fold.bad_record(record.offset, f"refused: {refused}")
-            return False
+            return None
         value = record.value
         if type(value) is bytes:
             kind = h.get(HEADER_KIND)
             if kind == _OBSERVATION and self.observation is not None:
                 if self._observation(fold, record.key, h, value):
-                    return True
+                    return h
             elif kind == _ACTION and self.action is not None and self._action(fold, record, h, value):
-                return True
-        return _decode_into(fold, self.bus, record)
+                return h
+        return h if _decode_into(fold, self.bus, record) else None
 
     def _observation(self, fold: TrialFold, key: bytes | None, h: dict, value: bytes) -> bool:
         read = self._tick_actor(self.observation, key, h.get(HEADER_TICK), h.get(HEADER_RECEIVER), value)
