@@ -113,8 +113,9 @@ class Controller:
     async def __aenter__(self) -> Controller:
         await self.bus.start()
         if self.watching:
+            # Events are fetched in batches, the index as each record comes (see Bus.consumer).
             self._consumer = self.bus.consumer(
-                [self.follows], from_start=False, batched=True, batch_wait_ms=LIFECYCLE_WAIT_MS
+                [self.follows], from_start=False, batched=self.follows == EVENTS, batch_wait_ms=LIFECYCLE_WAIT_MS
             )
             await self._consumer.start()
             self._task = asyncio.create_task(self._watch_loop())

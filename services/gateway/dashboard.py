@@ -102,7 +102,7 @@ class Dashboard:
     async def _follow(self, role: str, apply: Callable[[Record], None]) -> None:
         """Read a topic from its start and keep following it; wait for it if it does not exist yet."""
         while True:
-            consumer = self.bus.consumer([role], batched=True)
+            consumer = self.bus.consumer([role])  # a few records a trial: each fetched as it comes (Bus.consumer)
             try:
                 await consumer.start()
             except TopicMissingError:

@@ -111,7 +111,7 @@ class Feed:
 
     # --- the trials index --------------------------------------------------------------
     async def _follow_index(self) -> None:
-        consumer = self.bus.consumer([TRIALS], batched=True)
+        consumer = self.bus.consumer([TRIALS])  # a few records a trial: each fetched as it comes (Bus.consumer)
         await consumer.start()
         try:
             ends = await consumer.end_offsets(consumer.assignment())

@@ -343,9 +343,14 @@ class Bus(abc.ABC):
         partitions are shared with the group's other members and offsets can be
         committed; without, it reads ``partitions`` (default all) from the start
         (or the end with ``from_start=False``). ``batched`` trades up to
-        ``batch_wait_ms`` of latency for far fewer, fuller fetches: for readers
-        off the tick path (orchestrator, logger, controllers; :data:`LIFECYCLE_WAIT_MS`
-        for those a trial waits on)."""
+        ``batch_wait_ms`` of latency for far fewer, fuller fetches: for readers off
+        the tick path of a busy topic, several records a tick — ``events`` for the
+        orchestrator, the logger, the learner, a controller following it
+        (:data:`LIFECYCLE_WAIT_MS` for those a trial waits on). A topic with a few records
+        a trial (the ``trials`` index, ``models``, dead letters, analytics results) is read
+        unbatched: there a batched fetch comes back empty at the end of each wait, where an
+        unbatched one is answered at its first record and otherwise waits long (an idle
+        reader of the index: a tenth of the CPU, docs/performance.md)."""
 
     async def read_to_end(self, role: str) -> AsyncIterator[Record]:
         """Every record of a topic (all partitions) from its start to its end as of now."""
