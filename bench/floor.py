@@ -122,6 +122,27 @@ async def produce_consume(settings: Settings, name: str, records: list[Record], 
         await c.stop()
 
 
+async def warm_broker(settings: Settings, seconds: float) -> int:
+    """Raw produce+consume and round trips, on topics of their own, for ``seconds``; the rounds run.
+
+    A broker's JVM compiles its hot paths during its first minutes of load: on the 2-core
+    machine, a broker's C2 compiler took 24 s of CPU in its first four minutes, while the
+    services and the floors waited for the cores. A benchmark started on a fresh broker
+    charged that to whichever row ran first (tick p50 2.75× the floor, replay 0.57×; the same
+    benchmark again at once: 2.09×, 0.70×; docs/performance.md), so it warms the broker first.
+    The records are shaped like a tick's: 64 trial keys, Trialog's headers, a tag's 32 bytes."""
+    keys = [f"warm-{k:02d}".encode() for k in range(64)]
+    headers = (("kind", b"observation"), ("tick", b"1"), ("sender", b"environment"), ("mac.environment", bytes(32)))
+    records = [Record("events", 0, i, keys[i % 64], bytes(96), headers, 0) for i in range(20_000)]
+    deadline, rounds = time.monotonic() + seconds, 0
+    while True:
+        await produce_consume(settings, f"floor.warm{rounds}", records, 1)
+        await two_hop(settings, 200, bytes(96))
+        rounds += 1
+        if time.monotonic() >= deadline:
+            return rounds
+
+
 async def consume_decode(settings: Settings, store: SchemaStore, partitions: int) -> tuple[float, int]:
     """Seconds to read the whole events topic and Avro-decode every value and nested payload with
     fastavro directly (writer schema by fingerprint, no resolution, no Trialog types)."""

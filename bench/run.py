@@ -1,10 +1,11 @@
 """Trialog's benchmark: each figure side by side with a floor measured in the same run on the same broker.
 
-    python bench/run.py [--bootstrap-servers H:P] [--json PATH] [--quick]
+    python bench/run.py [--bootstrap-servers H:P] [--json PATH] [--quick] [--only PARTS] [--warm-up SECONDS]
 
 The services (orchestrator, environment host, actor host) run as subprocesses
 through ``python -m trialog.cli serve``, as in a deployment; the controller, the
-floors and the replay run in this process. Every run uses a fresh topic prefix.
+floors and the replay run in this process. Every run uses a fresh topic prefix. Before
+anything is measured, a minute of raw load warms the broker's JVM (``--warm-up``).
 Each throughput run also reads each service's CPU time from /proc, and this
 process's own (the controller), around the run: CPU per tick, process by process.
 See ``docs/performance.md`` for a run's table and what limits each figure.
@@ -447,6 +448,13 @@ async def main_async(args) -> dict:
     only = set(args.only.split(",")) if args.only else {"memory", "trivial", "overcooked"}
     if "memory" in only:
         bench_memory(out, 2000 if args.quick else 10_000)
+    if args.warm_up and only & {"trivial", "overcooked"}:
+        t0 = time.perf_counter()
+        warm = Settings.load({**_flags(base), "topic_prefix": prefix + "warm."}, environ={})
+        rounds = await floor.warm_broker(warm, args.warm_up)
+        out["broker_warm_up_s"] = time.perf_counter() - t0
+        print(f"broker warmed up: {rounds} rounds of raw produce+consume and round trips, "
+              f"{out['broker_warm_up_s']:.0f} s", flush=True)  # fmt: skip
     if "trivial" in only:
         await bench_trivial(Settings.load({**_flags(base), "topic_prefix": prefix}, environ={}), args, logdir, out)
     if "overcooked" in only:
@@ -474,7 +482,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PARTS",
         help="comma-separated subset of: memory, trivial (latency, throughput, replay), overcooked",
     )
+    p.add_argument(
+        "--warm-up",
+        type=float,
+        metavar="SECONDS",
+        help="raw load on the broker before anything is measured, so that a fresh broker's JVM has compiled "
+        "its hot paths (default 60; 5 with --quick; 0: none)",
+    )
     args = p.parse_args(argv)
+    if args.warm_up is None:
+        args.warm_up = 5.0 if args.quick else 60.0
     # The same event loop as the services (trialog.commands.parts.run_async), so floors and figures compare alike.
     out = run_async(main_async(args))
     print()
