@@ -125,18 +125,18 @@ async def produce_consume(settings: Settings, name: str, records: list[Record], 
 async def warm_broker(settings: Settings, seconds: float) -> int:
     """Raw produce+consume and round trips, on topics of their own, for ``seconds``; the rounds run.
 
-    A broker's JVM compiles its hot paths during its first minutes of load: on the 2-core
-    machine, a broker's C2 compiler took 24 s of CPU in its first four minutes, while the
-    services and the floors waited for the cores. A benchmark started on a fresh broker
-    charged that to whichever row ran first (tick p50 2.75× the floor, replay 0.57×; the same
-    benchmark again at once: 2.09×, 0.70×; docs/performance.md), so it warms the broker first.
-    The records are shaped like a tick's: 64 trial keys, Trialog's headers, a tag's 32 bytes."""
+    A fresh broker's JVM compiles its hot paths during its first minutes of load, and a
+    benchmark started meanwhile charged that to whichever row ran first
+    (docs/performance.md#a-fresh-brokers-first-minutes-the-benchmark-warms-it-2026-12-02).
+    The records are shaped like a tick's: 64 trial keys, Trialog's headers, a tag's 32 bytes.
+    Every round reuses the same topics (each read from its end), so the broker's metadata
+    does not grow with the minutes."""
     keys = [f"warm-{k:02d}".encode() for k in range(64)]
     headers = (("kind", b"observation"), ("tick", b"1"), ("sender", b"environment"), ("mac.environment", bytes(32)))
     records = [Record("events", 0, i, keys[i % 64], bytes(96), headers, 0) for i in range(20_000)]
     deadline, rounds = time.monotonic() + seconds, 0
     while True:
-        await produce_consume(settings, f"floor.warm{rounds}", records, 1)
+        await produce_consume(settings, "floor.warm", records, 1)
         await two_hop(settings, 200, bytes(96))
         rounds += 1
         if time.monotonic() >= deadline:
