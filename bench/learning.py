@@ -1,7 +1,7 @@
-"""Learning benchmark: DQN on CartPole-v1 and TD3 on Pendulum-v1 through Trialog vs
+"""Learning benchmark: DQN and PPO on CartPole-v1 and TD3 on Pendulum-v1 through Trialog vs
 in-process, and behaviour cloning on Overcooked from the planner's demonstrations.
 
-    python bench/learning.py [--out DIR] [--json PATH] [--short] [--only dqn|td3|bc]
+    python bench/learning.py [--out DIR] [--json PATH] [--short] [--only dqn|ppo|td3|bc] [--pairs N]
 
 **DQN.** The same preset (presets/dqn_cartpole.py: algorithm, hyperparameters, schedule)
 run two ways: through Trialog — ``trialog train``'s phases with the orchestrator,
@@ -15,6 +15,16 @@ and the seeds' min, median and max (each seed's curve in the JSON); checked: tha
 Trialog's final evaluation reaches 475 and that each of its evaluations lies within the
 in-process seeds' min–max at the same evaluation (10 seeds by default: with 5, a run
 like them falls outside at an evaluation with probability 1/3).
+
+**PPO.** presets/ppo_cartpole.py through Trialog, then in-process, ``--pairs`` times in turn
+(3 by default; each pair on topics of its own): the machine's drift between runs falls on both
+modes alike. Printed per pair: each mode's wall clock (``wall_s``: the schedule's, the services'
+start-up left out) and their ratio, the CPU each mode's processes took (this process and, through
+Trialog, the services it started; start-up included; the broker's not), and through Trialog the
+share of its transitions the learner discarded; then the pairs' median ratio. Checked: that every
+run through Trialog reached 475 at an evaluation (the preset's rule) and discarded at most 5 % of
+its transitions. The wall clock bar (≤ 3×) is printed beside the ratios, not checked: a figure of
+the machine as much as of Trialog.
 
 **TD3.** presets/td3_pendulum.py (continuous actions, Pendulum-v1) through Trialog, then
 in-process with the preset's seeds; checked: that the final mean evaluation return of each
@@ -36,7 +46,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import json
+import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -126,6 +139,76 @@ def dqn(
         "in_process_seconds": {str(s): t for s, t in seconds.items()},
         "plot": str(files.png),
     }
+
+
+PPO_SHORT_STEPS = 6_000  # --short: a few versions and two evaluations (no claims)
+PPO_WALL_BAR = 3.0  # #26: through the log within 3x the in-process wall clock
+PPO_DISCARDED_BAR = 0.05  # and at most 5 % of the transitions discarded
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended and been waited for."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def ppo(settings: Settings, out: Path, pairs: int, short: bool) -> dict:
+    """The PPO preset through Trialog, then in-process, ``pairs`` times in turn; each pair's figures
+    and the pairs' median wall clock ratio."""
+    preset = load_preset(ROOT / "presets" / "ppo_cartpole.py")
+    if short:
+        schedule = dataclasses.replace(
+            preset.schedule, total_steps=PPO_SHORT_STEPS, steps_between_evaluations=PPO_SHORT_STEPS // 2
+        )
+        preset = dataclasses.replace(preset, schedule=schedule)
+    runs = []
+    for i in range(1, pairs + 1):
+        # Topics and a model store of its own: a run refuses topics an earlier run left a model on.
+        own = dataclasses.replace(settings, topic_prefix=f"{settings.topic_prefix}ppo{i}.", model_store="")
+        pair = {}
+        for mode, run in (
+            ("trialog", functools.partial(train, own, preset, out / f"ppo-trialog-{i}", quiet=True)),
+            ("in_process", functools.partial(train_in_process, preset, out / f"ppo-in-process-{i}", quiet=True)),
+        ):
+            cpu = _cpu_seconds()
+            result = run()
+            curve = [(e.env_steps, e.mean_return) for e in result.evaluations]
+            pair[mode] = {
+                "seconds": result.seconds,
+                "cpu_seconds": _cpu_seconds() - cpu,
+                "env_steps": result.env_steps,
+                "evaluations": curve,
+                "final": curve[-1][1] if curve else None,
+                "best": max((r for _, r in curve), default=None),
+                "reached_threshold": any(r >= THRESHOLD for _, r in curve),
+                "discarded": result.discarded,
+                "discarded_share": (result.discarded or 0) / result.env_steps if result.env_steps else None,
+                "model_version": result.model_version,
+            }
+        t, p = pair["trialog"], pair["in_process"]
+        pair["wall_clock_ratio"] = t["seconds"] / p["seconds"]
+        pair["cpu_ratio"] = t["cpu_seconds"] / p["cpu_seconds"]
+        print(
+            f"PPO CartPole-v1 pair {i}: through Trialog {t['seconds']:.1f} s, in-process {p['seconds']:.1f} s "
+            f"({pair['wall_clock_ratio']:.2f}x; bar {PPO_WALL_BAR:.0f}x); CPU {t['cpu_seconds']:.0f} s and "
+            f"{p['cpu_seconds']:.0f} s ({pair['cpu_ratio']:.2f}x); through Trialog best eval {t['best']}, "
+            f"final {t['final']}, discarded {t['discarded']} of {t['env_steps']:,} transitions",
+            flush=True,
+        )
+        runs.append(pair)
+    ratios = [r["wall_clock_ratio"] for r in runs]
+    median = statistics.median(ratios)
+    verdict = (
+        "a short run: no claim"
+        if short
+        else f"{'met' if median <= PPO_WALL_BAR else 'NOT met'} by the median, "
+        f"by {sum(r <= PPO_WALL_BAR for r in ratios)} of {pairs} pairs"
+    )
+    print(
+        f"PPO CartPole-v1: wall clock through Trialog / in-process, median of {pairs} pair(s) {median:.2f}x "
+        f"(pairs {', '.join(f'{r:.2f}' for r in ratios)}; bar {PPO_WALL_BAR:.0f}x: {verdict})"
+    )
+    return {"pairs": runs, "median_wall_clock_ratio": median, "total_steps": preset.schedule.total_steps}
 
 
 TD3_SHORT_STEPS = 2_000  # --short: the heatup (1,000 steps) and five rounds of training
@@ -254,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="", help="folder for plots, data and logs (default: a temporary folder)")
     parser.add_argument("--json", help="write the figures here")
     parser.add_argument("--short", action="store_true", help="a few minutes: every part end to end, no claims")
-    parser.add_argument("--only", choices=("dqn", "td3", "bc"))
+    parser.add_argument("--only", choices=("dqn", "ppo", "td3", "bc"))
     parser.add_argument(
         "--seeds",
         type=int,
@@ -263,6 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--total-steps", type=int, default=50_000)
     parser.add_argument("--concurrency", type=int, help="DQN trials at once through Trialog (default: the preset's)")
+    parser.add_argument(
+        "--pairs", type=int, default=3, help="PPO runs through Trialog and in-process, in turn (default 3)"
+    )
     args = parser.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="trialog-bench-learning-")).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -285,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
             f"best per seed {d['in_process_best']}; "
             f"Trialog evaluations within the in-process spread: {d['evaluations_within_spread']}; plot {d['plot']}"
         )
+    if args.only in (None, "ppo"):
+        figures["ppo"] = ppo(settings, out, 1 if args.short else args.pairs, args.short)
     if args.only in (None, "td3"):
         figures["td3"] = td3(settings, out, args.short)
     if args.only in (None, "bc"):
@@ -305,6 +393,15 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(
                 f"DQN through Trialog: only {d['evaluations_within_spread']} evaluations within the in-process spread"
             )
+    if not args.short and "ppo" in figures:
+        for i, pair in enumerate(figures["ppo"]["pairs"], 1):
+            t = pair["trialog"]
+            if not t["reached_threshold"]:
+                failed.append(f"PPO through Trialog, pair {i}: no evaluation reached {THRESHOLD} (best {t['best']})")
+            if t["discarded_share"] is None or t["discarded_share"] > PPO_DISCARDED_BAR:
+                failed.append(
+                    f"PPO through Trialog, pair {i}: {t['discarded']} of {t['env_steps']} transitions discarded"
+                )
     if not args.short and "td3" in figures:
         for mode, name in (("trialog", "through Trialog"), ("in_process", "in-process")):
             d = figures["td3"][mode]
