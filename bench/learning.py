@@ -20,7 +20,8 @@ like them falls outside at an evaluation with probability 1/3).
 (3 by default; each pair on topics of its own): the machine's drift between runs falls on both
 modes alike. Printed per pair: each mode's wall clock (``wall_s``: the schedule's, the services'
 start-up left out) and their ratio, the CPU each mode's processes took (this process and, through
-Trialog, the services it started; start-up included; the broker's not), and through Trialog the
+Trialog, the services it started; start-up included), the broker's CPU when it is the one
+``trialog broker start`` runs on this machine, and through Trialog the
 share of its transitions the learner discarded; then the pairs' median ratio. Checked: that every
 run through Trialog reached 475 at an evaluation (the preset's rule) and discarded at most 5 % of
 its transitions. The wall clock bar (≤ 3×) is printed beside the ratios, not checked: a figure of
@@ -62,6 +63,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # runnable as `python bench/learning.py` from anywhere
 
+from bench.cpu import cpu_seconds  # noqa: E402
 from trialog.learn.in_process import train_in_process  # noqa: E402
 from trialog.learn.report import plot, table  # noqa: E402
 from trialog.learn.through_log import train  # noqa: E402
@@ -152,6 +154,15 @@ def _cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def _broker_pid(settings: Settings) -> int | None:
+    """The broker's pid if it is the one ``trialog broker start`` runs on this machine for these
+    settings (its CPU is part of what the log costs); None for any other broker."""
+    from trialog.broker.process import status
+
+    found = status()
+    return found.pid if found.running and found.bootstrap == settings.bootstrap_servers else None
+
+
 def ppo(settings: Settings, out: Path, pairs: int, short: bool) -> dict:
     """The PPO preset through Trialog, then in-process, ``pairs`` times in turn; each pair's figures
     and the pairs' median wall clock ratio."""
@@ -170,12 +181,15 @@ def ppo(settings: Settings, out: Path, pairs: int, short: bool) -> dict:
             ("trialog", functools.partial(train, own, preset, out / f"ppo-trialog-{i}", quiet=True)),
             ("in_process", functools.partial(train_in_process, preset, out / f"ppo-in-process-{i}", quiet=True)),
         ):
-            cpu = _cpu_seconds()
+            broker = _broker_pid(settings)
+            cpu, broker_cpu = _cpu_seconds(), cpu_seconds(broker) if broker else 0.0
             result = run()
             curve = [(e.env_steps, e.mean_return) for e in result.evaluations]
             pair[mode] = {
                 "seconds": result.seconds,
                 "cpu_seconds": _cpu_seconds() - cpu,
+                # None: a broker elsewhere, not measured (in-process it idles: a few tenths of a second)
+                "broker_cpu_seconds": cpu_seconds(broker) - broker_cpu if broker else None,
                 "env_steps": result.env_steps,
                 "evaluations": curve,
                 "final": curve[-1][1] if curve else None,
@@ -188,10 +202,11 @@ def ppo(settings: Settings, out: Path, pairs: int, short: bool) -> dict:
         t, p = pair["trialog"], pair["in_process"]
         pair["wall_clock_ratio"] = t["seconds"] / p["seconds"]
         pair["cpu_ratio"] = t["cpu_seconds"] / p["cpu_seconds"]
+        broker_part = "" if t["broker_cpu_seconds"] is None else f", the broker {t['broker_cpu_seconds']:.0f} s more"
         print(
             f"PPO CartPole-v1 pair {i}: through Trialog {t['seconds']:.1f} s, in-process {p['seconds']:.1f} s "
             f"({pair['wall_clock_ratio']:.2f}x; bar {PPO_WALL_BAR:.0f}x); CPU {t['cpu_seconds']:.0f} s and "
-            f"{p['cpu_seconds']:.0f} s ({pair['cpu_ratio']:.2f}x); through Trialog best eval {t['best']}, "
+            f"{p['cpu_seconds']:.0f} s ({pair['cpu_ratio']:.2f}x{broker_part}); through Trialog best eval {t['best']}, "
             f"final {t['final']}, discarded {t['discarded']} of {t['env_steps']:,} transitions",
             flush=True,
         )
