@@ -148,6 +148,19 @@ PPO_WALL_BAR = 3.0  # #26: through the log within 3x the in-process wall clock
 PPO_DISCARDED_BAR = 0.05  # and at most 5 % of the transitions discarded
 
 
+def _run_figures(result) -> dict:
+    """What the PPO and TD3 parts record of any one run: its evaluations, final and best, time, steps, version."""
+    curve = [(e.env_steps, e.mean_return) for e in result.evaluations]
+    return {
+        "evaluations": curve,
+        "final": curve[-1][1] if curve else None,
+        "best": max((r for _, r in curve), default=None),
+        "seconds": result.seconds,
+        "env_steps": result.env_steps,
+        "model_version": result.model_version,
+    }
+
+
 def _cpu_seconds() -> float:
     """CPU time of this process and of its children that have ended and been waited for."""
     t = os.times()
@@ -172,6 +185,7 @@ def ppo(settings: Settings, out: Path, pairs: int, short: bool) -> dict:
             preset.schedule, total_steps=PPO_SHORT_STEPS, steps_between_evaluations=PPO_SHORT_STEPS // 2
         )
         preset = dataclasses.replace(preset, schedule=schedule)
+    broker = _broker_pid(settings)  # its CPU is counted around the runs through the log
     runs = []
     for i in range(1, pairs + 1):
         # Topics and a model store of its own: a run refuses topics an earlier run left a model on.
@@ -181,23 +195,17 @@ def ppo(settings: Settings, out: Path, pairs: int, short: bool) -> dict:
             ("trialog", functools.partial(train, own, preset, out / f"ppo-trialog-{i}", quiet=True)),
             ("in_process", functools.partial(train_in_process, preset, out / f"ppo-in-process-{i}", quiet=True)),
         ):
-            broker = _broker_pid(settings)
-            cpu, broker_cpu = _cpu_seconds(), cpu_seconds(broker) if broker else 0.0
+            measured = broker if mode == "trialog" else None  # None: not measured (a broker elsewhere)
+            cpu, broker_cpu = _cpu_seconds(), cpu_seconds(measured) if measured else 0.0
             result = run()
-            curve = [(e.env_steps, e.mean_return) for e in result.evaluations]
+            figures = _run_figures(result)
             pair[mode] = {
-                "seconds": result.seconds,
+                **figures,
                 "cpu_seconds": _cpu_seconds() - cpu,
-                # None: a broker elsewhere, not measured (in-process it idles: a few tenths of a second)
-                "broker_cpu_seconds": cpu_seconds(broker) - broker_cpu if broker else None,
-                "env_steps": result.env_steps,
-                "evaluations": curve,
-                "final": curve[-1][1] if curve else None,
-                "best": max((r for _, r in curve), default=None),
-                "reached_threshold": any(r >= THRESHOLD for _, r in curve),
+                "broker_cpu_seconds": cpu_seconds(measured) - broker_cpu if measured else None,
+                "reached_threshold": any(r >= THRESHOLD for _, r in figures["evaluations"]),
                 "discarded": result.discarded,
                 "discarded_share": (result.discarded or 0) / result.env_steps if result.env_steps else None,
-                "model_version": result.model_version,
             }
         t, p = pair["trialog"], pair["in_process"]
         pair["wall_clock_ratio"] = t["seconds"] / p["seconds"]
@@ -245,17 +253,9 @@ def td3(settings: Settings, out: Path, short: bool) -> dict:
         ("in_process", lambda: train_in_process(preset, out / "td3-in-process", quiet=True)),
     ):
         result = run()
-        curve = [(e.env_steps, e.mean_return) for e in result.evaluations]
-        final = curve[-1][1] if curve else None
-        figures[mode] = {
-            "evaluations": curve,
-            "final": final,
-            "best": max((r for _, r in curve), default=None),
-            "final_reached_threshold": final is not None and final >= threshold,
-            "seconds": result.seconds,
-            "env_steps": result.env_steps,
-            "model_version": result.model_version,
-        }
+        figures[mode] = _run_figures(result)
+        final = figures[mode]["final"]
+        figures[mode]["final_reached_threshold"] = final is not None and final >= threshold
         if mode == "trialog":
             print(table(preset, result))
     t, i = figures["trialog"], figures["in_process"]
