@@ -150,12 +150,15 @@ async def test_phases_versions_and_a_learner_killed_mid_training_resumes(kafka_s
 
 async def test_an_evaluation_beside_training_plays_the_version_it_evaluates_in_every_trial(kafka_settings, tmp_path):
     """`evaluate_beside_training`: the next stretch of training runs while an evaluation's trials
-    act with the version it evaluates, pinned, whatever newer versions the learner publishes."""
+    act with the version it evaluates, pinned, whatever newer versions the learner publishes; and
+    every stretch is evaluated, though the learner (1,000 gradient steps a round) lags the actors —
+    training waits at the next stretch's end until the evaluation before it has its version (it ran
+    on to the budget while the first one waited: two evaluations, a slow CI run's failure)."""
     preset = Preset(
         name="itest-beside",
         spec=str(ROOT / "examples" / "cartpole" / "spec.yaml"),
         implementation="dqn",
-        agent={"learning_starts": 100, "train_frequency": 50, "gradient_steps": 5, "hidden": [16, 16]},
+        agent={"learning_starts": 100, "train_frequency": 50, "gradient_steps": 1000, "hidden": [16, 16]},
         schedule=Schedule(
             heatup_steps=100, steps_between_evaluations=300, evaluation_trials=3, total_steps=1200, concurrency=4,
             evaluate_beside_training=True,

@@ -123,12 +123,21 @@ async def run_phases(
 
         counted = asyncio.Event()  # set at each trial's end, once its steps are counted
 
-        async def run_until(phase: str, target_steps: int) -> None:
-            """Trials of ``phase``, ``concurrency`` at a time, until the steps reach the target."""
+        moved = asyncio.Event()  # set when the next evaluation's steps move on, or the run is to stop
+
+        async def run_until(phase: str, target_steps: int, held: bool = False) -> None:
+            """Trials of ``phase``, ``concurrency`` at a time, until the steps reach the target; ``held``:
+            none starts past the next evaluation's steps (``next_eval``) until they move on, once the
+            evaluation before them has its version — however slow the learner, every stretch is evaluated."""
             running: set[asyncio.Task] = set()
             while (result.env_steps < target_steps and not stop) or running:
-                while result.env_steps < target_steps and not stop and len(running) < s.concurrency:
+                limit = min(target_steps, next_eval) if held else target_steps
+                while result.env_steps < limit and not stop and len(running) < s.concurrency:
                     running.add(asyncio.create_task(one(phase)))
+                if not running:  # held at the next evaluation's steps
+                    moved.clear()
+                    await moved.wait()
+                    continue
                 done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for task in done:
                     ticks, ret = task.result()
@@ -156,8 +165,12 @@ async def run_phases(
             if not pinning:
                 await run_until("train", min(until, start + s.total_steps))
                 return result.env_steps >= start + s.total_steps
-            training = training or asyncio.create_task(run_until("train", start + s.total_steps))
-            while not training.done() and (result.env_steps < until or result.env_steps >= start + s.total_steps):
+            training = training or asyncio.create_task(run_until("train", start + s.total_steps, held=True))
+            while (
+                not training.done()
+                and not stop
+                and (result.env_steps < until or result.env_steps >= start + s.total_steps)
+            ):
                 counted.clear()
                 waiting = asyncio.create_task(counted.wait())
                 await asyncio.wait({training, waiting}, return_when=asyncio.FIRST_COMPLETED)
@@ -166,19 +179,26 @@ async def run_phases(
                 training.result()  # its error, if a trial of it failed to start
             return training.done()
 
-        async def evaluate(version: int, steps: int, episodes: int) -> None:
+        async def evaluate(version: int, steps: int, episodes: int, before: asyncio.Task | None) -> None:
+            """Evaluate ``version``; its result is recorded after ``before``'s (the evaluation before it,
+            which may still be running: a stretch of training can end sooner than an evaluation)."""
             nonlocal stop
             await until_served(version)
             pin = version if pinning and version else None
             rets = [r for _, r in await asyncio.gather(*(one("evaluate", pin) for _ in range(s.evaluation_trials)))]
+            if before is not None:
+                await before
             e = Evaluation(steps, episodes, sum(rets) / len(rets), rets, version)
             result.evaluations.append(e)
             progress.evaluated(e, start + s.total_steps)
             if curves is not None:
                 curves.evaluated(e)
-            stop = preset.stop_when_valid and result.meets(preset.validation)
+            stop = stop or (preset.stop_when_valid and result.meets(preset.validation))
+            if stop:
+                moved.set()
 
         version, stop, evaluating, training = 0, False, None, None
+        evaluation_tasks: list[asyncio.Task] = []  # each awaits the one before it to record its result in order
         # Asked for, and where a trial may pin the version its learning actors act with, an evaluation
         # runs beside training (its trials pinned to the version it evaluates).
         pinning = s.evaluate_beside_training and pins_allowed(spec, played)
@@ -187,14 +207,16 @@ async def run_phases(
         try:
             # Every run ends with an evaluation, even one whose heatup (its trials in flight finishing) ate the budget.
             while True:
-                if evaluating is not None:
-                    await evaluating  # one evaluation at a time, in order; the next one's version chosen after it
-                    evaluating = None
+                if not pinning and evaluating is not None:
+                    await evaluating  # between stretches: the next one starts once it has ended
                 if stop:
                     break  # an evaluation met the rule
                 last = await stretch(next_eval)
+                if stop:
+                    break  # an evaluation beside that stretch met the rule
                 steps, episodes = result.env_steps, result.episodes
                 next_eval = steps + s.steps_between_evaluations
+                moved.set()
                 # Evaluate the version that has seen every step so far (the learner may lag a little).
                 deadline = time.monotonic() + version_timeout
                 # (or, for learners that do not say, until no newer version has come for a while).
@@ -212,15 +234,18 @@ async def run_phases(
                     newer, current = await latest_version(steps)
                     if newer != version:
                         version, quiet_since = newer, time.monotonic()
-                # Beside the next stretch where it pins its version; else awaited before the next stretch starts.
-                evaluating = asyncio.create_task(evaluate(version, steps, episodes))
+                # Beside the next stretch where it pins its version, and beside the evaluation before it if
+                # that one still runs (every stretch gets its evaluation, as in-process); else awaited before
+                # the next stretch starts.
+                evaluating = asyncio.create_task(evaluate(version, steps, episodes, evaluating))
+                evaluation_tasks.append(evaluating)
                 if last:
                     break
             for task in (evaluating, training):  # the last evaluation; stopped at a valid one, the trials in flight
                 if task is not None:
                     await task
         finally:
-            for task in (evaluating, training):
+            for task in (*evaluation_tasks, training):
                 if task is not None and not task.done():
                     task.cancel()
         result.model_version, _ = await latest_version()  # and the learner's discarded count
