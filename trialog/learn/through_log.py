@@ -197,8 +197,8 @@ async def run_phases(
             if stop:
                 moved.set()
 
-        version, stop, evaluating, training = 0, False, None, None
-        evaluation_tasks: list[asyncio.Task] = []  # each awaits the one before it to record its result in order
+        version, stop, training = 0, False, None
+        evaluations: list[asyncio.Task] = []  # each awaits the one before it to record its result in order
         # Asked for, and where a trial may pin the version its learning actors act with, an evaluation
         # runs beside training (its trials pinned to the version it evaluates).
         pinning = s.evaluate_beside_training and pins_allowed(spec, played)
@@ -207,8 +207,6 @@ async def run_phases(
         try:
             # Every run ends with an evaluation, even one whose heatup (its trials in flight finishing) ate the budget.
             while True:
-                if not pinning and evaluating is not None:
-                    await evaluating  # between stretches: the next one starts once it has ended
                 if stop:
                     break  # an evaluation met the rule
                 last = await stretch(next_eval)
@@ -237,15 +235,18 @@ async def run_phases(
                 # Beside the next stretch where it pins its version, and beside the evaluation before it if
                 # that one still runs (every stretch gets its evaluation, as in-process); else awaited before
                 # the next stretch starts.
-                evaluating = asyncio.create_task(evaluate(version, steps, episodes, evaluating))
-                evaluation_tasks.append(evaluating)
+                before = evaluations[-1] if evaluations else None
+                evaluations.append(asyncio.create_task(evaluate(version, steps, episodes, before)))
+                if not pinning:
+                    await evaluations[-1]  # between stretches: the next one starts once it has ended
                 if last:
                     break
-            for task in (evaluating, training):  # the last evaluation; stopped at a valid one, the trials in flight
+            # The last evaluation (and, through it, every one before); stopped at a valid one, the trials in flight.
+            for task in (*evaluations[-1:], training):
                 if task is not None:
                     await task
         finally:
-            for task in (*evaluation_tasks, training):
+            for task in (*evaluations, training):
                 if task is not None and not task.done():
                     task.cancel()
         result.model_version, _ = await latest_version()  # and the learner's discarded count
