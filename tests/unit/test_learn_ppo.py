@@ -6,7 +6,6 @@ as soon as a poll completes it."""
 from __future__ import annotations
 
 import asyncio
-import zlib
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,9 +13,9 @@ import pytest
 
 from trialog.actor import DecideRequest
 from trialog.environment import ActorInfo, TrialInfo
-from trialog.learn.bc import softmax
+from trialog.learn import sampled_actions
 from trialog.learn.memory import Transitions
-from trialog.learn.nets import mlp, unprefixed
+from trialog.learn.nets import unprefixed
 from trialog.learn.ppo import PPOConfig, PPOLearner, PPOPolicy
 from trialog.services.learner.handler import LearnerHandler
 from trialog.telemetry import metrics
@@ -232,9 +231,10 @@ async def test_the_learner_service_trains_once_a_poll_completes_the_batch():
     await handler.close()
 
 
-def test_ppo_policy_draws_what_generator_choice_draws():
-    """The policy places the first uniform of a decision's generator in the cumulative
-    probabilities itself: the action is the one ``Generator.choice(n, p=p)`` draws."""
+def test_ppo_policy_draws_each_action_with_its_probability_and_the_same_again():
+    """A decision's draw is a function of (trial seed, actor, tick) only — made again, it draws
+    the same, as recovery requires — and over many decisions each action comes with the
+    probability the policy gives it."""
     learner = PPOLearner(PPOConfig(observation_size=3, actions=5, hidden=(8,)))
     policy = PPOPolicy({"observation_size": 3, "actions": 5, "hidden": [8]})
     policy.pi = unprefixed("pi", learner.tensors())
@@ -244,12 +244,20 @@ def test_ppo_policy_draws_what_generator_choice_draws():
         DecideRequest(TrialInfo(f"t{i}", seed=i, config={}, actors=(me,), phase="train"), me, i % 7, o)
         for i, o in enumerate(observations)
     ]
-    probabilities = softmax(mlp(policy.pi, observations))
-    expected = [
-        int(np.random.default_rng([r.trial.seed, zlib.crc32(b"agent"), r.tick]).choice(5, p=p))
-        for r, p in zip(requests, probabilities)
+    actions = policy.decide_batch(requests)
+    assert policy.decide_batch(requests) == actions and len(set(actions)) == 5
+    assert policy.decide_batch(requests[::-1]) == actions[::-1]  # each its own draw, not the batch's
+    # One row of probabilities, 20,000 decisions (every seed, tick and actor name differing somewhere).
+    p = np.array([0.05, 0.15, 0.3, 0.0, 0.5])
+    other = ActorInfo("other", "agent", "ppo")
+    many = [
+        DecideRequest(TrialInfo(f"s{i}", seed=i // 4, config={}, actors=(me, other), phase="train"), a, i % 4, None)
+        for i in range(10_000)
+        for a in (me, other)
     ]
-    assert policy.decide_batch(requests) == expected and len(set(expected)) == 5
+    counts = np.bincount(sampled_actions(many, np.tile(p, (len(many), 1))), minlength=5)
+    assert counts[3] == 0
+    assert np.all(np.abs(counts / len(many) - p) < 4 * np.sqrt(p * (1 - p) / len(many)) + 1e-9), counts
     policy.pi = {k: np.full_like(v, np.nan) for k, v in policy.pi.items()}
     with pytest.raises(ValueError, match="not finite"):
         policy.decide_batch(requests[:1])

@@ -95,7 +95,7 @@ class SpacesEnvironment(Environment):
             codec = self._codec(actor, "action")
             try:
                 native = codec.from_payload(value)
-                valid = codec.space.contains(native)
+                valid = codec.contains(native)
             except Exception:  # whatever a malformed value makes NumPy or gymnasium raise: not a valid action
                 valid = False
             if not valid:
@@ -115,7 +115,7 @@ class SpacesEnvironment(Environment):
             codec = self._codec(actor, "observation")
             try:
                 payload = codec.to_payload(value)
-                valid = codec.space.contains(codec.from_payload(payload))
+                valid = codec.contains(codec.from_payload(payload))
             except Exception:  # as for actions: a value the conversion cannot take is not in the space
                 valid = False
             if not valid:

@@ -286,7 +286,7 @@ class HostedEnvironment(Environment):
         codec = self.codecs[actor].action
         try:
             native = codec.from_payload(value)
-            valid = codec.space.contains(native)
+            valid = codec.contains(native)
         except Exception:  # whatever a malformed value makes NumPy or gymnasium raise, it is not a valid action
             valid = False
         if not valid:

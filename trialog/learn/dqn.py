@@ -23,7 +23,7 @@ import numpy as np
 
 from trialog.actor import Agent, DecideRequest, Policy
 from trialog.errors import TrialogError
-from trialog.learn import config_of, decision_generator
+from trialog.learn import config_of, decision_uniform
 from trialog.learn.memory import ReplayMemory, flat_observation
 from trialog.learn.nets import init_mlp, mlp, prefixed, unprefixed
 from trialog.learn.offpolicy import OffPolicyLearner
@@ -154,11 +154,11 @@ class DQNPolicy(Policy):
                 actions.append(int(self._demonstrating_agent(r).decide(r.observation)))
                 continue
             explore = self._epsilon(r.trial.phase)
-            if explore <= 0.0:  # greedy: no draw can explore, so no generator is made
+            if explore <= 0.0:  # greedy: no draw can explore, so none is made
                 actions.append(int(g))
                 continue
-            rng = decision_generator(r)
-            actions.append(int(rng.integers(self._actions())) if rng.random() < explore else int(g))
+            n = self._actions()
+            actions.append(min(int(decision_uniform(r, 1) * n), n - 1) if decision_uniform(r) < explore else int(g))
         return actions
 
     def trial_ended(self, trial_id: str) -> None:
