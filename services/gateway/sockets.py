@@ -43,7 +43,7 @@ from trialog.protocol.events import (
 )
 from trialog.protocol.owners import message_problem, reward_problem
 from trialog.protocol.trial import dumps, reaches
-from trialog.services.gateway.door import INTERNAL, LIMITED, REFUSED, SLOW, Refused
+from trialog.services.gateway.door import INTERNAL, LIMITED, REFUSED, Refused
 from trialog.services.gateway.feed import CAUGHT_UP
 from trialog.services.gateway.messages import TrialView
 from trialog.services.gateway.seats import verify
@@ -138,18 +138,16 @@ class Page:
 
     async def send(self, message: dict[str, Any]) -> None:
         """Send one message; a page that does not take it within the limit is dropped. The
-        limit is ``asyncio.timeout``, not ``wait_for``: a task per message queued every send
-        behind the callbacks ready by then (the tail's next Kafka fetch among them) — a
-        person's round trip took ~0.15 ms longer (docs/performance.md)."""
+        socket's protocol bounds the wait, where a send waits (``_socket_protocol`` in app.py):
+        no timer for a send that does not, and no task per message (``wait_for``'s queued
+        every send behind the callbacks ready by then, the tail's next Kafka fetch among them:
+        a person's round trip took ~0.15 ms longer, docs/performance.md)."""
         if self.ws.application_state != WebSocketState.CONNECTED:
             raise WebSocketDisconnect(
                 1006
             )  # closed meanwhile (a frame over the limit, the page left): nothing to send to
         try:
-            async with asyncio.timeout(self.gw.door.limits.send_timeout_s):
-                await self.ws.send_text(orjson.dumps(message).decode())
-        except TimeoutError:
-            raise Refused(f"this page did not read for {self.gw.door.limits.send_timeout_s:g} s", SLOW) from None
+            await self.ws.send_text(orjson.dumps(message).decode())  # Refused (SLOW) past the limit
         except RuntimeError:  # the server closed the socket between the check and the send
             raise WebSocketDisconnect(1006) from None
 

@@ -24,7 +24,7 @@ from trialog.controller import Controller
 from trialog.controller import join_link as link
 from trialog.datalog.replay import read_trial
 from trialog.protocol.events import ActorTimeout, Message, Reward
-from trialog.services.gateway.door import LIMITED, Limits
+from trialog.services.gateway.door import LIMITED, SLOW, Limits
 from trialog.tools.campaign import create_topics, local_services
 
 pytestmark = pytest.mark.integration
@@ -182,6 +182,46 @@ async def test_a_flood_of_messages_is_bounded_and_told(running):
     allowed = LIMITS.messages_per_s_seat * (elapsed + 2)  # the rate, and a burst of two seconds' worth
     assert len(written) <= allowed, f"{len(written)} messages reached the log in {elapsed:.1f} s"
     assert errors > 0 and closed == LIMITED
+
+
+async def test_a_page_that_does_not_read_is_closed_after_the_send_timeout_and_another_keeps_playing(kafka_settings):
+    """A page that stops reading: once what the gateway sends it fills the socket's buffers,
+    the send waits at most ``send_timeout_s``; then the socket is closed (4408, with the
+    reason), nothing is buffered without bound, and another seat's person plays on."""
+    limits = Limits(send_timeout_s=1.0, messages_per_s_seat=100_000, messages_per_s_address=100_000)
+    async with people_deployment(kafka_settings, SPEC, limits) as (bus, ctl, base):
+        tid, url = await seat_link(bus, ctl, base, max_ticks=400)
+        other, other_url = await seat_link(bus, ctl, base, max_ticks=400)
+        # max_queue=1: the client stops reading the socket once one message waits unread.
+        async with (
+            websockets.connect(
+                seat_url(url, "stops-reading").replace("http://", "ws://", 1), max_queue=1, max_size=None
+            ) as ws,
+            socket(seat_url(other_url, "reads")) as playing,
+        ):
+            assert json.loads(await ws.recv())["type"] == "welcome"
+            await playing.next("welcome")
+            big = "x" * 60_000  # each pong carries it back: a few hundred fill the buffers on the way
+
+            async def pings() -> None:
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    for _ in range(1000):
+                        await ws.send(json.dumps({"type": "ping", "t": big}))
+
+            sender = asyncio.create_task(pings())
+            played = asyncio.create_task(play(playing, until_tick=30))
+            await asyncio.sleep(limits.send_timeout_s + 4)  # the gateway's send times out meanwhile
+            sender.cancel()
+            pongs = 0
+            with contextlib.suppress(websockets.ConnectionClosed):
+                while True:  # read on: what was buffered, then the close
+                    pongs += json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "pong"
+            assert ws.close_code == SLOW, (ws.close_code, ws.close_reason)
+            assert "did not read for 1 s" in ws.close_reason
+            assert 0 < pongs < 1000, pongs
+            assert len(await asyncio.wait_for(played, 60)) >= 30
+        await ctl.terminate(tid, hard=True)
+        await ctl.terminate(other, hard=True)
 
 
 async def test_every_bad_message_is_answered_and_the_socket_stays(running):
