@@ -74,8 +74,9 @@ class Socket:
 
 
 @contextlib.asynccontextmanager
-async def socket(url: str) -> AsyncIterator[Socket]:
-    async with websockets.connect(url.replace("http://", "ws://", 1), open_timeout=30) as ws:
+async def socket(url: str, **options) -> AsyncIterator[Socket]:
+    """``options``: websockets.connect's (``max_queue=1``: a page that stops reading)."""
+    async with websockets.connect(url.replace("http://", "ws://", 1), open_timeout=30, **options) as ws:
         yield Socket(ws)
 
 

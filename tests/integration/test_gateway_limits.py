@@ -194,12 +194,11 @@ async def test_a_page_that_does_not_read_is_closed_after_the_send_timeout_and_an
         other, other_url = await seat_link(bus, ctl, base, max_ticks=400)
         # max_queue=1: the client stops reading the socket once one message waits unread.
         async with (
-            websockets.connect(
-                seat_url(url, "stops-reading").replace("http://", "ws://", 1), max_queue=1, max_size=None
-            ) as ws,
+            socket(seat_url(url, "stops-reading"), max_queue=1, max_size=None) as stalled,
             socket(seat_url(other_url, "reads")) as playing,
         ):
-            assert json.loads(await ws.recv())["type"] == "welcome"
+            ws = stalled.ws
+            assert (await stalled.next())["type"] == "welcome"
             await playing.next("welcome")
             big = "x" * 60_000  # each pong carries it back: a few hundred fill the buffers on the way
 

@@ -157,7 +157,7 @@ class DQNPolicy(Policy):
             if explore <= 0.0:  # greedy: no draw can explore, so none is made
                 actions.append(int(g))
                 continue
-            n = self._actions()
+            n = self._actions()  # min: a uniform just under 1, times n, can round up to n
             actions.append(min(int(decision_uniform(r, 1) * n), n - 1) if decision_uniform(r) < explore else int(g))
         return actions
 
