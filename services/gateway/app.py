@@ -217,6 +217,9 @@ async def _stop(part) -> None:
 
 
 CLOSE_WITHIN_S = 1.0  # after the gateway's close frame, how long a page has to read it before the connection is closed
+# How long a page that has not read what it was sent, the close frame behind it, keeps its
+# connection before it is cut off and the unsent bytes dropped.
+DRAIN_WITHIN_S = 30.0
 
 
 def _socket_protocol(send_timeout_s: float):
@@ -234,7 +237,13 @@ def _socket_protocol(send_timeout_s: float):
     A send to a page waits only while the page has not read what it was sent before (the
     transport has paused writing); that wait is bounded here by ``send_timeout_s``, and a
     send that does not wait, nearly every one, costs no timer (one per message, made by
-    ``asyncio.timeout`` around every send, was ~4 % of the gateway's CPU at 96 seats)."""
+    ``asyncio.timeout`` around every send, was ~4 % of the gateway's CPU at 96 seats).
+
+    The close frame never waits for the page to read: it goes behind what the page has not
+    read, and the socket's handler ends at once, giving back the page's place at the door
+    (uvicorn waited, without a bound, for the page to read first). The connection is closed
+    once the page has had :data:`CLOSE_WITHIN_S` to read the close frame, and a page that has
+    not read up to it within :data:`DRAIN_WITHIN_S` is cut off."""
     from uvicorn.protocols.websockets.wsproto_impl import WSProtocol
     from wsproto import events
 
@@ -271,13 +280,54 @@ def _socket_protocol(send_timeout_s: float):
                     self.handle_pong(event)
 
         async def send(self, message) -> None:
-            if message["type"] == "websocket.send" and not self.writable.is_set():
-                try:
-                    async with asyncio.timeout(send_timeout_s):
-                        await self.writable.wait()
-                except TimeoutError:  # not an OSError for Starlette to take for a disconnection
-                    raise Refused(f"this page did not read for {send_timeout_s:g} s", SLOW) from None
+            kind = message["type"]
+            if not self.writable.is_set() and self.handshake_complete and not self.close_sent:
+                if kind == "websocket.close":
+                    self._close_behind_unread(message.get("code", 1000), message.get("reason") or "")
+                    return
+                if kind == "websocket.send":
+                    try:
+                        async with asyncio.timeout(send_timeout_s):
+                            await self.writable.wait()
+                    except TimeoutError:  # not an OSError for Starlette to take for a disconnection
+                        raise Refused(f"this page did not read for {send_timeout_s:g} s", SLOW) from None
             await super().send(message)
+            if kind == "websocket.close" and self.close_timer is not None:
+                self._close_later()
+
+        def _close_behind_unread(self, code: int, reason: str) -> None:
+            """uvicorn's close, without its wait for the page to read what it was sent."""
+            self.close_sent = True
+            self.queue.put_nowait({"type": "websocket.disconnect", "code": code, "reason": reason})
+            if not self.transport.is_closing():
+                self.transport.write(self.conn.send(events.CloseConnection(code=code, reason=reason)))
+                self._close_later()
+
+        def _close_later(self) -> None:
+            if self.close_timer is not None:
+                self.close_timer.cancel()
+            self.cut_off_at = self.loop.time() + DRAIN_WITHIN_S
+            self.draining = False
+            self.close_timer = self.loop.call_later(CLOSE_WITHIN_S, self._shut)
+
+        def _shut(self) -> None:
+            """Close once the page has had CLOSE_WITHIN_S to read the close frame: after it was
+            written, as uvicorn does, or, if it waited behind unread bytes, after they left. Not
+            before: closing a socket whose page's bytes were not read (they are not, once the
+            close is sent) resets the connection, and a page can lose what it had not yet read,
+            the close frame with it. The page's echo of the close frame (uvicorn's handle_close)
+            or the connection's loss cancels this timer."""
+            if not self.transport.get_write_buffer_size():
+                if not self.draining:
+                    self.transport.close()
+                    return
+                self.draining = False  # drained since the last look: one more CLOSE_WITHIN_S
+            elif self.loop.time() >= self.cut_off_at:
+                self.transport.abort()
+                return
+            else:
+                self.draining = True
+            self.close_timer = self.loop.call_later(CLOSE_WITHIN_S, self._shut)
 
         async def receive(self):
             message = await super().receive()

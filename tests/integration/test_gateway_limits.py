@@ -24,6 +24,7 @@ from trialog.controller import Controller
 from trialog.controller import join_link as link
 from trialog.datalog.replay import read_trial
 from trialog.protocol.events import ActorTimeout, Message, Reward
+from trialog.services.gateway import app as gateway_app
 from trialog.services.gateway.door import LIMITED, SLOW, Limits
 from trialog.tools.campaign import create_topics, local_services
 
@@ -219,6 +220,63 @@ async def test_a_page_that_does_not_read_is_closed_after_the_send_timeout_and_an
             assert "did not read for 1 s" in ws.close_reason
             assert 0 < pongs < 1000, pongs
             assert len(await asyncio.wait_for(played, 60)) >= 30
+        await ctl.terminate(tid, hard=True)
+        await ctl.terminate(other, hard=True)
+
+
+async def test_a_page_that_never_reads_gives_back_its_place_at_once_and_is_cut_off_later(kafka_settings, monkeypatch):
+    """A page refused for not reading does not hold its address's place while its close frame
+    waits behind what it never read: the next socket from the address is let in. And its
+    connection is cut off (no close frame: 1006) once it has read nothing for the drain bound,
+    where a page that reads sooner gets the close and its reason (the test above)."""
+    monkeypatch.setattr(gateway_app, "DRAIN_WITHIN_S", 2.0)
+    limits = Limits(
+        send_timeout_s=1.0, connections_per_address=2, messages_per_s_seat=100_000, messages_per_s_address=100_000
+    )
+    async with people_deployment(kafka_settings, SPEC, limits) as (bus, ctl, base):
+        tid, url = await seat_link(bus, ctl, base, max_ticks=400)
+        other, other_url = await seat_link(bus, ctl, base, max_ticks=400)
+
+        async def let_in() -> bool:
+            """Whether the door lets one more socket from this address in (a place is free)."""
+            try:
+                async with socket(seat_url(other_url, "third")):
+                    return True
+            except websockets.InvalidStatus as exc:
+                assert exc.response.status_code == 429, exc
+                return False
+
+        async with (
+            socket(seat_url(url, "never-reads"), max_queue=1, max_size=None) as stalled,
+            socket(seat_url(other_url, "reads")) as playing,
+        ):
+            ws = stalled.ws
+            assert (await stalled.next())["type"] == "welcome"
+            await playing.next("welcome")
+            assert not await let_in()  # both places are taken
+            big = "x" * 60_000
+
+            async def pings() -> None:
+                with contextlib.suppress(websockets.ConnectionClosed, OSError):
+                    for _ in range(1000):
+                        await ws.send(json.dumps({"type": "ping", "t": big}))
+
+            sender = asyncio.create_task(pings())
+            try:
+                deadline = time.monotonic() + 30
+                while not await let_in():  # once the send times out, the refused page's place is free
+                    assert time.monotonic() < deadline, "the page that never reads still holds its place"
+                    await asyncio.sleep(0.5)
+                await asyncio.sleep(gateway_app.CLOSE_WITHIN_S + gateway_app.DRAIN_WITHIN_S + 2)
+                sender.cancel()
+                pongs = 0
+                with contextlib.suppress(websockets.ConnectionClosed):
+                    while True:  # what reached the page before the cut, then no close frame
+                        pongs += json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "pong"
+                assert ws.close_code == 1006 and pongs < 1000, (ws.close_code, ws.close_reason, pongs)
+            finally:
+                sender.cancel()
+                ws.transport.abort()  # a failed check must not wait on this client's close, its buffers full
         await ctl.terminate(tid, hard=True)
         await ctl.terminate(other, hard=True)
 
