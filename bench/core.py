@@ -51,7 +51,7 @@ async def run_trials(
     ids = await asyncio.gather(
         *(ctl.start_trial(spec, max_ticks=ticks, implementations=implementations) for _ in range(count))
     )
-    ended = await asyncio.gather(*(ctl.wait_ended(t, timeout=timeout) for t in ids))
+    ended = await asyncio.gather(*(ctl.wait_result(t, timeout=timeout) for t in ids))
     seconds = time.perf_counter() - t0
     bad = [(t, e.reason, e.tick) for t, e in zip(ids, ended) if e.reason != "max_ticks" or e.tick != ticks]
     if bad:

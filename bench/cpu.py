@@ -71,6 +71,7 @@ async def measure(tree: Path, bootstrap: str, trials: int, ticks: int, runs: int
     its path)."""
     from trialog.bus import connect
     from trialog.controller import Controller
+    from trialog.protocol.topics import TRIALS
     from trialog.settings import Settings
     from trialog.spec import load_spec
 
@@ -101,12 +102,12 @@ async def measure(tree: Path, bootstrap: str, trials: int, ticks: int, runs: int
     }  # fmt: skip
     out = []
     try:
-        async with Controller(bus) as ctl:
+        async with Controller(bus, follow=TRIALS) as ctl:
 
             async def run(n: int, t: int) -> float:
                 t0 = time.perf_counter()
                 ids = await asyncio.gather(*(ctl.start_trial(spec.name, max_ticks=t) for _ in range(n)))
-                ended = await asyncio.gather(*(ctl.wait_ended(i, timeout=600) for i in ids))
+                ended = await asyncio.gather(*(ctl.wait_result(i, timeout=600) for i in ids))
                 wrong = [e for e in ended if e.reason != "max_ticks" or e.tick != t]
                 if wrong:
                     raise SystemExit(

@@ -37,6 +37,7 @@ from trialog.bus import connect
 from trialog.bus.memory import MemoryBus
 from trialog.commands.parts import run_async
 from trialog.controller import Controller
+from trialog.protocol.topics import TRIALS
 from trialog.settings import Settings
 from trialog.spec import load_spec
 
@@ -152,7 +153,7 @@ async def bench_trivial(settings: Settings, args, logdir: Path, out: dict) -> No
     bus = connect(settings)
     spec = load_spec(TRIVIAL, bus.store)
     await bus.create_topics()
-    async with serving(settings, TRIVIAL, logdir) as services, Controller(bus) as ctl:
+    async with serving(settings, TRIVIAL, logdir) as services, Controller(bus, follow=TRIALS) as ctl:
         # Warm-up: waits out the services' start and group joins, and warms their code paths.
         await core.run_trials(ctl, spec.name, 2, 20, timeout=120)
 
@@ -248,7 +249,7 @@ async def bench_overcooked(settings: Settings, args, logdir: Path, out: dict) ->
     # stepping one numpy env, CoGrid's default backend, as the PettingZoo adapter does).
     async with (
         serving(settings, OVERCOOKED, logdir, environments=2, played=set(random_cooks.values())) as services,
-        Controller(bus) as ctl,
+        Controller(bus, follow=TRIALS) as ctl,
     ):
         # Warm-up: each instance compiles its batch sizes once (seconds each, in the background
         # while it steps with the sizes it has); the timed runs start once both say they are done.
