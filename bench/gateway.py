@@ -39,6 +39,7 @@ from bench.floor import two_hop  # noqa: E402
 from trialog.bus import connect  # noqa: E402
 from trialog.commands.parts import run_async  # noqa: E402
 from trialog.controller import Controller  # noqa: E402
+from trialog.protocol.topics import TRIALS  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
 from trialog.tools.campaign import create_topics, local_services  # noqa: E402
 
@@ -96,7 +97,7 @@ def spec_file(folder: Path, tick_interval_ms: int | None) -> Path:
 
 
 async def round_trip(settings: Settings, ticks: int) -> dict:
-    async with Controller(connect(settings), name="bench") as ctl:
+    async with Controller(connect(settings), name="bench", follow=TRIALS) as ctl:
         tid = await ctl.start_trial("gw-bench", max_ticks=ticks)
         (url,) = ctl.join_links(tid, ["bob"]).values()
         trips: list[float] = []
@@ -117,7 +118,7 @@ async def round_trip(settings: Settings, ticks: int) -> dict:
 
 
 async def capacity(settings: Settings, seats: int, ticks: int) -> dict:
-    async with Controller(connect(settings), name="bench") as ctl:
+    async with Controller(connect(settings), name="bench", follow=TRIALS) as ctl:
         tids = [await ctl.start_trial("gw-bench", max_ticks=ticks) for _ in range(seats)]
         urls = [next(iter(ctl.join_links(t, ["bob"]).values())) for t in tids]
         t0 = time.monotonic()
