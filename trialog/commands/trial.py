@@ -39,13 +39,16 @@ def add(sub) -> None:
     def do_start(args) -> int:
         from trialog.bus import connect
         from trialog.controller import Controller
+        from trialog.protocol.topics import TRIALS
 
         settings = from_args(args)
         overrides = trial_overrides(args)
         seats = args.seat or _seats_from_specs(settings, args.spec_name, overrides.get("implementations"))
 
         async def go():
-            async with Controller(connect(settings)) as ctl:
+            # Its start and end from the trials index, a few records a trial: following `events`
+            # it would fetch every record of every trial on the topic while it waits.
+            async with Controller(connect(settings), follow=TRIALS) as ctl:
                 tid = await ctl.start_trial(args.spec_name, **overrides)
                 # The ID and the links first: the trial waits for these people to join.
                 print(tid, flush=True)
@@ -53,7 +56,7 @@ def add(sub) -> None:
                     print(f"{actor}: {url}", flush=True)
                 started = await ctl.wait_started(tid, timeout=None if seats else args.start_timeout)
                 if args.wait:
-                    ended = await ctl.wait_ended(tid)
+                    ended = await ctl.wait_result(tid)
                     print(f"{tid} ended: {ended.reason} at tick {ended.tick}")
                 return started
 
@@ -74,7 +77,7 @@ def add(sub) -> None:
         from trialog.controller import Controller
 
         async def go():
-            async with Controller(connect(from_args(args))) as ctl:
+            async with Controller(connect(from_args(args)), watch=False) as ctl:  # the index, and a request
                 record = await ctl.trial_record(args.trial_id)
                 if record is None:
                     topic = ctl.bus.settings.topic("trials")
