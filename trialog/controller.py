@@ -473,7 +473,7 @@ async def run_campaign(
             outcome = TrialOutcome("", extra)
             try:
                 outcome.trial_id = await ctl.start_trial(spec, **extra)
-                ended = await ctl.wait_ended(outcome.trial_id, timeout=trial_timeout)
+                ended = await ctl.wait_result(outcome.trial_id, timeout=trial_timeout)
                 outcome.reason, outcome.ticks = ended.reason, ended.tick
             except TrialError as exc:
                 outcome.error = exc.reason or str(exc)

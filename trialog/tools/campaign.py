@@ -218,8 +218,11 @@ async def campaign(
 ):
     from trialog.bus import connect
     from trialog.controller import Controller, run_campaign
+    from trialog.protocol.topics import TRIALS
 
-    async with Controller(connect(settings), name="campaign") as ctl:
+    # The ends, and the returns they carry, from the trials index: following `events` this process
+    # would fetch every record of every trial and check each reward again after the orchestrator.
+    async with Controller(connect(settings), name="campaign", follow=TRIALS) as ctl:
         result = await run_campaign(
             ctl, spec.name, trials, concurrency, overrides=overrides_for, on_progress=None if quiet else _progress
         )
