@@ -2,7 +2,7 @@
 
 .. code-block:: python
 
-    async with Controller(connect(settings)) as ctl:
+    async with Controller(connect(settings), follow=TRIALS) as ctl:
         trial_id = await ctl.start_trial("rps", seed=7, implementations={"bob": "scripted"})
         ended = await ctl.wait_result(trial_id)
         print(ended.reason, ended.tick, ended.returns)
@@ -13,9 +13,10 @@ silently dropped: :meth:`Controller.wait_started` raises :class:`TrialError` wit
 the orchestrator's reason. Rewards, messages and parameter changes from outside
 (an evaluator, a person) go straight to the trial's events.
 
-A controller that needs only how its trials end (``follow=TRIALS``: `trialog train`) reads
-the ``trials`` index instead — a few records per trial, where ``events`` has several per
-tick, every one of which a watcher of events fetches and looks at.
+A controller that needs only how its trials end (``follow=TRIALS``: `trialog train`,
+`trialog run`, `trialog trial start --wait`, the benchmarks) reads the ``trials`` index
+instead — a few records per trial, where ``events`` has several per tick, every one of
+which a watcher of events fetches and looks at.
 """
 
 from __future__ import annotations
