@@ -185,6 +185,36 @@ async def test_a_flood_of_messages_is_bounded_and_told(running):
     assert errors > 0 and closed == LIMITED
 
 
+@contextlib.asynccontextmanager
+async def stalled_beside_playing(url: str, other_url: str):
+    """Two seats' pages from one address, welcomed: one that stops reading its socket once one
+    message waits unread (``max_queue=1``) and floods pings whose pongs fill the buffers on the
+    way back (each carries 60 KB: a few hundred do), and one that reads: (stalled, playing, flood)."""
+    async with (
+        socket(seat_url(url, "stops-reading"), max_queue=1, max_size=None) as stalled,
+        socket(seat_url(other_url, "reads")) as playing,
+    ):
+        assert (await stalled.next())["type"] == "welcome"
+        await playing.next("welcome")
+        big = "x" * 60_000
+
+        async def pings() -> None:
+            with contextlib.suppress(websockets.ConnectionClosed, OSError):
+                for _ in range(1000):
+                    await stalled.ws.send(json.dumps({"type": "ping", "t": big}))
+
+        yield stalled, playing, pings
+
+
+async def pongs_then_closed(ws) -> int:
+    """Read on until the socket closes: how many pongs reached the page before."""
+    pongs = 0
+    with contextlib.suppress(websockets.ConnectionClosed):
+        while True:
+            pongs += json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "pong"
+    return pongs
+
+
 async def test_a_page_that_does_not_read_is_closed_after_the_send_timeout_and_another_keeps_playing(kafka_settings):
     """A page that stops reading: once what the gateway sends it fills the socket's buffers,
     the send waits at most ``send_timeout_s``; then the socket is closed (4408, with the
@@ -193,31 +223,14 @@ async def test_a_page_that_does_not_read_is_closed_after_the_send_timeout_and_an
     async with people_deployment(kafka_settings, SPEC, limits) as (bus, ctl, base):
         tid, url = await seat_link(bus, ctl, base, max_ticks=400)
         other, other_url = await seat_link(bus, ctl, base, max_ticks=400)
-        # max_queue=1: the client stops reading the socket once one message waits unread.
-        async with (
-            socket(seat_url(url, "stops-reading"), max_queue=1, max_size=None) as stalled,
-            socket(seat_url(other_url, "reads")) as playing,
-        ):
-            ws = stalled.ws
-            assert (await stalled.next())["type"] == "welcome"
-            await playing.next("welcome")
-            big = "x" * 60_000  # each pong carries it back: a few hundred fill the buffers on the way
-
-            async def pings() -> None:
-                with contextlib.suppress(websockets.ConnectionClosed):
-                    for _ in range(1000):
-                        await ws.send(json.dumps({"type": "ping", "t": big}))
-
-            sender = asyncio.create_task(pings())
+        async with stalled_beside_playing(url, other_url) as (stalled, playing, flood):
+            sender = asyncio.create_task(flood())
             played = asyncio.create_task(play(playing, until_tick=30))
             await asyncio.sleep(limits.send_timeout_s + 4)  # the gateway's send times out meanwhile
             sender.cancel()
-            pongs = 0
-            with contextlib.suppress(websockets.ConnectionClosed):
-                while True:  # read on: what was buffered, then the close
-                    pongs += json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "pong"
-            assert ws.close_code == SLOW, (ws.close_code, ws.close_reason)
-            assert "did not read for 1 s" in ws.close_reason
+            pongs = await pongs_then_closed(stalled.ws)  # what was buffered, then the close
+            assert stalled.ws.close_code == SLOW, (stalled.ws.close_code, stalled.ws.close_reason)
+            assert "did not read for 1 s" in stalled.ws.close_reason
             assert 0 < pongs < 1000, pongs
             assert len(await asyncio.wait_for(played, 60)) >= 30
         await ctl.terminate(tid, hard=True)
@@ -246,22 +259,9 @@ async def test_a_page_that_never_reads_gives_back_its_place_at_once_and_is_cut_o
                 assert exc.response.status_code == 429, exc
                 return False
 
-        async with (
-            socket(seat_url(url, "never-reads"), max_queue=1, max_size=None) as stalled,
-            socket(seat_url(other_url, "reads")) as playing,
-        ):
-            ws = stalled.ws
-            assert (await stalled.next())["type"] == "welcome"
-            await playing.next("welcome")
+        async with stalled_beside_playing(url, other_url) as (stalled, _, flood):
             assert not await let_in()  # both places are taken
-            big = "x" * 60_000
-
-            async def pings() -> None:
-                with contextlib.suppress(websockets.ConnectionClosed, OSError):
-                    for _ in range(1000):
-                        await ws.send(json.dumps({"type": "ping", "t": big}))
-
-            sender = asyncio.create_task(pings())
+            sender = asyncio.create_task(flood())
             try:
                 deadline = time.monotonic() + 30
                 while not await let_in():  # once the send times out, the refused page's place is free
@@ -269,14 +269,11 @@ async def test_a_page_that_never_reads_gives_back_its_place_at_once_and_is_cut_o
                     await asyncio.sleep(0.5)
                 await asyncio.sleep(gateway_app.CLOSE_WITHIN_S + gateway_app.DRAIN_WITHIN_S + 2)
                 sender.cancel()
-                pongs = 0
-                with contextlib.suppress(websockets.ConnectionClosed):
-                    while True:  # what reached the page before the cut, then no close frame
-                        pongs += json.loads(await asyncio.wait_for(ws.recv(), 30))["type"] == "pong"
-                assert ws.close_code == 1006 and pongs < 1000, (ws.close_code, ws.close_reason, pongs)
+                pongs = await pongs_then_closed(stalled.ws)  # what reached the page before the cut; no close frame
+                assert stalled.ws.close_code == 1006 and pongs < 1000, (stalled.ws.close_code, pongs)
             finally:
                 sender.cancel()
-                ws.transport.abort()  # a failed check must not wait on this client's close, its buffers full
+                stalled.ws.transport.abort()  # a failed check must not wait on this client's close, its buffers full
         await ctl.terminate(tid, hard=True)
         await ctl.terminate(other, hard=True)
 
