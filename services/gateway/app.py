@@ -317,17 +317,14 @@ def _socket_protocol(send_timeout_s: float):
             close is sent) resets the connection, and a page can lose what it had not yet read,
             the close frame with it. The page's echo of the close frame (uvicorn's handle_close)
             or the connection's loss cancels this timer."""
-            if not self.transport.get_write_buffer_size():
-                if not self.draining:
-                    self.transport.close()
-                    return
-                self.draining = False  # drained since the last look: one more CLOSE_WITHIN_S
-            elif self.loop.time() >= self.cut_off_at:
+            unread = self.transport.get_write_buffer_size()
+            if not unread and not self.draining:
+                self.transport.close()
+            elif unread and self.loop.time() >= self.cut_off_at:
                 self.transport.abort()
-                return
-            else:
-                self.draining = True
-            self.close_timer = self.loop.call_later(CLOSE_WITHIN_S, self._shut)
+            else:  # unread bytes left, or drained since the last look: one more CLOSE_WITHIN_S
+                self.draining = bool(unread)
+                self.close_timer = self.loop.call_later(CLOSE_WITHIN_S, self._shut)
 
         async def receive(self):
             message = await super().receive()
