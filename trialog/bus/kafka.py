@@ -136,6 +136,9 @@ class KafkaBus(Bus):
         refused = self.oversized(items)
         sent: list[int] = []
         futures = []
+        # The records' timestamp, given rather than left to the producer: aiokafka answers every
+        # record of a batch with the timestamp of the batch's first, which may be another call's.
+        stamp = int(time.time() * 1000)
         try:
             for i, (role, key, value, headers) in enumerate(items):
                 if i in refused:
@@ -145,7 +148,12 @@ class KafkaBus(Bus):
                 partition = self.partition_of(key.decode()) if role in KEYED and key else None
                 futures.append(
                     await producer.send(
-                        self.settings.topic(role), value=value, key=key, headers=headers, partition=partition
+                        self.settings.topic(role),
+                        value=value,
+                        key=key,
+                        headers=headers,
+                        partition=partition,
+                        timestamp_ms=stamp,
                     )
                 )
                 sent.append(i)
@@ -163,7 +171,9 @@ class KafkaBus(Bus):
             elif isinstance(result, BaseException):
                 failed[i] = result
             else:
-                delivered[i] = Delivered(items[i][0], result.partition, result.offset, result.timestamp)
+                # Create time (type 0): the log has ours; log append time: the broker's, in the answer.
+                at = stamp if result.timestamp_type == 0 else result.timestamp
+                delivered[i] = Delivered(items[i][0], result.partition, result.offset, at)
         if any(isinstance(r, _POISONING) for r in results):
             await self._replace_producer(producer, why="a record was refused: its sequence numbers are spent")
             if failed and retry:  # sent behind the refused record: once more, in order, on the fresh producer

@@ -1,0 +1,74 @@
+"""What ``KafkaBus.send_many`` says it delivered is what the log holds, in order.
+
+Each record's answer must name the partition, offset and timestamp the log has for it
+(a service reading its own records back in place takes them from the answer), and a
+partition's records must be logged in the order they were given — also when they fill
+more than one of the producer's batches, and when several tasks write at once, their
+records sharing batches. aiokafka answers every record of a batch with the timestamp of
+the batch's first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from trialog.bus.kafka import KafkaBus
+from trialog.protocol.topics import EVENTS
+
+pytestmark = pytest.mark.integration
+
+
+def _items(prefix: str, trials: int, per_trial: int, size: int) -> list[tuple]:
+    """Records of several trials, interleaved as a service writes them (tick by tick)."""
+    return [
+        (EVENTS, f"{prefix}-{t}".encode(), f"{prefix}-{t}-{n}:".encode().ljust(size, b"."), [("kind", b"x")])
+        for n in range(per_trial)
+        for t in range(trials)
+    ]
+
+
+async def _logged(bus: KafkaBus) -> dict[tuple[int, int], tuple[bytes, bytes, int]]:
+    """(partition, offset) -> (key, value, timestamp) of every record of the events topic."""
+    topic = bus.settings.topic(EVENTS)
+    tps = [TopicPartition(topic, p) for p in range(bus.settings.partitions)]
+    consumer = AIOKafkaConsumer(bootstrap_servers=bus.settings.bootstrap_servers, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        out: dict[tuple[int, int], tuple[bytes, bytes, int]] = {}
+        while sum(ends.values()) > len(out):
+            for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
+                out.update({(tp.partition, r.offset): (r.key, r.value, r.timestamp) for r in records})
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def test_each_record_is_where_its_answer_says_in_the_order_given(kafka_settings):
+    bus = KafkaBus(kafka_settings)
+    await bus.create_topics()
+    async with bus:
+        small = _items("small", trials=12, per_trial=5, size=60)
+        # 6 KB records: the producer's batches hold 16 KB, so a partition's records fill several.
+        large = _items("large", trials=3, per_trial=6, size=6_000)
+        answers = [await bus.send_many(small), await bus.send_many(large)]
+        # Two tasks at once on the same partitions: their records share batches.
+        together = [_items("a", 8, 4, 60), _items("b", 8, 4, 60)]
+        answers += await asyncio.gather(*(bus.send_many(items) for items in together))
+        logged = await _logged(bus)
+
+    given = [small, large, *together]
+    assert sum(map(len, given)) == len(logged), "a record was logged twice or not at all"
+    for items, delivered in zip(given, answers):
+        assert len(delivered) == len(items)
+        last: dict[bytes, tuple[int, int]] = {}
+        for (role, key, value, _headers), d in zip(items, delivered):
+            assert (d.role, d.partition) == (role, bus.partition_of(key.decode()))
+            assert logged[(d.partition, d.offset)] == (key, value, d.timestamp_ms)
+            assert (d.partition, d.offset) > last.get(key, (d.partition, -1)), f"{key!r} logged out of order"
+            last[key] = (d.partition, d.offset)
