@@ -34,16 +34,17 @@ async def _logged(bus: KafkaBus) -> dict[tuple[int, int], tuple[bytes, bytes, in
     """(partition, offset) -> (key, value, timestamp) of every record of the events topic."""
     topic = bus.settings.topic(EVENTS)
     tps = [TopicPartition(topic, p) for p in range(bus.settings.partitions)]
-    consumer = AIOKafkaConsumer(bootstrap_servers=bus.settings.bootstrap_servers, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**bus.settings.kafka_client_options(), enable_auto_commit=False)
     await consumer.start()
     try:
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
         out: dict[tuple[int, int], tuple[bytes, bytes, int]] = {}
-        while sum(ends.values()) > len(out):
-            for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
-                out.update({(tp.partition, r.offset): (r.key, r.value, r.timestamp) for r in records})
+        async with asyncio.timeout(60):  # every record is there by the end offsets: a wait past this is a failure
+            while sum(ends.values()) > len(out):
+                for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
+                    out.update({(tp.partition, r.offset): (r.key, r.value, r.timestamp) for r in records})
         return out
     finally:
         await consumer.stop()
