@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from trialog.bus.kafka import KafkaBus
+from trialog.datalog.replay import partition_records
 from trialog.protocol.topics import EVENTS
 
 pytestmark = pytest.mark.integration
@@ -32,22 +32,11 @@ def _items(prefix: str, trials: int, per_trial: int, size: int) -> list[tuple]:
 
 async def _logged(bus: KafkaBus) -> dict[tuple[int, int], tuple[bytes, bytes, int]]:
     """(partition, offset) -> (key, value, timestamp) of every record of the events topic."""
-    topic = bus.settings.topic(EVENTS)
-    tps = [TopicPartition(topic, p) for p in range(bus.settings.partitions)]
-    consumer = AIOKafkaConsumer(**bus.settings.kafka_client_options(), enable_auto_commit=False)
-    await consumer.start()
-    try:
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        out: dict[tuple[int, int], tuple[bytes, bytes, int]] = {}
-        async with asyncio.timeout(60):  # every record is there by the end offsets: a wait past this is a failure
-            while sum(ends.values()) > len(out):
-                for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
-                    out.update({(tp.partition, r.offset): (r.key, r.value, r.timestamp) for r in records})
-        return out
-    finally:
-        await consumer.stop()
+    return {
+        (r.partition, r.offset): (r.key, r.value, r.timestamp_ms)
+        for p in range(bus.settings.partitions)
+        async for r in partition_records(bus, p, 0)
+    }
 
 
 async def test_each_record_is_where_its_answer_says_in_the_order_given(kafka_settings):
