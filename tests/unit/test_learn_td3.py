@@ -18,10 +18,11 @@ from trialog.errors import TrialogError
 from trialog.learn.in_process import InProcess, train_in_process
 from trialog.learn.memory import Transitions, transitions
 from trialog.learn.nets import mlp
-from trialog.learn.td3 import TD3Config, TD3Learner, TD3Policy, backward, forward, one_blas_thread
+from trialog.learn.td3 import TD3Config, TD3Learner, TD3Policy, backward, forward
 from trialog.learn.train import Preset, Schedule, derived_spec, load_preset
 from trialog.model_registry import make_version
 from trialog.protocol.codec import SchemaStore
+from trialog.runtime.threads import one_blas_thread
 from trialog.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -76,6 +76,7 @@ from trialog.protocol.events import LEARN_PHASES
 from trialog.protocol.rewards import aggregate, reward_bounds_problem
 from trialog.protocol.trial import reaches
 from trialog.runtime.pinned import pins_allowed
+from trialog.runtime.threads import one_blas_thread
 from trialog.spec import load_entry, load_spec
 from trialog.tools.judge import JUDGE_CONFIDENCE, JUDGE_NAME
 
@@ -514,6 +515,9 @@ def train_in_process(
     curves into ``tensorboard``, by default ``out_dir/tensorboard``)."""
     run = InProcess(preset, out_dir, quiet=quiet, tensorboard=tensorboard)
     run._say(f"{preset.name}: TensorBoard curves in {run.tensorboard}")
-    result = preset.run_in_process(run)
+    # On one BLAS thread, as a service runs (trialog/runtime/threads.py): another one spinning
+    # took the core this run's training thread works on.
+    with one_blas_thread():
+        result = preset.run_in_process(run)
     write_summary(out_dir, preset, result)
     return result

@@ -26,7 +26,6 @@ actor's action plus Gaussian noise (``exploration_noise`` of the half range), cl
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -171,15 +170,6 @@ class Adam:
             params[k] -= (rate * m / (np.sqrt(v) + 1e-8)).astype(np.float32)
 
 
-def one_blas_thread() -> contextlib.AbstractContextManager:
-    """NumPy's BLAS on one thread meanwhile (threadpoolctl). Its matrices are small here, and on
-    a busy machine OpenBLAS's threads wait on each other: 2.9 ms per update on one thread against
-    94 ms on two, on 2 cores shared with the services."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1, user_api="blas")
-
-
 class BoxMemory(ReplayMemory):
     """The replay memory with a row of floats per action (one-step returns)."""
 
@@ -227,15 +217,14 @@ class TD3Learner(OffPolicyLearner):
         returns the mean critic loss."""
         batches = self.sample_round()
         losses, q_means, actor_losses = [], [], []
-        with one_blas_thread():
-            for i in range(self.cfg.gradient_steps):
-                loss, q_mean = self.update_critics({k: v[i] for k, v in batches.items()})
-                losses.append(loss)
-                q_means.append(q_mean)
-                self.updates += 1
-                if self.updates % self.cfg.policy_delay == 0:
-                    actor_losses.append(self.update_actor(batches["obs"][i]))
-                    self.update_targets()
+        for i in range(self.cfg.gradient_steps):
+            loss, q_mean = self.update_critics({k: v[i] for k, v in batches.items()})
+            losses.append(loss)
+            q_means.append(q_mean)
+            self.updates += 1
+            if self.updates % self.cfg.policy_delay == 0:
+                actor_losses.append(self.update_actor(batches["obs"][i]))
+                self.update_targets()
         self.rounds += 1
         self.round_scalars = {"loss": float(np.mean(losses)), "q_mean": float(np.mean(q_means))}
         if actor_losses:

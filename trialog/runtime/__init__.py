@@ -3,8 +3,9 @@
 service implements for it, :mod:`~trialog.runtime.handler`), the actor
 runtime (:mod:`~trialog.runtime.actor_runtime`) and the environment runtime with its tick
 barrier (:mod:`~trialog.runtime.environment_runtime`), where user code runs
-(:mod:`~trialog.runtime.pace`) and a long-lived process around service loops
-(:mod:`~trialog.runtime.process`).
+(:mod:`~trialog.runtime.pace`), a long-lived process around service loops
+(:mod:`~trialog.runtime.process`) and the threads NumPy's BLAS runs on there
+(:mod:`~trialog.runtime.threads`).
 
 May import the protocol, trust, the bus, the model registry and the user API (what a
 user implements: :mod:`trialog.actor`, :mod:`trialog.environment`); never the tools, the

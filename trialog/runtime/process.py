@@ -19,6 +19,7 @@ from typing import Any
 
 from trialog.bus.base import Bus
 from trialog.runtime.service import ServiceLoop, run_until_stopped
+from trialog.runtime.threads import one_blas_thread
 from trialog.telemetry.health import Health, serve_health
 from trialog.telemetry.logs import get_logger
 
@@ -44,6 +45,7 @@ async def serve(
 ) -> None:
     """Run ``loops`` until SIGTERM/SIGINT (or ``stop``); serve health on ``health_port`` (0: off)."""
     stop = stop or asyncio.Event()
+    one_blas_thread()  # for the life of the process (trialog/runtime/threads.py says why)
     running = asyncio.get_running_loop()
     for sig, handler in ((signal.SIGTERM, stop.set), (signal.SIGINT, stop.set), (signal.SIGUSR1, log_tasks)):
         try:
