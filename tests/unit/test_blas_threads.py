@@ -63,19 +63,18 @@ def blas_threads() -> list[int]:
     return [p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"]
 
 
-class Looking(Preset):
-    """A preset that notes the BLAS threads it runs with."""
-
+def test_an_in_process_run_is_on_one_blas_thread_and_gives_the_caller_its_own_back(tmp_path):
     seen: list[list[int]] = []
 
-    def run_in_process(self, run):
-        self.seen.append(blas_threads())
-        return super().run_in_process(run)
+    class Looking(Preset):
+        """A preset that notes the BLAS threads it runs with."""
 
+        def run_in_process(self, run):
+            seen.append(blas_threads())
+            return super().run_in_process(run)
 
-def test_an_in_process_run_is_on_one_blas_thread_and_gives_the_caller_its_own_back(tmp_path):
     preset = Looking(**{f: getattr(tiny_dqn(), f) for f in tiny_dqn().__dataclass_fields__})
     with threadpool_limits(limits=2, user_api="blas"):
         train_in_process(preset, tmp_path, quiet=True)
-        assert Looking.seen == [[1]]
+        assert seen == [[1]]
         assert blas_threads() == [2]
