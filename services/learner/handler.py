@@ -290,13 +290,14 @@ class LearnerHandler(Handler):
         serials = folding.serials.setdefault(actor, {})
         if tick < 0 or tick in serials:
             return  # the first observation, or a repeat: the transition is in memory already
-        now, after = folding.fold.sample(tick, actor), folding.fold.sample(tick + 1, actor)
-        if now is None or after is None or now.action is None:
+        step = folding.fold.transition(tick, actor, self.learn_from)
+        if step is None:
             return  # no action at tick (the actor did not answer), or the observation did not count
-        reward = now.reward if self.learn_from is None else folding.fold.reward(tick, actor, self.learn_from)
-        t = one_step(now.observation, now.action, reward, after.observation, after.terminated, now.policy_version)
         serial = self.learner.add(
-            t, count=self._counts(record), follows=serials.get(tick - 1, -1), **demonstrated(folding.demonstration)
+            one_step(*step),
+            count=self._counts(record),
+            follows=serials.get(tick - 1, -1),
+            **demonstrated(folding.demonstration),
         )
         serials[tick] = int(serial[0])
         folding.added += 1

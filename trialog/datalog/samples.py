@@ -402,21 +402,66 @@ class TrialFold:
         """The samples so far, by tick then actor; also checks for gaps (see :attr:`problems`)."""
         if self.started is None:
             return []
-        sample = self._sample
-        return [sample(tick, actor, obs) for (tick, actor), obs in sorted(self._observations.items())]
+        sample, decoded = self._sample, self._decoded
+        return [
+            sample(tick, actor, obs, decoded(tick, actor, obs[0]))
+            for (tick, actor), obs in sorted(self._observations.items())
+        ]
 
     def sample(self, tick: int, actor: str) -> Sample | None:
         """The sample of one (tick, actor) so far, if its observation is logged."""
         obs = self._observations.get((tick, actor))
         if obs is None or self.started is None:
             return None
+        return self._sample(tick, actor, obs, self._observation_of(tick, actor, obs))
+
+    def transition(
+        self, tick: int, actor: str, senders: Callable[[str], bool] | None = None
+    ) -> tuple[Any, Any, float, Any, bool, int | None] | None:
+        """What a learner takes in once the actor's observation of ``tick + 1`` is logged: (observation,
+        action, reward, next observation, whether that one terminated, policy version) of its step at
+        ``tick`` — as ``sample(tick)`` and ``sample(tick + 1)`` have them (the reward of the ``senders``
+        given only, as :meth:`reward`) — or None if either observation is not logged or the step has
+        no action. Without making the two samples: the learner service asks this at every step, and
+        the samples' other fields (the payloads, every reward source, messages) were most of its cost."""
+        obs, following = self._observations.get((tick, actor)), self._observations.get((tick + 1, actor))
+        if obs is None or following is None or self.started is None:
+            return None
+        chosen = self._actions.get((tick, actor))
+        if type(chosen) is tuple:  # an action
+            action, policy_version = self._action_values[(tick, actor)], chosen[1]
+        elif chosen is not None:  # a timeout: its default action, if the class has one
+            action, policy_version = self._timed_out(chosen, self.schemas.get(self._classes[actor]))[1], None
+        else:
+            action = None
+        if action is None:
+            return None
+        observation = self._observation_of(tick, actor, obs)
+        after = self._observation_of(tick + 1, actor, following)
+        return observation, action, self.reward(tick, actor, senders), after, following[1], policy_version
+
+    def _observation_of(self, tick: int, actor: str, obs: tuple[bytes, bool, bool, bool]) -> Any:
+        """The decoded payload of the actor's observation at ``tick`` (None if it does not decode), the
+        last one asked for kept: a learner asks for each twice, as the one after a step and then as the
+        next step's."""
         last = self._last_observation.get(actor)
         if last is not None and last[0] == tick:
-            return self._sample(tick, actor, obs, last[1])
-        made = self._sample(tick, actor, obs)
-        if made.observation is not None:
-            self._last_observation[actor] = (tick, made.observation)
-        return made
+            return last[1]
+        observation = self._decoded(tick, actor, obs[0])
+        if observation is not None:
+            self._last_observation[actor] = (tick, observation)
+        return observation
+
+    def _decoded(self, tick: int, actor: str, payload: bytes) -> Any:
+        """An observation's payload decoded in its class's schema; None (and a problem noted) if it does not decode."""
+        schemas = self.schemas.get(self._classes[actor])
+        if schemas is None:
+            return None
+        try:
+            return self.store.decode(payload, schemas.observation)
+        except CodecError as exc:
+            self.problems.append(f"observation of {actor} at tick {tick} does not decode: {exc}")
+            return None
 
     def reward(self, tick: int, actor: str, senders: Callable[[str], bool] | None = None) -> float:
         """The aggregated reward of one (tick, actor) so far (I-4), as its sample has it,
@@ -432,9 +477,8 @@ class TrialFold:
         actor_class = self._classes[actor]
         return tuple(reward_source(r) for r in by_source.values() if reaches(r.receiver, r.sender, actor, actor_class))
 
-    def _sample(self, tick: int, actor: str, obs: tuple[bytes, bool, bool, bool], decoded: Any = None) -> Sample:
-        """The sample of (tick, actor) from its observation's fields; ``decoded``: its payload, if
-        already decoded."""
+    def _sample(self, tick: int, actor: str, obs: tuple[bytes, bool, bool, bool], observation: Any) -> Sample:
+        """The sample of (tick, actor) from its observation's fields and its payload decoded (:meth:`_decoded`)."""
         payload, terminated, truncated, final = obs
         actor_class = self._classes[actor]
         schemas = self.schemas.get(actor_class)
@@ -449,12 +493,6 @@ class TrialFold:
             action_avro, action, timed_out = None, None, False
         sources = self._reward_sources(tick, actor)
         messages = self._messages.get(tick)
-        observation = decoded
-        if observation is None and schemas is not None:
-            try:
-                observation = self.store.decode(payload, schemas.observation)
-            except CodecError as exc:
-                self.problems.append(f"observation of {actor} at tick {tick} does not decode: {exc}")
         # Positional: matching seventeen keywords is a measurable part of a sample's making, one per observation.
         return Sample(
             self.trial_id,
