@@ -150,6 +150,36 @@ async def test_a_policy_version_reaches_the_sample(bus):
     assert [s["policy_version"] for s, _, _ in samples if s["tick"] == 2 and s["policy_version"]] == [1 << 40]
 
 
+async def test_a_transition_is_what_the_two_samples_say(bus):
+    """What the learner takes in at a step (TrialFold.transition) is read off sample(t) and sample(t + 1)."""
+    tid, records = await logged(bus)
+    fold, reader = TrialFold(tid, bus.store), Feeder(bus)
+    for r in records:
+        reader(fold, r)
+    steps = sorted(fold._observations)
+    assert len(steps) > 4
+    for tick, actor in steps:
+        now, after = fold.sample(tick, actor), fold.sample(tick + 1, actor)
+        expected = None
+        if now is not None and after is not None and now.action is not None:
+            expected = (
+                now.observation,
+                now.action,
+                now.reward,
+                after.observation,
+                after.terminated,
+                now.policy_version,
+            )
+        assert fold.transition(tick, actor) == expected
+    last_tick, actor = steps[-1]
+    assert fold.transition(last_tick, actor) is None  # no observation after the last
+    assert fold.transition(0, actor, lambda sender: False) == (
+        *fold.transition(0, actor)[:2],
+        0.0,
+        *fold.transition(0, actor)[3:],
+    )
+
+
 async def test_read_trials_folds_in_small_polls_with_full_collections_put_off(bus, monkeypatch):
     """What ``read_trials`` folds is what the per-record feed folds; it reads at most
     READ_AT_ONCE records a poll, with the collector's full collections put off while it

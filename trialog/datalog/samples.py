@@ -427,13 +427,7 @@ class TrialFold:
         obs, following = self._observations.get((tick, actor)), self._observations.get((tick + 1, actor))
         if obs is None or following is None or self.started is None:
             return None
-        chosen = self._actions.get((tick, actor))
-        if type(chosen) is tuple:  # an action
-            action, policy_version = self._action_values[(tick, actor)], chosen[1]
-        elif chosen is not None:  # a timeout: its default action, if the class has one
-            action, policy_version = self._timed_out(chosen, self.schemas.get(self._classes[actor]))[1], None
-        else:
-            action = None
+        _, action, _, policy_version = self._applied(tick, actor, self.schemas.get(self._classes[actor]))
         if action is None:
             return None
         observation = self._observation_of(tick, actor, obs)
@@ -482,15 +476,7 @@ class TrialFold:
         payload, terminated, truncated, final = obs
         actor_class = self._classes[actor]
         schemas = self.schemas.get(actor_class)
-        chosen = self._actions.get((tick, actor))
-        policy_version = None
-        if type(chosen) is tuple:  # an action
-            action_avro, policy_version = chosen
-            action, timed_out = self._action_values[(tick, actor)], False  # decoded when applied (_answers)
-        elif chosen is not None:  # a timeout
-            action_avro, action, timed_out = self._timed_out(chosen, schemas)
-        else:
-            action_avro, action, timed_out = None, None, False
+        action_avro, action, timed_out, policy_version = self._applied(tick, actor, schemas)
         sources = self._reward_sources(tick, actor)
         messages = self._messages.get(tick)
         # Positional: matching seventeen keywords is a measurable part of a sample's making, one per observation.
@@ -519,6 +505,18 @@ class TrialFold:
             observation,
             action,
         )
+
+    def _applied(
+        self, tick: int, actor: str, schemas: ClassSchemas | None
+    ) -> tuple[bytes | None, Any, bool, int | None]:
+        """(action as Avro, action, whether it timed out, policy version) of what the environment applied
+        for the actor at ``tick``: its action, a timeout's default action, or nothing (Nones)."""
+        chosen = self._actions.get((tick, actor))
+        if type(chosen) is tuple:  # an action, decoded when applied (_answers)
+            return chosen[0], self._action_values[(tick, actor)], False, chosen[1]
+        if chosen is not None:  # a timeout
+            return (*self._timed_out(chosen, schemas), None)
+        return None, None, False, None
 
     @staticmethod
     def _timed_out(chosen: ActorTimeout, schemas: ClassSchemas | None) -> tuple[bytes | None, Any, bool]:
