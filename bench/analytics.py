@@ -4,8 +4,9 @@ same topic, measured in the same run on the same broker.
     python bench/analytics.py [--short] [--bootstrap-servers H:P] [--json PATH]
 
 It writes a datalog of finished rock-paper-scissors-like trials to a fresh topic prefix
-(trial.started, then per tick two observations, two actions and two rewards, then
-trial.ended; tagged like real records), then measures
+(trial.started, then per tick two observations and two actions, each observation carrying
+its actor's reward for the tick before as Trialog's environments write it, the final
+observations, then trial.ended; tagged like real records), then measures
 
 * **floor**: a raw consume of the whole ``events`` topic with confluent-kafka (the
   client Quix Streams runs on), no decoding — what any job on this broker is bounded by;
@@ -34,7 +35,7 @@ sys.path.insert(0, str(ROOT))  # runnable as `python bench/analytics.py` from an
 
 from trialog.analytics import quix_connection, read_results  # noqa: E402
 from trialog.bus.kafka import KafkaBus  # noqa: E402
-from trialog.protocol.events import Action, ActorClassSpec, ActorSpec, Observation, Reward, TrialEnded, TrialStarted  # noqa: E402
+from trialog.protocol.events import Action, ActorClassSpec, ActorSpec, Observation, TrialEnded, TrialStarted  # noqa: E402
 from trialog.protocol.topics import EVENTS  # noqa: E402
 from trialog.services.analytics.app import build  # noqa: E402
 from trialog.services.analytics.jobs import KINDS  # noqa: E402
@@ -58,20 +59,18 @@ def trial_events(trial_id: str, ticks: int, seed: int) -> list:
             seed=seed,
         )
     ]
-    for t in range(ticks):
-        winner = (seed + t) % 3  # 0: alice, 1: bob, 2: a draw
-        out += [Observation(trial_id, tick=t, actor=a.name, payload=b"\x02") for a in actors]
-        out += [Action(trial_id, tick=t, actor=a.name, payload=b"\x02") for a in actors]
+    for t in range(ticks + 1):
+        if t == 0:
+            rewards = [None] * len(actors)  # nothing happened before the first observations
+        else:
+            winner = (seed + t - 1) % 3  # of tick t - 1: 0 alice, 1 bob, 2 a draw
+            rewards = [0.0 if winner == 2 else (1.0 if i == winner else -1.0) for i in range(len(actors))]
         out += [
-            Reward(
-                trial_id,
-                tick=t,
-                receiver=a.name,
-                value=0.0 if winner == 2 else (1.0 if i == winner else -1.0),
-                sender="env",
-            )
-            for i, a in enumerate(actors)
+            Observation(trial_id, tick=t, actor=a.name, payload=b"\x02", final=t == ticks, reward=r)
+            for a, r in zip(actors, rewards, strict=True)
         ]
+        if t < ticks:
+            out += [Action(trial_id, tick=t, actor=a.name, payload=b"\x02") for a in actors]
     out.append(TrialEnded(trial_id, tick=ticks, reason="max_ticks"))
     return out
 

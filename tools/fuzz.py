@@ -5,7 +5,8 @@ processes on a real broker (its own topic prefix), runs honest trials undisturbe
 get their trajectories, then runs the same trials (same seeds) again while firing
 records made from real ones: garbage and truncated bodies, forged or missing tags,
 missing, unknown and non-UTF-8 kinds, headers that disagree with the body, actions
-for impossible ticks or from strangers, NaN and negative confidences, invalid JSON,
+for impossible ticks or from strangers, NaN and negative confidences, observations carrying
+a reward that cannot count or whose ``reward`` header says otherwise than their body, invalid JSON,
 unknown trials, records on the wrong topic, near-limit sizes, byte-identical
 duplicates — each batch uncompressed or compressed with gzip, snappy, lz4 or zstd.
 
@@ -48,7 +49,7 @@ from trialog.bus.base import Record  # noqa: E402
 from trialog.bus.kafka import KafkaBus  # noqa: E402
 from trialog.controller import Controller  # noqa: E402
 from trialog.datalog.replay import partition_records, read_trial  # noqa: E402
-from trialog.protocol.events import Action, DeadLetter, Message, ParametersChanged, Reward, TrialStarted  # noqa: E402
+from trialog.protocol.events import Action, DeadLetter, Message, Observation, ParametersChanged, Reward, TrialStarted
 from trialog.protocol.topics import CONTROL, DEAD_LETTERS, EVENTS  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
 from trialog.tools.campaign import local_services  # noqa: E402
@@ -312,6 +313,33 @@ class Generator:
         case = self.event(EVENTS, self._action(trial, actor="mallory"), "action from a stranger")
         case.headers = [(k, v) for k, v in case.headers if not k.startswith("mac.")]
         return case
+
+    def _observation(self, trial: str, **changes) -> Observation:
+        t = self.template("observation")
+        observation = self.bus.codec.decode(t.value, "observation")
+        return dataclasses.replace(observation, trial_id=trial, **changes)
+
+    def make_observation_bad_carried_reward(self) -> Case:
+        """An observation carrying a reward that cannot count (not finite within bounds, or at tick
+        0): no reader decodes it, nor counts the reward; its owner letters it."""
+        trial = self.rng.choice(self.live) if self.live else self.target()
+        tick, value = self.rng.choice([(1, math.nan), (2, math.inf), (1, -math.inf), (3, 2e12), (0, 1.0)])
+        observation = self._observation(trial, tick=tick, reward=value)
+        return self.event(EVENTS, observation, "observation carrying a reward that cannot count")
+
+    def make_observation_reward_header_lies(self) -> Case:
+        """A tagged observation whose ``reward`` header says otherwise than its body (believed, it
+        would count a reward or lose one): the body decides, and its owner letters the record."""
+        trial = self.rng.choice(self.live) if self.live else self.target()
+        variant = self.rng.choice(["set, none carried", "left off", "not 1"])
+        reward = None if variant == "set, none carried" else self.rng.choice([0.5, -1.0, 0.0])
+        observation = self._observation(trial, tick=self.rng.randint(1, 3), reward=reward)
+        value = self.bus.codec.encode(observation)
+        headers = [(k, v) for k, v in observation.headers() if k != "reward"]
+        if variant != "left off":
+            headers.append(("reward", b"1" if reward is None else self.rng.choice([b"0", b"true", b""])))
+        category = f"observation whose reward header lies ({variant})"
+        return Case(category, EVENTS, trial.encode(), value, self.tagged(trial, headers, value))
 
     def make_reward_bad_number(self) -> Case:
         trial = self.rng.choice(self.live) if self.live else self.target()

@@ -522,6 +522,9 @@ def event_values(obs_schema: str, act_schema: str, obs_payload: bytes, act_paylo
         ev.EnvironmentDone(TRIAL, tick=41, reason="terminated", details="goal reached"),
         ev.TrialEnded(TRIAL, tick=41, reason="environment", details=""),
         ev.Observation(TRIAL, tick=0, actor="alice", payload=obs_payload, terminated=False, truncated=True, final=True),
+        # An observation carrying the environment's reward for the tick before (schema v2): its
+        # record has the header reward=1, and every reader takes it as that reward just before it.
+        ev.Observation(TRIAL, tick=2, actor="alice", payload=obs_payload, terminated=True, reward=-1.5),
         ev.Action(TRIAL, tick=0, actor="alice", payload=act_payload),
         ev.Action(TRIAL, tick=1, actor="alice", payload=act_payload, policy_version=2**33 + 5),
         ev.Reward(TRIAL, tick=3, receiver="grid.*", value=-0.1, confidence=0.75, sender="judge/style"),
@@ -651,16 +654,39 @@ def build() -> tuple[list[dict[str, Any]], dict[str, bytes]]:
     assert decoded == expected, f"evolution: Python reads {decoded}, expected {expected}"
     add(_evolution_entry("evolution.settings.v1-to-v2", v1, v2, data, written, expected), data)
 
-    # Trialog's own evolution: an action written before policy_version existed (the v1
-    # schema kept in schemas/previous/) reads with the current schema, the field null.
-    old_action = store.by_fingerprint(_fingerprint_of(store, ROOT / "schemas" / "previous" / "action.v1.avsc"))
-    current = store.get("trialog.Action")
-    written = {"trial_id": TRIAL, "tick": 3, "actor": "alice", "payload": payloads["payload.action"]}
-    data = old_action.encode(written)
-    named = current.parsed["__named_schemas"]
-    expected = to_json(current.parsed, {**written, "policy_version": None}, named)
-    assert to_json(current.parsed, store.decode(data), named) == expected, "evolution of trialog.Action"
-    add(_evolution_entry("evolution.action.v1-to-v2", old_action, current, data, written, expected), data)
+    # Trialog's own evolution: a record written with an earlier version of an event schema (kept
+    # in schemas/previous/) reads with the current schema, the fields added since at their
+    # defaults — an action from before policy_version, an observation from before it could carry
+    # a reward (none carried: it reads as the observation it always was).
+    for name, previous, added, written in (
+        (
+            "evolution.action.v1-to-v2",
+            "action.v1.avsc",
+            {"policy_version": None},
+            {"trial_id": TRIAL, "tick": 3, "actor": "alice", "payload": payloads["payload.action"]},
+        ),
+        (
+            "evolution.observation.v1-to-v2",
+            "observation.v1.avsc",
+            {"reward": None},
+            {
+                "trial_id": TRIAL,
+                "tick": 3,
+                "actor": "alice",
+                "payload": payloads["payload.observation.minimal"],
+                "terminated": False,
+                "truncated": True,
+                "final": False,
+            },
+        ),
+    ):
+        older = store.by_fingerprint(_fingerprint_of(store, ROOT / "schemas" / "previous" / previous))
+        current = store.get(older.name)
+        data = older.encode(written)
+        named = current.parsed["__named_schemas"]
+        expected = to_json(current.parsed, {**written, **added}, named)
+        assert to_json(current.parsed, store.decode(data), named) == expected, f"evolution of {older.name}"
+        add(_evolution_entry(name, older, current, data, written, expected), data)
     return entries, blobs
 
 
@@ -690,6 +716,7 @@ TRUST_NOW = 1_767_225_600  # 2026-01-01T00:00:00Z: when the join token is minted
 # (event vector, the writer's role, the keyring it holds: "core", "actors.<impl>" or "seat")
 TAGGED = (
     ("event.observation", "environment", "core"),
+    ("event.observation.2", "environment", "core"),  # its reward header is not under the tag: the body is
     ("event.action", "actors.scripted", "actors.scripted"),
     ("event.reward", "controller", "core"),
     ("event.message", "actors.scripted", "actors.scripted"),

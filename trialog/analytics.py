@@ -37,7 +37,8 @@ import orjson
 from trialog.errors import CodecError, TopicMissingError, TrialogError
 from trialog.protocol.codec import SchemaStore
 from trialog.protocol.event_codec import EventCodec
-from trialog.protocol.events import BY_KIND, HEADER_KIND, Event, ResolvedTrial
+from trialog.protocol.events import BY_KIND, HEADER_KIND, HEADER_REWARD, Event, Observation, ResolvedTrial, Reward
+from trialog.protocol.owners import check_headers
 from trialog.settings import Settings
 
 # The shipped jobs' result topics, `<prefix>analytics.<job>`, and what each is keyed by.
@@ -121,7 +122,14 @@ def _event_deserializer_class() -> type:
         service (docs/security.md). Records that do not decode or are refused are skipped
         and counted in ``skipped``: the service that owns them dead-letters them; an
         analytics job only reads.
+
+        The environment's reward an observation carries (:meth:`Observation.carried_reward`)
+        reaches a job that reads rewards as the :class:`Reward` it stands for, just before the
+        observation (if the job reads observations too): a job counts it as the record it
+        replaces. So one record may give two events (Quix's ``split_values``).
         """
+
+        split_values = True  # each value is a list of events, handled one by one
 
         def __init__(
             self, kinds: set[str] | frozenset[str] | None = None, store: SchemaStore | None = None, trust=None
@@ -136,9 +144,18 @@ def _event_deserializer_class() -> type:
             self.trust = trust
             self.skipped = 0
 
-        def __call__(self, value: bytes, ctx) -> Event:
+        def __call__(self, value: bytes, ctx) -> list[Event]:
             kind = kind_of(ctx.headers)
-            if self.kinds is not None and kind not in self.kinds:
+            # An observation carrying a reward, for a job that reads rewards but not observations:
+            # decoded for its reward alone. Its header says so (the body is checked against it below).
+            carried_only = (
+                self.kinds is not None
+                and kind == Observation.KIND
+                and kind not in self.kinds
+                and Reward.KIND in self.kinds
+                and HEADER_REWARD in dict(ctx.headers or ())
+            )
+            if self.kinds is not None and kind not in self.kinds and not carried_only:
                 raise IgnoreMessage()
             try:
                 event = self.codec.decode(value, kind)
@@ -153,7 +170,18 @@ def _event_deserializer_class() -> type:
                     raise IgnoreMessage()
                 if isinstance(event, ResolvedTrial):
                     self.trust.learn(event)  # who plays whom: the keys of the trial's records
-            return event
+            if type(event) is not Observation:
+                return [event]
+            try:
+                # An observation whose headers do not say what its body says counts nowhere (its owner
+                # dead-letters it), nor does the reward it would carry.
+                check_headers(event.trial_id.encode(), list(ctx.headers or ()), event)
+            except CodecError:
+                self.skipped += 1
+                raise IgnoreMessage() from None
+            if event.reward is None or (self.kinds is not None and Reward.KIND not in self.kinds):
+                return [event]
+            return [event.carried_reward()] if carried_only else [event.carried_reward(), event]
 
     return EventDeserializer
 

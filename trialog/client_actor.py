@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator
 from trialog.actor import EndEvent, MessageEvent, ObservationEvent, RewardEvent
 from trialog.bus.base import Bus
 from trialog.controller import Controller
-from trialog.errors import TrialError
+from trialog.errors import CodecError, TrialError
 from trialog.protocol.events import (
     HEADER_KIND,
     ActorJoined,
@@ -47,7 +47,7 @@ from trialog.protocol.events import (
     TrialPending,
     TrialStarted,
 )
-from trialog.protocol.owners import message_problem, reward_problem
+from trialog.protocol.owners import check_headers, message_problem, reward_problem
 from trialog.protocol.topics import EVENTS
 from trialog.protocol.trial import class_schemas, loads, reaches, trial_info
 from trialog.runtime.actor_session import Session
@@ -182,7 +182,11 @@ async def _read(
         for record in records:
             if record.trial_id != session.trial.trial_id or not _genuine(bus, record):
                 continue
-            event = bus.codec.decode(record.value, record.header(HEADER_KIND))
+            try:
+                event = bus.codec.decode(record.value, record.header(HEADER_KIND))
+                check_headers(record.key, record.headers, event)
+            except CodecError:
+                continue  # counts nowhere (e.g. an observation carrying a reward out of bounds): its owner letters it
             match event:
                 case ActorJoined(actor=a) if a == name:
                     holder, takeover = seat_headers(record.headers)
@@ -194,6 +198,9 @@ async def _read(
                         return
                 case Observation(actor=a) if a == name and event.tick not in seen_ticks:
                     seen_ticks.add(event.tick)
+                    carried = event.carried_reward()
+                    if carried is not None and reward_problem(carried, latest, classes) is None:
+                        session.push(_reward_event(carried))  # as the record it stands for would have, before it
                     latest = max(latest, event.tick)
                     value = bus.store.decode(event.payload, session.schemas.observation)
                     session.push(ObservationEvent(event.tick, value, event.terminated, event.truncated, event.final))
@@ -203,15 +210,7 @@ async def _read(
                     reaches(event.receiver, event.sender, name, actor_class)
                     and reward_problem(event, latest, classes) is None
                 ):
-                    session.push(
-                        RewardEvent(
-                            event.tick,
-                            event.value,
-                            event.confidence,
-                            event.sender,
-                            loads(event.user_data) if event.user_data else None,
-                        )
-                    )
+                    session.push(_reward_event(event))
                 case Message() if (
                     any(reaches(r, event.sender, name, actor_class) for r in event.receivers)
                     and message_problem(event, latest, classes) is None
@@ -222,3 +221,8 @@ async def _read(
                 case TrialEnded():
                     session.push(EndEvent(event.tick, event.reason))
                     return
+
+
+def _reward_event(reward: Reward) -> RewardEvent:
+    user_data = loads(reward.user_data) if reward.user_data else None
+    return RewardEvent(reward.tick, reward.value, reward.confidence, reward.sender, user_data)

@@ -35,6 +35,7 @@ from trialog.bus.base import LIFECYCLE_WAIT_MS, Bus, Consumer, Record
 from trialog.errors import TrialError, TrialTimeout
 from trialog.protocol.events import (
     HEADER_KIND,
+    HEADER_REWARD,
     HEADER_TICK,
     Event,
     Message,
@@ -51,7 +52,7 @@ from trialog.protocol.events import (
     TrialStarted,
     trial_id_problem,
 )
-from trialog.protocol.owners import reward_problem
+from trialog.protocol.owners import check_headers, reward_problem
 from trialog.protocol.rewards import Returns, reward_bounds_problem
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
 from trialog.trust.join_tokens import mint_join_token
@@ -354,6 +355,12 @@ class Controller:
     def _see(self, record: Record) -> None:
         kind = record.header(HEADER_KIND)
         if kind == Observation.KIND:
+            if record.header(HEADER_REWARD) is not None and record.trial_id in self._returns:
+                # The environment's reward it carries counts as the record it stands for, logged just
+                # before it: the observation is decoded only when its header says so, in a trial counted here.
+                observation = self._genuine(record, kind)
+                if isinstance(observation, Observation) and observation.reward is not None:
+                    self._count(record.trial_id, observation.carried_reward())
             tick = int(record.header(HEADER_TICK) or 0)
             last = self._last_tick.get(record.trial_id, 0)
             if tick > last:
@@ -361,15 +368,9 @@ class Controller:
                 self._last_tick[record.trial_id] = tick
             return
         if kind == Reward.KIND and record.trial_id in self._returns:
-            if self.bus.refusal(record) is not None:
-                return  # forged: the orchestrator dead-letters it; it counts for nothing
-            try:
-                r = self.bus.codec.decode(record.value, kind)
-            except Exception:
-                return
-            returns = self._returns[record.trial_id]
-            if reward_problem(r, self._last_tick.get(record.trial_id, 0), returns.actors or None) is None:
-                returns.add(r)  # counted as the datalog counts it
+            r = self._genuine(record, kind)
+            if isinstance(r, Reward):
+                self._count(record.trial_id, r)
             return
         if kind not in LIFECYCLE or self.bus.refusal(record) is not None:
             return
@@ -393,6 +394,23 @@ class Controller:
             self._fail(w, TrialError(f"trial {tid} rejected: {reason}", trial_id=tid, reason=reason))
         elif isinstance(event, TrialEnded):
             self._end(w, event)
+
+    def _genuine(self, record: Record, kind: str) -> Event | None:
+        """The record's event if it counts: tagged by a key allowed to write it, decoded, its
+        headers saying what its body says; else None (forged or bad: its owner dead-letters it)."""
+        if self.bus.refusal(record) is not None:
+            return None
+        try:
+            event = self.bus.codec.decode(record.value, kind)
+            check_headers(record.key, record.headers, event)
+        except Exception:
+            return None
+        return event
+
+    def _count(self, trial_id: str, reward: Reward) -> None:
+        returns = self._returns[trial_id]
+        if reward_problem(reward, self._last_tick.get(trial_id, 0), returns.actors or None) is None:
+            returns.add(reward)  # counted as the datalog counts it
 
     # --- the index ------------------------------------------------------------------------------
     async def trial_record(self, trial_id: str) -> TrialRecord | None:

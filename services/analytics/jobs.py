@@ -19,9 +19,11 @@ sender, reaching nobody but its sender…) counts for nothing; one reward per (t
 sender, receiver), the first in the log; a reward reaches the actors
 :func:`trialog.protocol.trial.reaches` says (a wildcard leaves its sender out); the reward
 of (actor, tick) is the confidence-weighted mean of its rewards (I-4); a trial's return
-for an actor is the sum over its ticks up to the final tick. The rolling means order trials
-by the time their ``trial.ended`` was logged (then by trial ID), so they do not depend on
-which partition was read first.
+for an actor is the sum over its ticks up to the final tick. The environment's reward an
+observation carries reaches :func:`fold_trial` as the reward record it stands for, just
+before the observation (:class:`trialog.analytics.EventDeserializer` reads it so), and counts
+alike. The rolling means order trials by the time their ``trial.ended`` was logged (then by
+trial ID), so they do not depend on which partition was read first.
 """
 
 from __future__ import annotations

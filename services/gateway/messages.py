@@ -30,6 +30,7 @@ from trialog.protocol.events import (
     TrialEnded,
     View,
 )
+from trialog.protocol.owners import check_headers
 from trialog.protocol.trial import ClassSchemas, class_schemas, loads
 
 
@@ -144,7 +145,8 @@ class Decoded:
         self._events: OrderedDict[tuple[int, int], Event | None] = OrderedDict()
 
     def __call__(self, record: Record) -> Event | None:
-        """A record as an event, or None when it does not decode or was not written by a key
+        """A record as an event, or None when it does not decode, says in its headers otherwise
+        than its body (e.g. whether an observation carries a reward) or was not written by a key
         allowed to write it (its owner dead-letters it)."""
         key = (record.partition, record.offset)
         try:
@@ -163,6 +165,7 @@ class Decoded:
             return None
         try:
             event = bus.codec.decode(record.value, record.header(HEADER_KIND))
+            check_headers(record.key, record.headers, event)
         except CodecError:
             return None
         if isinstance(event, ResolvedTrial):

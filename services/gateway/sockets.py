@@ -40,6 +40,7 @@ from trialog.protocol.events import (
     Reward,
     TrialEnded,
     View,
+    as_logged,
 )
 from trialog.protocol.owners import message_problem, reward_problem
 from trialog.protocol.trial import dumps, reaches
@@ -347,10 +348,12 @@ async def _seat_from_log(page: Page, gw: Gateway, state: _SeatState, records, ca
         if caught_up.is_set() and state.holder is not None and not state.mine:
             await page.send({"type": "replaced", "reason": f"another page took seat {state.seat.actor} over"})
             return
-        if caught_up.is_set() and state.concerns(event):
-            message = state.trial.message(event)
-            if message is not None:
-                await page.send(message)
+        if caught_up.is_set():
+            for shown in as_logged(event):
+                if state.concerns(shown):
+                    message = state.trial.message(shown)
+                    if message is not None:
+                        await page.send(message)
             if isinstance(event, TrialEnded):
                 return
 
@@ -358,7 +361,8 @@ async def _seat_from_log(page: Page, gw: Gateway, state: _SeatState, records, ca
 def _others(record, me: str) -> bool:
     """Another actor's observation or action, or a reward another sends to another actor by
     name: nothing a seat folds or shows, so neither queued, verified nor decoded here (in a
-    two-actor trial with the environment's rewards, two thirds of a tick's records). Its
+    two-actor trial with the environment's rewards, two thirds of a tick's records). The reward
+    another actor's observation carries is that actor's by name: it never reaches this seat. Its
     headers are what its tag covers; one whose body says otherwise does not count anywhere
     (its owner dead-letters it)."""
     kind = record.header(HEADER_KIND)
@@ -545,9 +549,10 @@ async def _watch_from_log(page: Page, gw: Gateway, state: _Watched, records) -> 
         if state.trial is None:
             continue
         state.tick = max(state.tick, getattr(event, "tick", 0))
-        message = state.trial.message(event)
-        if message is not None:
-            await page.send(message)
+        for shown in as_logged(event):
+            message = state.trial.message(shown)
+            if message is not None:
+                await page.send(message)
 
 
 async def _judge(page: Page, gw: Gateway, state: _Watched) -> None:

@@ -101,6 +101,7 @@ class LearnerHandler(Handler):
             TrialEnded.KIND,
         }
     )
+    folds_carried_rewards = True
     batched = True  # off the tick path
 
     def __init__(

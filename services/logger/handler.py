@@ -56,6 +56,7 @@ class _Late:
 class LoggerHandler(Handler):
     service_name = "logger"
     batched = True  # archiving waits for trial ends anyway
+    folds_carried_rewards = True
 
     def __init__(self, archive: Archive, *, grace_s: float = 5.0, idle_s: float = 3600.0):
         self.archive = archive

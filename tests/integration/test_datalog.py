@@ -199,7 +199,9 @@ async def test_export_read_back_with_duckdb_matches_the_log(running, tmp_path):
         events = await log_of(bus, tid)
         rows += sum(1 for e in events if isinstance(e, Observation))
         per_tick = defaultdict(list)
-        for e in events:
+        # Reward records, and the environment's rewards the observations carry (the same rewards).
+        carried = [e.carried_reward() for e in events if isinstance(e, Observation) and e.reward is not None]
+        for e in [*events, *carried]:
             if isinstance(e, Reward):
                 for actor in ("alice", "bob"):
                     if matches(e.receiver, actor, "player"):

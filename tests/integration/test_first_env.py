@@ -12,7 +12,7 @@ import pytest
 from tests.harness import deployment
 from tests.integration.test_trials import read_trial
 from trialog.bus.kafka import KafkaBus
-from trialog.protocol.events import Action, Observation, Reward
+from trialog.protocol.events import Action, Observation, Reward, with_carried_rewards
 from trialog.spec import load_spec
 
 pytestmark = pytest.mark.integration
@@ -41,5 +41,5 @@ async def test_guess_the_number_plays_on_kafka_with_schemas_from_its_spaces(kafk
     assert alice[0]["hint"] == 0 and alice[0]["bounds"].tolist() == [1, 100]
     assert alice[0]["bounds"].dtype == np.int64
     assert alice[-1]["hint"] == 3  # found
-    rewards = [r for r in events if isinstance(r, Reward)]
+    rewards = [r for r in with_carried_rewards(events) if isinstance(r, Reward)]
     assert "alice" in {r.receiver for r in rewards} and all(r.value == 1.0 for r in rewards)

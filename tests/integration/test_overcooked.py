@@ -13,7 +13,7 @@ from tests.conftest import wait_for
 from tests.harness import deployment
 from tests.integration.test_trials import read_trial
 from trialog.bus.kafka import KafkaBus
-from trialog.protocol.events import Action, Observation, Reward, TrialStarted
+from trialog.protocol.events import Action, Observation, Reward, TrialStarted, with_carried_rewards
 from trialog.protocol.rewards import aggregate
 from trialog.protocol.trial import class_schemas
 from trialog.spec import load_spec
@@ -28,7 +28,7 @@ def decoded(bus: KafkaBus, events: list) -> tuple[dict, dict, dict]:
     schemas = class_schemas(bus.store, started)
     classes = {a.name: a.actor_class for a in started.actors}
     obs, acts, rewards = {}, {}, defaultdict(list)
-    for e in events:
+    for e in with_carried_rewards(events):
         if isinstance(e, Observation):
             obs[(e.tick, e.actor)] = bus.store.decode(e.payload, schemas[classes[e.actor]].observation)
         elif isinstance(e, Action):

@@ -22,6 +22,7 @@ from trialog.protocol.events import (
     Reward,
     TrialEnded,
     TrialStarted,
+    with_carried_rewards,
 )
 from trialog.protocol.rewards import aggregate
 from trialog.spec import load_spec
@@ -142,7 +143,9 @@ async def test_rewards_from_three_sources_and_retroactive_reward(running):
     end = await ended(ctl, tid)
     assert end.reason == "max_ticks"
     events = await read_trial(bus, tid)
-    at_tick_1 = [e for e in events if isinstance(e, Reward) and e.tick == 1 and e.receiver == "alice"]
+    at_tick_1 = [
+        e for e in with_carried_rewards(events) if isinstance(e, Reward) and e.tick == 1 and e.receiver == "alice"
+    ]
     assert sorted(r.sender for r in at_tick_1) == ["bob", "env", "judge"]
     env_value = next(r.value for r in at_tick_1 if r.sender == "env")
     expected = (1.0 * env_value + 0.5 * 2.0 + 1.0 * 10.0) / (1.0 + 0.5 + 1.0)

@@ -115,5 +115,5 @@ async def test_rewards_no_actor_takes_are_read_when_a_probe_asks_as_they_would_h
     # The environment's rewards too, whether read as they came (bob) or when asked (alice): the
     # answers list each reward that reached the actor up to the probe, as the log holds them.
     assert [r for r in answers["alice"] if r[1] == "env"] and [r for r in answers["bob"] if r[1] == "env"]
-    assert all(record.offset > asked for record, _ in lazy.unread_rewards)  # only what came after the probe
+    assert all(record.offset > asked for record, *_ in lazy.unread_rewards)  # only what came after the probe
     assert [[t.tick, t.sender, t.value] for t in TAKEN if t.sender.startswith("j")] == WANT

@@ -23,7 +23,7 @@ from trialog.datalog.replay import read_trial, trial_records
 from trialog.environment import ActorInfo, TrialInfo
 from trialog.errors import TrialError, TrialogError
 from trialog.protocol.cannot_play import CANNOT_PLAY, cannot_play, cannot_play_reason
-from trialog.protocol.events import Action, ActorTimeout, Message, Reward, TrialEnded
+from trialog.protocol.events import Action, ActorTimeout, Message, Reward, TrialEnded, with_carried_rewards
 from trialog.protocol.rewards import aggregate
 from trialog.protocol.topics import CONTROL
 from trialog.runtime.actor_session import Outbox
@@ -140,7 +140,10 @@ def load(bus: Bus, tmp_path: Path) -> Spec:
 
 
 async def logged(bus: Bus, tid: str) -> list:
-    return [bus.codec.decode(r.value, r.header("kind")) async for r in trial_records(bus, tid)]
+    """The trial's events, each reward an observation carries as a record of its own, where it stands."""
+    return list(
+        with_carried_rewards([bus.codec.decode(r.value, r.header("kind")) async for r in trial_records(bus, tid)])
+    )
 
 
 async def play_judged_trial(bus: Bus, spec: Spec) -> None:

@@ -152,8 +152,8 @@ def test_bytes_that_are_not_such_a_record_are_codec_errors():
             _fastavro_decode(action, data)
     observation = STORE.get("trialog.Observation")
     ok = observation.encode({"trial_id": "t", "tick": 0, "actor": "a", "payload": b""})
-    with pytest.raises(CodecError, match="neither 0 nor 1"):
-        observation.decode_body(ok[:-1] + b"\x02", HEADER_SIZE)
+    with pytest.raises(CodecError, match="neither 0 nor 1"):  # its last flag, before the reward's null
+        observation.decode_body(ok[:-2] + b"\x02" + ok[-1:], HEADER_SIZE)
 
 
 @pytest.mark.parametrize(

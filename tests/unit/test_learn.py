@@ -541,9 +541,15 @@ async def test_a_learner_decodes_only_the_records_of_trials_it_folds(memory_sett
         else:
             in_place.add(event.KIND)
     assert in_place == {"observation", "action"} and handler.learner.env_steps > 0
-    rewards = [(r, e) for r, e in events if e.KIND == "reward"]
-    assert rewards and tid in handler.recent and all(handler.should_decode(r, e.KIND) for r, e in rewards)
-    assert not handler.should_decode(dataclasses.replace(rewards[0][0], key=b"trial-unknown"), "reward")
+    # The environment's rewards ride in the observations; a judge's reward for the ended trial is decoded.
+    assert not [e for _, e in events if e.KIND == "reward"] and all(
+        e.reward is not None for _, e in events if e.KIND == "observation" and e.tick > 0
+    )
+    late = Reward(tid, tick=1, receiver="agent", value=0.5, sender="judge")
+    _, key, value, headers = bus.to_record(EVENTS, late)
+    record = Record(EVENTS, 0, len(events), key, value, tuple(headers), 0)
+    assert tid in handler.recent and handler.should_decode(record, "reward")
+    assert not handler.should_decode(dataclasses.replace(record, key=b"trial-unknown"), "reward")
 
 
 async def test_a_learner_skips_forged_and_altered_observations_and_actions_it_reads_in_place(memory_settings):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import struct
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,11 @@ def variants(bus: MemoryBus, tid: str, records: list[Record]) -> dict[str, list[
     at = body.index(observation.payload) - 1
     overlong = obs.value[: 10 + at] + long_size + body[at + 1 :]
     other_actor = "bob" if observation.actor == "alice" else "alice"
+    assert observation.reward is not None  # rock-paper-scissors rewards every round: the observation carries it
+    final = 10 + at + 1 + size + 2  # the final flag, after the payload and the two flags before it
+    with_flag = lambda flag: obs.value[:final] + flag + obs.value[final + 1 :]  # noqa: E731
+    reward_at = final + 2  # after the union's branch: the reward's eight bytes
+    with_reward = lambda value: obs.value[:reward_at] + struct.pack("<d", value)  # noqa: E731
     out = {
         "as logged": {},
         "observation tick header off by one": {"obs": retagged(bus, obs, headers=with_header(obs, "tick", b"3"))},
@@ -86,11 +92,19 @@ def variants(bus: MemoryBus, tid: str, records: list[Record]) -> dict[str, list[
         "observation of another trial's key": {"obs": retagged(bus, obs, key=b"another")},
         "observation cut short": {"obs": retagged(bus, obs, value=obs.value[:-1])},
         "observation with a byte after it": {"obs": retagged(bus, obs, value=obs.value + b"\x00")},
-        "observation with a flag of 2": {"obs": retagged(bus, obs, value=obs.value[:-1] + b"\x02")},
-        "observation final": {"obs": retagged(bus, obs, value=obs.value[:-1] + b"\x01")},
+        "observation with a flag of 2": {"obs": retagged(bus, obs, value=with_flag(b"\x02"))},
+        "observation final": {"obs": retagged(bus, obs, value=with_flag(b"\x01"))},
+        "observation carrying another reward": {"obs": retagged(bus, obs, value=with_reward(-2.5))},
+        "observation carrying a reward of nan": {"obs": retagged(bus, obs, value=with_reward(float("nan")))},
+        "observation carrying a reward without its header": {
+            "obs": retagged(bus, obs, headers=with_header(obs, "reward", None))
+        },
+        "observation carrying no reward with the header": {
+            "obs": retagged(bus, obs, value=obs.value[: final + 1] + b"\x00")
+        },
         "observation with an overlong length": {"obs": retagged(bus, obs, value=overlong)},
         "observation forged": {  # altered after it was tagged
-            "obs": dataclasses.replace(obs, value=obs.value[:-1] + b"\x01")
+            "obs": dataclasses.replace(obs, value=with_flag(b"\x01"))
         },
         "observation with two kind headers": {
             "obs": retagged(bus, obs, headers=[("kind", Action.KIND.encode()), *obs.headers])
@@ -136,6 +150,12 @@ async def test_records_feed_refuses_are_still_refused_with_their_reason(bus):
         "observation of another trial's key"]), found  # fmt: skip
     assert any("1 trailing bytes" in p for p in found["observation with a byte after it"]), found
     assert any("neither 0 nor 1" in p for p in found["observation with a flag of 2"]), found
+    assert any("reward value nan is not a finite number" in p for p in found["observation carrying a reward of nan"])
+    assert any("no reward header but the body carries a reward" in p for p in found[
+        "observation carrying a reward without its header"]), found  # fmt: skip
+    assert any("reward header b'1' but the body carries none" in p for p in found[
+        "observation carrying no reward with the header"]), found  # fmt: skip
+    assert found["observation carrying another reward"] == []
     assert any(p.startswith("offset") and "refused:" in p for p in found["observation forged"]), found
     # Read the slow way and accepted: the same sample as logged.
     assert (
@@ -185,6 +205,7 @@ async def test_read_trials_folds_in_small_polls_with_full_collections_put_off(bu
     READ_AT_ONCE records a poll, with the collector's full collections put off while it
     folds, and puts the threshold back once the partition is read."""
     tid, records = await logged(bus)
+    monkeypatch.setattr(replay_module, "READ_AT_ONCE", 16)  # a trial of a few dozen records: several polls
     polls, thresholds = [], []
     real_poll, real_call = MemoryConsumer.poll, replay_module.Feeder.__call__
 

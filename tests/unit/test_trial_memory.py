@@ -9,7 +9,7 @@ import pytest
 from tests.harness import deployment
 from trialog.bus.memory import MemoryBus
 from trialog.errors import TrialError
-from trialog.protocol.events import Action, Observation, Reward, TrialEnded
+from trialog.protocol.events import Action, Observation, Reward, TrialEnded, with_carried_rewards
 from trialog.spec import load_spec
 
 SPEC = Path(__file__).resolve().parents[2] / "examples" / "rps" / "spec.yaml"
@@ -27,8 +27,9 @@ async def test_rps_trial_runs_to_the_end(memory_settings):
     assert ticks == set(range(ended.tick + 1))
     actions = [e for e in events if isinstance(e, Action)]
     assert len(actions) == 2 * ended.tick
-    rewards = [e for e in events if isinstance(e, Reward)]
+    rewards = [e for e in with_carried_rewards(events) if isinstance(e, Reward)]
     assert len(rewards) == 2 * ended.tick
+    assert not [e for e in events if isinstance(e, Reward)]  # each rides in its receiver's observation
     assert sum(1 for e in events if isinstance(e, TrialEnded)) == 1
 
 

@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 
+from trialog.errors import CodecError
 from trialog.protocol import events as ev
 from trialog.protocol.codec import SUPPORTED_DTYPES, SchemaStore
 from trialog.protocol.event_codec import EventCodec
+from trialog.protocol.owners import check_headers
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "schemas" / "vectors"
@@ -103,6 +105,30 @@ def test_evolution_vector_reads_into_the_newer_schema(name: str) -> None:
     assert store.writer_of(data) is writer
     assert _as_json(writer, writer.decode_body(data, 10)) == entry["written"]
     assert _as_json(reader, store.decode(data)) == entry["expected"]
+
+
+def test_an_observation_vector_carries_a_reward_and_says_so_in_its_header(store: SchemaStore) -> None:
+    """Another language's reader learns the carried reward's wire rule from the vectors: the
+    observation that carries one has the header reward=1 and stands for the reward record from
+    env for the tick before; one that carries none has no such header."""
+    observations = [e for e in ENTRIES.values() if "kafka" in e and e["schema_name"] == ev.Observation.SCHEMA]
+    carrying = [e for e in observations if e["expected"]["reward"] is not None]
+    assert carrying and len(carrying) < len(observations)
+    codec = EventCodec(store)
+    for entry in observations:
+        event = codec.decode(_bytes(entry), ev.Observation.KIND)
+        headers = [(k, v.encode()) for k, v in entry["kafka"]["headers"].items()]
+        check_headers(entry["kafka"]["key"].encode(), headers, event)
+        if event.reward is None:
+            assert "reward" not in entry["kafka"]["headers"]
+            continue
+        assert entry["kafka"]["headers"]["reward"] == "1" and event.tick >= 1
+        reward = event.carried_reward()
+        assert (reward.tick, reward.receiver, reward.value) == (event.tick - 1, event.actor, event.reward)
+        assert (reward.sender, reward.confidence, reward.user_data) == ("env", 1.0, None)
+        without = [(k, v) for k, v in headers if k != "reward"]
+        with pytest.raises(CodecError, match="no reward header"):
+            check_headers(entry["kafka"]["key"].encode(), without, event)
 
 
 def test_vectors_cover_every_event_type_and_every_dtype_in_every_shape_class() -> None:

@@ -15,8 +15,7 @@ import pytest
 
 from tests.conftest import wait_for
 from tests.harness import deployment
-from tests.unit.test_analytics_jobs import State
-from tests.unit.test_datalog import events_of
+from tests.unit.test_analytics_jobs import State, read_as_the_jobs_do
 from trialog.actor import EndEvent, MessageEvent, ObservationEvent, RewardEvent
 from trialog.bus.memory import MemoryBus
 from trialog.client_actor import join
@@ -25,7 +24,7 @@ from trialog.datalog.replay import read_trial
 from trialog.datalog.samples import RewardSource, Sample, TrialFold, apply_rewards
 from trialog.errors import TrialError
 from trialog.examples.rps.game import RockPaperScissors
-from trialog.protocol.events import Action, DeadLetter, Message, Reward, TrialRecord
+from trialog.protocol.events import Action, DeadLetter, Message, Observation, Reward, TrialRecord
 from trialog.protocol.owners import message_problem, reward_problem
 from trialog.protocol.rewards import MAX_CONFIDENCE, MAX_REWARD_VALUE, Returns, aggregate, reward_bounds_problem
 from trialog.protocol.topics import DEAD_LETTERS, EVENTS, TRIALS
@@ -208,6 +207,57 @@ def test_joining_late_rewards_to_samples_leaves_their_sender_out():
     assert [s.reward for s in joined] == [0.0, 4.0]
 
 
+def test_a_letter_for_a_reward_an_observation_carries_says_so():
+    """The reasons an observation carrying a reward is refused for it, as the services letter them,
+    are explained as such (``trialog dead-letters``, the dashboard), not as bytes no schema reads."""
+    from trialog.datalog.deadletters import explain
+    from trialog.errors import CodecError
+    from trialog.protocol.event_codec import EventCodec
+    from trialog.protocol.owners import check_headers
+
+    codec, reasons = EventCodec(), []
+    for bad in (Observation("t", tick=2, actor="a", reward=math.inf), Observation("t", tick=0, actor="a", reward=1.0)):
+        with pytest.raises(CodecError) as caught:
+            codec.decode(codec.encode(bad), "observation")
+        reasons.append(f"undecodable record: {caught.value}")
+    carrying, plain = Observation("t", tick=2, actor="a", reward=1.0), Observation("t", tick=2, actor="a")
+    for event, headers in ((carrying, plain.headers()), (plain, carrying.headers())):
+        with pytest.raises(CodecError) as caught:
+            check_headers(b"t", headers, event)
+        reasons.append(f"refused: {caught.value}")
+    explained = [explain(reason) for reason in reasons]
+    assert "out of bounds" in explained[0] and "tick 0" in explained[1], explained
+    assert all("`reward` header and body disagree" in text for text in explained[2:]), explained
+
+
+def test_the_conformance_suite_counts_the_rewards_observations_carry(bus):
+    """A probe's answer must list the environment's reward an observation carried, as the record it
+    stands for, in log order (trialog.tools.conformance.checks.check_probes)."""
+    from trialog.bus.base import Record
+    from trialog.protocol.events import ActorSpec, TrialStarted
+    from trialog.protocol.inbox import PROBE
+    from trialog.tools.conformance.checks import Check, check_probes
+    from trialog.tools.conformance.trial import Outcome, TrialLog
+
+    actors = (ActorSpec("alice", "player", "p"), ActorSpec("bob", "player", "p"))
+    started = TrialStarted("t", spec="s", environment="e", environment_entry="x:y", environment_config="{}",
+                           actors=actors, actor_classes=(), seed=1)  # fmt: skip
+    logged = [
+        Observation("t", tick=1, actor="alice", reward=0.5),  # the environment's reward of tick 0
+        Reward("t", tick=1, receiver="alice", value=2.0, sender="judge"),
+        Message("t", tick=1, sender="conformance", receivers=("alice",), message_id="p", payload=f'{{"{PROBE}": "1"}}'),
+    ]
+    for answered, problems in (([[0, "env", 0.5], [1, "judge", 2.0]], 0), ([[1, "judge", 2.0]], 1)):
+        body = f'{{"{PROBE}.ack": "1", "rewards": {answered}, "messages": []}}'.replace("'", '"')
+        answer = Message("t", tick=1, sender="alice", receivers=("conformance",), message_id="probe-1", payload=body)
+        log = TrialLog(bus, "t")
+        log.records = [Record(EVENTS, 0, i, b"t", bus.codec.encode(e), tuple(e.headers()), 0)
+                       for i, e in enumerate([*logged, answer])]  # fmt: skip
+        check = Check("receives rewards")
+        check_probes(bus, Outcome(started, log, {}, set(), probes=[("1", "alice", 2)]), check, Check("duplicates"))
+        assert len(check.problems) == problems, check.problems
+
+
 # --- the rules, applied everywhere ---------------------------------------------------------------------
 
 
@@ -274,7 +324,9 @@ async def test_one_rule_for_rewards_and_messages_everywhere(bus, tmp_path):
     assert returns == pytest.approx(by_datalog)
     state = State()
     results = [
-        out for i, e in enumerate(events_of(bus, tid)) if (out := fold_trial(e, tid, 1000 + i, [], state)) is not None
+        out
+        for i, e in enumerate(read_as_the_jobs_do(bus, tid))
+        if (out := fold_trial(e, tid, 1000 + i, [], state)) is not None
     ]
     assert results[-1]["returns"] == pytest.approx(by_datalog)
 
@@ -289,7 +341,12 @@ async def test_an_environment_reward_out_of_bounds_ends_its_trial_with_the_reaso
         ended.reason == "error"
         and "environment reward at tick 1 cannot count: reward value 2000000000000.0" in ended.details
     ), ended
-    assert not [e for e in events_of(bus, tid) if isinstance(e, Reward) and abs(e.value) > MAX_REWARD_VALUE]
+    # Every record decodes (an observation carrying a reward out of bounds would not), and no reward
+    # logged, as a record or carried by an observation, is out of bounds.
+    logged = [bus.codec.decode(r.value, r.header("kind")) for r in bus.records(EVENTS) if r.trial_id == tid]
+    rewards = [e for e in logged if isinstance(e, Reward)]
+    rewards += [e.carried_reward() for e in logged if isinstance(e, Observation) and e.reward is not None]
+    assert rewards and not [r for r in rewards if abs(r.value) > MAX_REWARD_VALUE]
 
 
 # --- the datalog counts exactly what the environment applied ---------------------------------------------

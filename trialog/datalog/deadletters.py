@@ -17,6 +17,19 @@ from trialog.telemetry.metrics import reason_category
 
 # (words found in a reason, what it usually means and what to do): the first match explains.
 EXPLANATIONS = (
+    # An observation carrying the environment's reward is refused for it before anything else
+    # is said of its bytes (trialog.protocol.event_codec, trialog.protocol.owners.check_headers).
+    (
+        "reward header",
+        "an observation whose `reward` header and body disagree: the header is `1` exactly when the "
+        "observation carries the environment's reward; fix the writer, see docs/protocol.md",
+    ),
+    (
+        "observation carries",
+        "an observation carrying the environment's reward out of bounds (|value| <= 1e12, finite): "
+        "fix the environment, see docs/protocol.md",
+    ),
+    ("carries no reward", "an observation of tick 0 carrying a reward: no step came before it to be rewarded"),
     (
         "undecodable",
         "the value is not a Trialog event in a schema the services know (Avro single-object encoding): "

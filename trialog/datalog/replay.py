@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import struct
 from collections.abc import AsyncIterator, Callable
 
 from trialog.bus.base import Bus, Record
@@ -37,6 +38,7 @@ from trialog.protocol.events import (
     HEADER_ID,
     HEADER_KIND,
     HEADER_RECEIVER,
+    HEADER_REWARD,
     HEADER_SENDER,
     HEADER_TICK,
     Action,
@@ -47,6 +49,7 @@ from trialog.protocol.events import (
     TrialStarted,
 )
 from trialog.protocol.owners import check_headers
+from trialog.protocol.rewards import reward_bounds_problem
 from trialog.protocol.topics import EVENTS
 
 
@@ -248,9 +251,19 @@ class Feeder:
         if read is None or h.get(HEADER_SENDER) != _ENVIRONMENT or h.get(HEADER_ID, b"") != b"":
             return False
         tick, actor, payload, tail = read
-        if len(tail) != 3 or tail[0] > 1 or tail[1] > 1 or tail[2] > 1:
+        if len(tail) < 4 or tail[0] > 1 or tail[1] > 1 or tail[2] > 1:
             return False
-        fold.observe(tick, actor, payload, tail[0] == 1, tail[1] == 1, tail[2] == 1)
+        if tail[3:] == b"\x00":  # reward: the union's null
+            if HEADER_REWARD in h:
+                return False
+            reward = None
+        elif len(tail) == 12 and tail[3] == 2 and h.get(HEADER_REWARD) == b"1" and tick >= 1:  # its double
+            reward = _DOUBLE.unpack_from(tail, 4)[0]
+            if reward_bounds_problem(reward, 1.0) is not None:
+                return False
+        else:
+            return False
+        fold.observe(tick, actor, payload, tail[0] == 1, tail[1] == 1, tail[2] == 1, reward)
         return True
 
     def _action(self, fold: TrialFold, record: Record, h: dict, value: bytes) -> bool:
@@ -313,8 +326,9 @@ class Feeder:
 _OBSERVATION, _ACTION, _ENVIRONMENT = Observation.KIND.encode(), Action.KIND.encode(), Observation.SENDER.encode()
 _OBSERVATION_FIELDS = [
     ("trial_id", "string"), ("tick", "long"), ("actor", "string"), ("payload", "bytes"),
-    ("terminated", "boolean"), ("truncated", "boolean"), ("final", "boolean"),
+    ("terminated", "boolean"), ("truncated", "boolean"), ("final", "boolean"), ("reward", ["null", "double"]),
 ]  # fmt: skip
+_DOUBLE = struct.Struct("<d")  # Avro's double: 8 bytes, little-endian
 _ACTION_FIELDS = [("trial_id", "string"), ("tick", "long"), ("actor", "string"), ("payload", "bytes"),
                   ("policy_version", ["null", "long"])]  # fmt: skip
 _LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1

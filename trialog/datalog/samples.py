@@ -61,6 +61,7 @@ from trialog.protocol.events import (
     Reward,
     TrialEnded,
     TrialStarted,
+    carried_reward,
 )
 from trialog.protocol.owners import message_problem, reward_problem
 from trialog.protocol.rewards import aggregate
@@ -237,7 +238,9 @@ class TrialFold:
         action folded without them does not count for a seat)."""
         match event:
             case Observation():
-                self.observe(event.tick, event.actor, event.payload, event.terminated, event.truncated, event.final)
+                self.observe(
+                    event.tick, event.actor, event.payload, event.terminated, event.truncated, event.final, event.reward
+                )
                 return
             case Action():
                 self.act(event.tick, event.actor, event.payload, event.policy_version, headers)
@@ -265,11 +268,7 @@ class TrialFold:
             case ParametersChanged():
                 self._parameters(event)
             case Reward():
-                problem = reward_problem(event, self.tick, self._classes if self.started is not None else None)
-                if problem is None:
-                    self._rewards.setdefault(event.tick, {})[(event.sender, event.receiver)] = (
-                        event  # a later one corrects
-                    )
+                self._reward(event)
             case Message():
                 if message_problem(event, self.tick, self._classes if self.started is not None else None) is None:
                     self._messages.setdefault(event.tick, {}).setdefault(event.identity, event)
@@ -282,14 +281,18 @@ class TrialFold:
         terminated: bool = False,
         truncated: bool = False,
         final: bool = False,
+        reward: float | None = None,
     ) -> None:
         """:meth:`add` of an :class:`Observation` of this trial given by its fields: a reader
         that checked the record against its body need not build the event (on a replay,
-        building it cost more than folding it)."""
+        building it cost more than folding it). ``reward``: the reward it carries
+        (:meth:`Observation.carried_reward`), folded as the record it stands for, before it."""
         self.events += 1
         if self.ended is not None:
             return  # after the end only (retroactive) rewards count
         if self._known(actor, Observation.KIND, tick):
+            if reward is not None:
+                self._reward(carried_reward(self.trial_id, tick, actor, reward))
             key = (tick, actor)
             if key not in self._observations:  # a repeat is the same event (I-8)
                 self._observations[key] = (payload, terminated, truncated, final)
@@ -297,6 +300,10 @@ class TrialFold:
                     self._expected_at.setdefault(tick, []).append(actor)
             if tick > self.tick:
                 self.tick = tick
+
+    def _reward(self, reward: Reward) -> None:
+        if reward_problem(reward, self.tick, self._classes if self.started is not None else None) is None:
+            self._rewards.setdefault(reward.tick, {})[(reward.sender, reward.receiver)] = reward  # a later one corrects
 
     def act(
         self,

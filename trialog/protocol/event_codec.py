@@ -16,8 +16,10 @@ from trialog.protocol.events import (
     ActorSpec,
     DeadLetter,
     Event,
+    Observation,
     ResolvedTrial,
 )
+from trialog.protocol.rewards import reward_bounds_problem
 
 
 class _Layout:
@@ -89,7 +91,10 @@ class EventCodec:
                 row = schema.flat.decode_row(value, HEADER_SIZE)
             except Exception as exc:
                 raise CodecError(f"bytes do not decode as {schema.name}: {exc}") from exc
-            return cls(*row)
+            event = cls(*row)
+            if cls is Observation and event.reward is not None:
+                _check_carried(event)
+            return event
         writer, record = self.store.decode_with_writer(value)
         if cls is None or cls.SCHEMA != writer.name:
             cls = next((c for c in EVENT_TYPES if c.SCHEMA == writer.name), None)
@@ -101,6 +106,19 @@ class EventCodec:
         for name in layout.tuples:
             record[name] = tuple(record[name])
         try:
-            return cls(**record)
+            event = cls(**record)
         except TypeError as exc:
             raise CodecError(f"{writer.name} record does not fit {cls.__name__}: {exc}") from exc
+        if cls is Observation and event.reward is not None:
+            _check_carried(event)
+        return event
+
+
+def _check_carried(observation: Observation) -> None:
+    """An observation whose carried reward could not count is not a record anyone reads: every
+    reader refuses it alike (its owner letters it), so none counts the reward another letters."""
+    if observation.tick < 1:
+        raise CodecError("an observation of tick 0 carries no reward: nothing happened before it")
+    problem = reward_bounds_problem(observation.reward, 1.0)
+    if problem is not None:
+        raise CodecError(f"the reward the observation carries cannot count: {problem}")

@@ -6,8 +6,9 @@ Each type mirrors one Avro schema of ``schemas/`` field for field, so that
 - key: the trial ID (UTF-8) — I-1;
 - value: the single-object Avro encoding of the event (see :mod:`trialog.protocol.codec`);
 - headers: what a consumer needs to skip a record without decoding it —
-  ``kind``, ``tick``, ``sender``, ``receiver`` (comma-separated when several) and
-  ``schema`` (the value's Avro full name).
+  ``kind``, ``tick``, ``sender``, ``receiver`` (comma-separated when several),
+  ``schema`` (the value's Avro full name) and, on an observation carrying a reward,
+  ``reward`` (``1``).
 
 Every event has an :attr:`~Event.identity` — (kind, tick, sender, receiver,
 discriminator) — and two records with the same trial and identity are the same
@@ -20,7 +21,7 @@ schema); the runtimes decode them into the user's values.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -34,6 +35,7 @@ HEADER_SENDER = "sender"
 HEADER_RECEIVER = "receiver"
 HEADER_SCHEMA = "schema"
 HEADER_ID = "id"  # the discriminator, present only when an event has one (messages)
+HEADER_REWARD = "reward"  # b"1" on an observation that carries a reward (Observation.reward); absent otherwise
 
 TRIAL_ID_MAX = 200  # characters; a trial ID is every record's key (I-1) and appears in file names
 
@@ -96,6 +98,8 @@ class Event:
         discriminator = getattr(self, "message_id", "")
         if discriminator:
             headers.append((HEADER_ID, discriminator.encode()))
+        if getattr(self, "reward", None) is not None:
+            headers.append((HEADER_REWARD, b"1"))
         return headers
 
 
@@ -267,6 +271,15 @@ class Observation(Event):
     terminated: bool = False
     truncated: bool = False
     final: bool = False
+    reward: float | None = None
+
+    def carried_reward(self) -> Reward | None:
+        """The environment's reward this observation carries (:attr:`reward`): the same event as
+        a reward record from ``env`` to its actor for the tick before, confidence 1, logged just
+        before it. An environment runtime writes a reward this way rather than as a record of
+        its own when nothing else needs saying (no source, confidence 1, no user data, for an
+        actor observed at the next tick): one record a step fewer, for every reader."""
+        return None if self.reward is None else carried_reward(self.trial_id, self.tick, self.actor, self.reward)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +314,26 @@ class Reward(Event):
     confidence: float = 1.0
     sender: str = ENVIRONMENT_SENDER
     user_data: str | None = None
+
+
+def carried_reward(trial_id: str, tick: int, actor: str, value: float) -> Reward:
+    """The reward an observation of ``actor`` at ``tick`` carries (:meth:`Observation.carried_reward`)."""
+    return Reward(trial_id, tick=tick - 1, receiver=actor, value=value)
+
+
+def as_logged(event: Event) -> tuple[Event, ...]:
+    """The events a record stands for, in log order: an observation that carries the environment's
+    reward (:meth:`Observation.carried_reward`) is that reward's record, then itself."""
+    if type(event) is Observation and event.reward is not None:
+        return (event.carried_reward(), event)
+    return (event,)
+
+
+def with_carried_rewards(events: Iterable[Event]) -> Iterator[Event]:
+    """The events of a log in order, each reward an observation carries just before it, as the
+    record it stands for (:func:`as_logged`): what a reader that wants every reward sees."""
+    for event in events:
+        yield from as_logged(event)
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ from trialog.protocol.events import (
     HEADER_ID,
     HEADER_KIND,
     HEADER_RECEIVER,
+    HEADER_REWARD,
     HEADER_SENDER,
     HEADER_TICK,
     Action,
@@ -100,11 +101,17 @@ def check_headers(key: bytes | None, headers: Sequence[tuple[str, bytes]], event
         and h.get(HEADER_SENDER) == sender.encode()
         and h.get(HEADER_RECEIVER) == receiver.encode()
         and h.get(HEADER_ID, b"") == id_.encode()
+        and h.get(HEADER_REWARD) == (None if getattr(event, "reward", None) is None else b"1")
     ):
         return
     trial = key.decode(errors="replace") if key else ""
     if trial != event.trial_id:
         raise CodecError(f"record key {trial!r} is not the trial of its body ({event.trial_id!r})")
+    carries = getattr(event, "reward", None) is not None
+    if h.get(HEADER_REWARD) != (b"1" if carries else None):
+        said = "no reward header" if h.get(HEADER_REWARD) is None else f"reward header {h[HEADER_REWARD]!r}"
+        body = "carries a reward" if carries else "carries none"
+        raise CodecError(f"headers do not match the body: {said} but the body {body}")
     said = identity_from_headers(headers)
     if said != event.identity:
         names = ("kind", "tick", "sender", "receiver", "id")

@@ -130,7 +130,8 @@ class _Trial:
     # does, its rewards are read only when a probe asks what the actors received: policies never
     # see them, and checking and decoding each was a seventh of the actor service's CPU (PPO).
     takes_rewards: bool = True
-    unread_rewards: list[tuple[Record, int]] = field(default_factory=list)  # with the tick observed then
+    # (record, the tick observed then, the reward it carried if an observation: decoded with it)
+    unread_rewards: list[tuple[Record, int, Reward | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,9 +196,7 @@ class ActorHandler(Handler):
         if trial is None:
             return False
         if kind == Reward.KIND and not trial.takes_rewards:
-            trial.unread_rewards.append((record, trial.tick))  # read if a probe asks (_read_rewards)
-            if len(trial.unread_rewards) >= UNREAD_REWARDS_KEPT:
-                self._read_rewards(trial)
+            self._set_aside(trial, record, None)
             return False
         return kind != Observation.KIND or record.header(HEADER_RECEIVER) in trial.actors
 
@@ -213,6 +212,8 @@ class ActorHandler(Handler):
             case Observation(actor=name) if name in trial.actors:
                 trial.tick = max(trial.tick, event.tick)
                 self._on_observation(trial, trial.actors[name], event)
+            case Reward() if not trial.takes_rewards:  # carried by an observation: set aside, as a record is
+                self._set_aside(trial, record, event)
             case Reward():
                 self._on_reward(trial, event, trial.tick)
             case Message() if message_problem(event, trial.tick, trial.classes):
@@ -535,12 +536,18 @@ class ActorHandler(Handler):
                 user_data = loads(event.user_data) if event.user_data else None
                 self._deliver(played, RewardEvent(event.tick, event.value, event.confidence, event.sender, user_data))
 
+    def _set_aside(self, trial: _Trial, record: Record, carried: Reward | None) -> None:
+        """No actor here takes rewards as they come: keep it, to read if a probe asks (:meth:`_read_rewards`)."""
+        trial.unread_rewards.append((record, trial.tick, carried))
+        if len(trial.unread_rewards) >= UNREAD_REWARDS_KEPT:
+            self._read_rewards(trial)
+
     def _read_rewards(self, trial: _Trial) -> None:
         """The rewards set aside unread (no actor here takes them as they come), checked and
         decoded now as the loop would have, in log order."""
         unread, trial.unread_rewards = trial.unread_rewards, []
-        for record, tick in unread:
-            event = self.loop.verified(record, Reward.KIND)
+        for record, tick, carried in unread:
+            event = carried or self.loop.verified(record, Reward.KIND)
             if isinstance(event, Reward):
                 self._on_reward(trial, event, tick)
 

@@ -52,7 +52,6 @@ from trialog.protocol.events import (
     Message,
     Observation,
     ParametersChanged,
-    Reward,
     TrialEnded,
     TrialPending,
     TrialStarted,
@@ -67,6 +66,7 @@ from trialog.protocol.trial import ClassSchemas, class_schemas, dumps, loads, op
 from trialog.runtime.handler import Handler, safe_point
 from trialog.runtime.pace import Pace, next_deadline, trial_phase
 from trialog.runtime.recent import RecentlyEnded
+from trialog.runtime.step_rewards import reward_record, rewards_of, split_carried
 from trialog.spec import load_entry
 from trialog.telemetry import metrics
 from trialog.telemetry.logs import get_logger
@@ -392,12 +392,13 @@ class EnvironmentHandler(Handler):
             ticks, tick_seconds = self._tick_metrics(trial.started.environment)
             ticks.inc()
             tick_seconds.observe(self.loop.log.time() - trial.waiting_since)
-        rewards = self._rewards_of(step.rewards)
+        rewards = rewards_of(step.rewards)
         problem = next((p for r in rewards if (p := reward_bounds_problem(r.value, r.confidence)) is not None), None)
         if problem is not None:  # the user's environment: the trial ends with the reason, as for a bad observation
             self._fail(trial, f"environment reward at tick {tick} cannot count: {problem}")
             return
-        self._emit_rewards(trial, tick, rewards)
+        carried, rest = split_carried(rewards, trial.active)
+        self._emit_rewards(trial, tick, rest)
         for i, m in enumerate(step.messages):
             self.loop.emit(
                 Message(
@@ -428,6 +429,7 @@ class EnvironmentHandler(Handler):
             step.truncated,
             final=reason is not None,
             ended=ended_now,
+            carried=carried,
         )
         if reason is not None:
             self._finish(trial, next_tick, reason)
@@ -436,10 +438,15 @@ class EnvironmentHandler(Handler):
         self._begin_wait(trial)
 
     def _emit_observations(
-        self, trial, tick, observations, terminated, truncated, *, final: bool, ended=frozenset()
+        self, trial, tick, observations, terminated, truncated, *, final: bool, ended=frozenset(), carried=None
     ) -> None:
+        """One observation per active actor, each carrying its reward of ``carried`` (actor -> reward of
+        the tick before: :func:`~trialog.runtime.step_rewards.split_carried`); should one fail, the
+        trial fails and those rewards are written as records of their own: every reward is logged."""
+        carried = carried or {}
         missing = [a for a in trial.active if a not in observations]
         if missing:
+            self._emit_rewards(trial, tick - 1, list(carried.values()))
             self._fail(trial, f"environment returned no observation at tick {tick} for {', '.join(sorted(missing))}")
             return
         out = []
@@ -448,8 +455,10 @@ class EnvironmentHandler(Handler):
             try:
                 payload = schema.encode(observations[actor])
             except CodecError as exc:
+                self._emit_rewards(trial, tick - 1, list(carried.values()))
                 self._fail(trial, f"observation for {actor} at tick {tick} does not match its schema: {exc}")
                 return
+            reward = carried.get(actor)
             out.append(
                 Observation(
                     trial.started.trial_id,
@@ -459,6 +468,7 @@ class EnvironmentHandler(Handler):
                     terminated=bool(terminated.get(actor, False)),
                     truncated=bool(truncated.get(actor, False)),
                     final=final or actor in ended,
+                    reward=None if reward is None else float(reward.value),
                 )
             )
         for obs in out:
@@ -476,28 +486,9 @@ class EnvironmentHandler(Handler):
         if value is not None:
             self.loop.emit(View(trial.started.trial_id, tick=tick, view=dumps(value)))
 
-    @staticmethod
-    def _rewards_of(rewards: Mapping[str, float] | Any) -> list[RewardOut]:
-        return (
-            [RewardOut(name, value) for name, value in rewards.items()]
-            if isinstance(rewards, Mapping)
-            else list(rewards)
-        )
-
     def _emit_rewards(self, trial: _Trial, tick: int, items: list[RewardOut]) -> None:
         for r in items:
-            sender = f"env/{r.source}" if r.source else "env"
-            self.loop.emit(
-                Reward(
-                    trial.started.trial_id,
-                    tick=tick,
-                    receiver=r.receiver,
-                    value=float(r.value),
-                    confidence=float(r.confidence),
-                    sender=sender,
-                    user_data=dumps(r.user_data) if r.user_data is not None else None,
-                )
-            )
+            self.loop.emit(reward_record(trial.started.trial_id, tick, r))
 
     def _begin_wait(self, trial: _Trial) -> None:
         trial.waiting_since = self.loop.log.time()  # response deadlines do not count the log's outages

@@ -48,6 +48,10 @@ class Handler:
 
     topics: tuple[str, ...] = (EVENTS,)  # the topics this handler consumes, by role name (trialog.protocol.topics)
     kinds: frozenset[str] | None = None  # kinds worth decoding (besides the ones it owns); None = all
+    # The reward an observation carries (Observation.carried_reward) reaches handle() as a Reward
+    # of its own, just before the observation, if the handler decodes rewards — unless it folds
+    # observations into a TrialFold, which reads the reward there.
+    folds_carried_rewards: bool = False
     # The owner role of trialog.protocol.owners this service plays ("" = owns nothing):
     # with runs_here, what the default must_judge decides by.
     owner_role: str = ""

@@ -46,7 +46,16 @@ from dataclasses import dataclass, field
 
 from trialog.bus.base import Bus, Consumer, Record
 from trialog.errors import CodecError, RecordsTooLarge, TransportError, TrialogError
-from trialog.protocol.events import BY_KIND, HEADER_KIND, Event, ResolvedTrial, identity_from_headers
+from trialog.protocol.events import (
+    BY_KIND,
+    HEADER_KIND,
+    HEADER_REWARD,
+    Event,
+    Observation,
+    ResolvedTrial,
+    Reward,
+    identity_from_headers,
+)
 from trialog.protocol.owners import check_headers
 from trialog.protocol.topics import EVENTS
 from trialog.runtime.handler import Handler
@@ -96,6 +105,10 @@ class ServiceLoop:
     def __init__(self, bus: Bus, handler: Handler, group: str | None, *, tick_interval: float = 0.2):
         self.bus = bus
         self.handler = handler
+        # Rewards an observation carries (Observation.carried_reward) reach the handlers that decode rewards.
+        self._takes_rewards = not handler.folds_carried_rewards and (
+            handler.kinds is None or Reward.KIND in handler.kinds
+        )
         self.group = group
         self.tick_interval = tick_interval
         handler.loop = self
@@ -242,7 +255,8 @@ class ServiceLoop:
         if not part.live and part.expected and record.role == EVENTS:
             self._cross_off(part, record)
         if not owned:  # someone else's to judge: decode only what this service needs
-            if self.handler.kinds is not None and kind is not None and kind not in self.handler.kinds:
+            kinds = self.handler.kinds
+            if kinds is not None and kind is not None and kind not in kinds and not self._carries(record, kind):
                 self.handler.saw_undecoded(record, kind)
                 return
             if not self.handler.should_decode(record, kind):
@@ -256,7 +270,15 @@ class ServiceLoop:
                 return
         if isinstance(event, ResolvedTrial):
             self.bus.trust.learn(event)
+        elif self._takes_rewards and type(event) is Observation and event.reward is not None:
+            # The reward it carries first, as the record it stands for would have come before it.
+            # Never lettered for it: a valid observation's carried reward counts (see carried_reward).
+            self.handle(record, event.carried_reward(), Reward.KIND, False)
         self.handle(record, event, kind, owned)
+
+    def _carries(self, record: Record, kind: str) -> bool:
+        """Is this an observation carrying a reward, for a handler that decodes rewards?"""
+        return self._takes_rewards and kind == Observation.KIND and record.header(HEADER_REWARD) is not None
 
     def handle(self, record: Record, event: Event, kind: str | None, owned: bool) -> None:
         """Hand a record to the handler, with the one rule for what a handler raises: a record

@@ -465,6 +465,9 @@ func (s *envService) maybeStep(t *hosted) {
 			return
 		}
 	}
+	// Each reward is a record of its own, written before the next observations: a form every
+	// reader takes (an observation could carry an actor's reward instead, one record fewer a
+	// step, as Python's environment runtime writes it; these carry none).
 	for _, rc := range receivers {
 		s.emit(t, "reward", "trialog.Reward", tick, rc, "", &Reward{TrialID: t.started.TrialID, Tick: tick, Receiver: rc, Value: step.Rewards[rc], Confidence: 1, Sender: "env"})
 	}

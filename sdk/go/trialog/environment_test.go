@@ -122,7 +122,8 @@ type harness struct {
 	store *Store
 }
 
-func newHarness(t *testing.T, policy string, timeoutMs int64) (*harness, string) {
+// testStoreAndKeyring is the repository's schemas and a keyring of fresh random keys for the roles.
+func testStoreAndKeyring(t *testing.T) (*Store, *Keyring) {
 	store, err := LoadDir(schemasDir)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +133,11 @@ func newHarness(t *testing.T, policy string, timeoutMs int64) (*harness, string)
 		keys[id] = make([]byte, 32)
 		rand.Read(keys[id])
 	}
-	k := NewKeyring(keys, "test")
+	return store, NewKeyring(keys, "test")
+}
+
+func newHarness(t *testing.T, policy string, timeoutMs int64) (*harness, string) {
+	store, k := testStoreAndKeyring(t)
 	s := &envService{cfg: EnvironmentConfig{Implementation: "go_rps", Store: store, Keyring: k, NewEnvironment: func(tr *EnvTrial) (Environment, error) {
 		return newTestRps(tr)
 	}}, trials: map[string]*hosted{}, ended: map[string]bool{}}
@@ -260,6 +265,13 @@ func TestEnvironmentStepsTimesOutAndDeadLetters(t *testing.T) {
 		}
 		if reason := h.keys.CheckAny(r, "t1", want); reason != "" {
 			t.Fatalf("%s to %s: %s", hs[HeaderKind], hs[HeaderReceiver], reason)
+		}
+		if hs[HeaderKind] == "observation" { // the current schema (v2), rewards in records of their own
+			var obs Observation
+			writer, err := h.store.Decode(r.Value, &obs)
+			if current, _ := h.store.ByName("trialog.Observation"); err != nil || writer != current || obs.Reward != nil || obs.CarriedProblem(hs) != "" {
+				t.Fatalf("observation to %s: %v, reward %v, headers %v", obs.Actor, err, obs.Reward, hs)
+			}
 		}
 	}
 	// Tick 1: bob is silent past the response timeout.

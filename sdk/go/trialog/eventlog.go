@@ -300,7 +300,12 @@ func (l *eventLog) encodeEvent(partition int32, kind, schema string, tick int64,
 	if err != nil {
 		return nil, err
 	}
-	return &kgo.Record{Topic: l.events, Partition: partition, Key: []byte(trialID), Value: encoded, Headers: eventHeaders(kind, tick, sender, receiver, schema, id)}, nil
+	rec := &kgo.Record{Topic: l.events, Partition: partition, Key: []byte(trialID), Value: encoded, Headers: eventHeaders(kind, tick, sender, receiver, schema, id)}
+	if o, ok := value.(*Observation); ok && o.Reward != nil {
+		// Readers refuse an observation whose reward header and body disagree.
+		rec.Headers = append(rec.Headers, kgo.RecordHeader{Key: HeaderReward, Value: []byte("1")})
+	}
+	return rec, nil
 }
 
 // partitioner writes events to the partition the trial was read from (set on the

@@ -1,6 +1,7 @@
 package trialog
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -15,6 +16,10 @@ const (
 	HeaderReceiver = "receiver"
 	HeaderSchema   = "schema"
 	HeaderID       = "id"
+	// HeaderReward is "1" on an observation that carries a reward (Observation.Reward) and
+	// absent from every other record: a reader that skips records by their headers sees the
+	// reward without decoding.
+	HeaderReward = "reward"
 )
 
 // ActorSpec is one actor of a trial, as resolved by the orchestrator.
@@ -60,6 +65,47 @@ type Observation struct {
 	Terminated bool   `avro:"terminated"`
 	Truncated  bool   `avro:"truncated"`
 	Final      bool   `avro:"final"`
+	// Reward is the environment's reward for Actor at Tick-1 carried here rather than in a
+	// record of its own (schema v2; nil: none, and always nil in v1 records): see CarriedReward.
+	Reward *float64 `avro:"reward"`
+}
+
+// CarriedReward is the reward the observation carries (nil: none): the same event as a Reward
+// record from "env" to its actor for the tick before, confidence 1, no user data, logged just
+// before the observation — so an actor service delivers it as that record, before the
+// observation. An environment writes a reward this way to save every reader a record a step.
+func (o *Observation) CarriedReward() *Reward {
+	if o.Reward == nil {
+		return nil
+	}
+	return &Reward{TrialID: o.TrialID, Tick: o.Tick - 1, Receiver: o.Actor, Value: *o.Reward, Confidence: 1, Sender: "env"}
+}
+
+// CarriedProblem says why an observation record cannot be read for the reward it carries or
+// claims to ("": it can). A carried reward is not at tick 0 (nothing happened before it) and
+// counts as a reward's value does (RewardBoundsProblem), else the body does not decode; and the
+// record's reward header is "1" if and only if the body carries one. Every reader refuses such a
+// record alike, so none counts a reward another dead-letters (docs/protocol.md, "A reward an
+// observation carries").
+func (o *Observation) CarriedProblem(h map[string]string) string {
+	said, present := h[HeaderReward]
+	if o.Reward != nil {
+		if o.Tick < 1 {
+			return "does not decode: an observation of tick 0 carries no reward (nothing happened before it)"
+		}
+		if problem := RewardBoundsProblem(*o.Reward, 1); problem != "" {
+			return "does not decode: the reward it carries cannot count: " + problem
+		}
+	}
+	switch {
+	case o.Reward == nil && present:
+		return fmt.Sprintf("headers do not match the body: reward header %q but the body carries none", said)
+	case o.Reward != nil && !present:
+		return "headers do not match the body: no reward header but the body carries a reward"
+	case o.Reward != nil && said != "1":
+		return fmt.Sprintf("headers do not match the body: reward header %q but the body carries a reward", said)
+	}
+	return ""
 }
 
 // Action answers the observation of Tick.

@@ -204,23 +204,20 @@ func (s *Service) handle(r *kgo.Record, h map[string]string, trialID string) {
 			s.deadLetter(r, fmt.Sprintf("observation record does not decode as trialog.Observation of this trial: %v", err))
 			return
 		}
+		if problem := obs.CarriedProblem(h); problem != "" { // the record is refused whole: its reward with it
+			s.deadLetter(r, fmt.Sprintf("observation of %s at tick %d: %s", obs.Actor, obs.Tick, problem))
+			return
+		}
+		if rw := obs.CarriedReward(); rw != nil {
+			s.reward(t, rw) // first: the record it stands for would have come just before the observation
+		}
 		s.observe(r, t, t.actors[obs.Actor], &obs)
 	case "reward":
 		var rw Reward
 		if _, err := s.cfg.Store.Decode(r.Value, &rw); err != nil || rw.TrialID != trialID {
 			return // the orchestrator owns rewards' dead letters
 		}
-		if RewardBoundsProblem(rw.Value, rw.Confidence) != "" || rw.Receiver == rw.Sender {
-			return // dead-lettered by the orchestrator: it counts for nothing
-		}
-		for _, a := range t.sortedActors() {
-			if Reaches(rw.Receiver, rw.Sender, a.actor.Spec.Name, a.actor.Spec.ActorClass) && a.once(fmt.Sprintf("r\x00%d\x00%s", rw.Tick, rw.Sender)) {
-				a.rewards = append(a.rewards, []any{rw.Tick, rw.Sender, rw.Value})
-				if hook, ok := a.agent.(RewardReceiver); ok {
-					hook.OnReward(rw)
-				}
-			}
-		}
+		s.reward(t, &rw)
 	case "message":
 		var m Message
 		if _, err := s.cfg.Store.Decode(r.Value, &m); err != nil || m.TrialID != trialID {
@@ -242,6 +239,22 @@ func (s *Service) handle(r *kgo.Record, h map[string]string, trialID string) {
 			}
 		}
 		delete(s.trials, trialID)
+	}
+}
+
+// reward gives a reward — a record's, or the one an observation carries, alike — to each actor
+// played here that it reaches, once (a repeat of the same tick and sender changes nothing).
+func (s *Service) reward(t *trialState, rw *Reward) {
+	if RewardBoundsProblem(rw.Value, rw.Confidence) != "" || rw.Receiver == rw.Sender {
+		return // dead-lettered by the orchestrator: it counts for nothing
+	}
+	for _, a := range t.sortedActors() {
+		if Reaches(rw.Receiver, rw.Sender, a.actor.Spec.Name, a.actor.Spec.ActorClass) && a.once(fmt.Sprintf("r\x00%d\x00%s", rw.Tick, rw.Sender)) {
+			a.rewards = append(a.rewards, []any{rw.Tick, rw.Sender, rw.Value})
+			if hook, ok := a.agent.(RewardReceiver); ok {
+				hook.OnReward(*rw)
+			}
+		}
 	}
 }
 

@@ -20,7 +20,9 @@ CompressionCodecs[CompressionTypes.Snappy] = SnappyCodec;
 export interface ActorSpec { name: string; actor_class: string; implementation: string; config: string; client: boolean }
 export interface ActorClassSpec { name: string; observation_schema: string; action_schema: string; default_action: { string: string } | null }
 export interface TrialStarted { trial_id: string; spec: string; environment: string; seed: bigint; actors: ActorSpec[]; actor_classes: ActorClassSpec[]; response_timeout_ms: bigint; [field: string]: unknown }
-export interface Observation { trial_id: string; tick: bigint; actor: string; payload: Buffer; terminated: boolean; truncated: boolean; final: boolean }
+/** `reward`: the environment's reward for `actor` at `tick` - 1 carried here rather than in a record
+ * of its own (schema v2; null when none, absent from v1 records): see carriedReward. */
+export interface Observation { trial_id: string; tick: bigint; actor: string; payload: Buffer; terminated: boolean; truncated: boolean; final: boolean; reward?: { double: number } | null }
 export interface Reward { trial_id: string; tick: bigint; receiver: string; value: number; confidence: number; sender: string; user_data: { string: string } | null }
 export interface Message { trial_id: string; tick: bigint; sender: string; receivers: string[]; message_id: string; payload: string }
 export interface TrialEnded { trial_id: string; tick: bigint; reason: string; details: string }
@@ -108,6 +110,39 @@ export const MAX_CONFIDENCE = 1e6;
 export function rewardBoundsProblem(value: number, confidence: number): string | null {
   if (!(value >= -MAX_REWARD_VALUE && value <= MAX_REWARD_VALUE)) return `reward value ${value} is not a finite number between -1e+12 and 1e+12`;
   if (!(confidence >= 0 && confidence <= MAX_CONFIDENCE)) return `reward confidence ${confidence} is not a finite number between 0 and 1e+06`;
+  return null;
+}
+
+/** The header that is "1" on an observation carrying a reward (Observation.reward) and absent from every other record. */
+export const HEADER_REWARD = "reward";
+
+/**
+ * The reward an observation carries (null: none): the same event as a reward record from "env" to
+ * its actor for the tick before, confidence 1, no user data, logged just before the observation —
+ * so the service delivers it as that record, before the observation. An environment writes a
+ * reward this way to save every reader a record a step.
+ */
+export function carriedReward(obs: Observation): Reward | null {
+  if (obs.reward == null) return null;
+  return { trial_id: obs.trial_id, tick: obs.tick - 1n, receiver: obs.actor, value: obs.reward.double, confidence: 1, sender: "env", user_data: null };
+}
+
+/**
+ * Why an observation record cannot be read for the reward it carries or claims to (null: it can).
+ * A carried reward is not at tick 0 (nothing happened before it) and counts as a reward's value
+ * does (rewardBoundsProblem), else the body does not decode; and the record's reward header is "1"
+ * if and only if the body carries one. Every reader refuses such a record alike, so none counts a
+ * reward another dead-letters (docs/protocol.md, "A reward an observation carries").
+ */
+export function carriedProblem(obs: Observation, headers: Headers): string | null {
+  const said = headers[HEADER_REWARD]?.toString();
+  const carries = obs.reward != null;
+  if (carries && obs.tick < 1n) return "does not decode: an observation of tick 0 carries no reward (nothing happened before it)";
+  const bounds = carries ? rewardBoundsProblem(obs.reward!.double, 1) : null;
+  if (bounds !== null) return `does not decode: the reward it carries cannot count: ${bounds}`;
+  if (!carries && said !== undefined) return `headers do not match the body: reward header ${JSON.stringify(said)} but the body carries none`;
+  if (carries && said === undefined) return "headers do not match the body: no reward header but the body carries a reward";
+  if (carries && said !== "1") return `headers do not match the body: reward header ${JSON.stringify(said)} but the body carries a reward`;
   return null;
 }
 
@@ -241,18 +276,15 @@ export class ActorService {
       } catch (err) {
         return this.deadLetter(partition, offset, m, `observation record does not decode as trialog.Observation of this trial: ${err}`);
       }
+      const problem = carriedProblem(obs, headers); // the record is refused whole: its reward with it
+      if (problem !== null) return this.deadLetter(partition, offset, m, `observation of ${obs.actor} at tick ${obs.tick}: ${problem}`);
+      const carried = carriedReward(obs);
+      if (carried) this.reward(t, carried); // first: the record it stands for would have come just before the observation
       return this.observe(partition, offset, m, t.actors.get(obs.actor)!, obs);
     }
     if (kind === "reward") {
       const r = store.decode(value) as Reward;
-      if (r.trial_id !== trialId) return;
-      if (rewardBoundsProblem(r.value, r.confidence) !== null || r.receiver === r.sender) return; // dead-lettered by the orchestrator: counts for nothing
-      for (const a of sorted(t.actors)) {
-        if (reaches(r.receiver, r.sender, a.actor.spec.name, a.actor.spec.actor_class) && once(a, `r\0${r.tick}\0${r.sender}`)) {
-          a.rewards.push([r.tick, r.sender, r.value]);
-          a.agent.onReward?.(r);
-        }
-      }
+      if (r.trial_id === trialId) this.reward(t, r);
     } else if (kind === "message") {
       const msg = store.decode(value) as Message;
       if (msg.trial_id !== trialId) return;
@@ -265,6 +297,18 @@ export class ActorService {
       if (end.trial_id !== trialId) return;
       for (const a of sorted(t.actors)) a.agent.onEnd?.(end);
       this.trials.delete(trialId);
+    }
+  }
+
+  /** A reward — a record's, or the one an observation carries, alike — to each actor played here
+   * that it reaches, once (a repeat of the same tick and sender changes nothing). */
+  private reward(t: Trial, r: Reward): void {
+    if (rewardBoundsProblem(r.value, r.confidence) !== null || r.receiver === r.sender) return; // dead-lettered by the orchestrator: counts for nothing
+    for (const a of sorted(t.actors)) {
+      if (reaches(r.receiver, r.sender, a.actor.spec.name, a.actor.spec.actor_class) && once(a, `r\0${r.tick}\0${r.sender}`)) {
+        a.rewards.push([r.tick, r.sender, r.value]);
+        a.agent.onReward?.(r);
+      }
     }
   }
 

@@ -11,7 +11,15 @@ from dataclasses import dataclass, field
 import orjson
 
 from trialog.bus.base import Bus
-from trialog.protocol.events import HEADER_KIND, HEADER_RECEIVER, HEADER_SENDER, HEADER_TICK, Action
+from trialog.protocol.events import (
+    HEADER_KIND,
+    HEADER_RECEIVER,
+    HEADER_REWARD,
+    HEADER_SENDER,
+    HEADER_TICK,
+    Action,
+    Observation,
+)
 from trialog.protocol.inbox import PROBE
 from trialog.protocol.trial import class_schemas, reaches
 from trialog.tools.conformance.trial import TICKS, Outcome, probe_answer
@@ -178,8 +186,12 @@ def check_probes(bus: Bus, out: Outcome, check: Check, duplicates: Check) -> Non
             if r.offset >= offset:
                 break
             kind = r.header(HEADER_KIND)
-            if kind == "reward":
+            # A reward record, or the environment's reward an observation carries: the same to an actor.
+            if kind == "reward" or (kind == "observation" and r.header(HEADER_REWARD) is not None):
                 e = bus.codec.decode(r.value, kind)
+                e = e.carried_reward() if isinstance(e, Observation) else e
+                if e is None:
+                    continue
                 if reaches(e.receiver, e.sender, actor, classes[actor]) and ("r", e.tick, e.sender) not in seen:
                     seen.add(("r", e.tick, e.sender))
                     want_rewards.append([e.tick, e.sender, e.value])

@@ -31,9 +31,11 @@ from trialog.errors import TrialogError
 from trialog.protocol.events import (
     HEADER_KIND,
     HEADER_RECEIVER,
+    HEADER_REWARD,
     HEADER_SENDER,
     HEADER_TICK,
     Action,
+    Observation,
     TrialEnded,
     TrialStarted,
     TrialTerminating,
@@ -330,6 +332,9 @@ def judge(bus: Bus, outcomes: list[EnvOutcome], checks: list[Check]) -> None:
             identities[
                 (e.KIND, e.event_tick(), e.event_sender(), e.event_receiver(), getattr(e, "message_id", ""))
             ] += 1
+            if isinstance(e, Observation) and e.reward is not None:  # and the reward record it stands for
+                carried = e.carried_reward()
+                identities[(carried.KIND, carried.tick, carried.sender, carried.receiver, "")] += 1
             if out.ended_offset is not None and r.offset > out.ended_offset:
                 end.fail(f"{tid}: {e.KIND} at tick {e.event_tick()} written after trial.ended")
         for identity, count in identities.items():
@@ -350,6 +355,10 @@ def judge(bus: Bus, outcomes: list[EnvOutcome], checks: list[Check]) -> None:
                     o = bus.codec.decode(r.value, "observation")
                     assert (o.trial_id, o.tick, o.actor) == (t.trial_id, tick, r.header(HEADER_RECEIVER)), (
                         "value and headers disagree"
+                    )
+                    assert r.header(HEADER_REWARD) == (None if o.reward is None else "1"), (
+                        f"reward header {r.header(HEADER_REWARD)!r}, but the value carries "
+                        f"{'no reward' if o.reward is None else 'one'}"
                     )
                     assert r.header(HEADER_SENDER) == "env", f"sender {r.header(HEADER_SENDER)!r}, not env"
                     expected = schemas[classes[o.actor]].observation
@@ -384,6 +393,9 @@ def judge(bus: Bus, outcomes: list[EnvOutcome], checks: list[Check]) -> None:
                         and r.header(HEADER_TICK) == str(tick - 1)
                         and (r.header(HEADER_SENDER) or "").startswith("env")
                     ]
+                    # The environment's rewards of tick-1: its records, and those the observations carry.
+                    carried = {a: o.reward for a, o in by_actor.items() if o.reward is not None}
+                    n_rewards += len(carried)
                     for r in rewards:
                         n_rewards += 1
                         rw = bus.codec.decode(r.value, "reward")
@@ -408,7 +420,7 @@ def judge(bus: Bus, outcomes: list[EnvOutcome], checks: list[Check]) -> None:
                         got_rewards = {
                             (bus.codec.decode(r.value, "reward").receiver, bus.codec.decode(r.value, "reward").value)
                             for r in rewards
-                        }
+                        } | set(carried.items())
                         if got_rewards != want_rewards:
                             same.fail(
                                 f"{tid}: rewards of tick {tick - 1}: {sorted(got_rewards)}, "

@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 
 from trialog.bus.base import Bus, Record
-from trialog.environment import Step
+from trialog.environment import RewardOut, Step
 from trialog.errors import TrialogError
 from trialog.protocol.events import (
     HEADER_RECEIVER,
@@ -28,8 +28,10 @@ from trialog.protocol.events import (
     TrialPending,
 )
 from trialog.protocol.inbox import PROBE
+from trialog.protocol.rewards import reward_bounds_problem
 from trialog.protocol.topics import EVENTS
 from trialog.protocol.trial import class_schemas, trial_info
+from trialog.runtime.step_rewards import rewards_of, split_carried
 from trialog.settings import Settings
 from trialog.spec import Spec, load_entry, load_spec
 from trialog.tools.conformance.checks import CHECKS, Check, check_answers, check_probes, check_seats
@@ -76,6 +78,7 @@ class Suite:
         await self.bus.publish(EVENTS, started)
         observations = env.start()
         tick, done = 0, False
+        carried: dict[str, float] = {}  # the environment's rewards of the tick before, riding on the observations
         while True:
             if battery:
                 await self._inject(out, tick)
@@ -83,11 +86,9 @@ class Suite:
             records = []
             for actor in sorted(actor_class):
                 payload = schemas[actor_class[actor]].observation.encode(observations[actor])
-                records.append(
-                    self.bus.to_record(
-                        EVENTS, Observation(trial_id, tick=tick, actor=actor, payload=payload, final=final)
-                    )
-                )
+                reward = carried.get(actor)
+                obs = Observation(trial_id, tick=tick, actor=actor, payload=payload, final=final, reward=reward)
+                records.append(self.bus.to_record(EVENTS, obs))
             await self.bus.send_many(records)
             if battery and tick == 4:  # byte-identical repeats, headers included
                 await self.bus.send_many(records)
@@ -114,13 +115,21 @@ class Suite:
                 except Exception:  # judged by the exactly-once check; play on with the default
                     values[actor] = cls.default_action
             step: Step = env.update(values)
-            rewards = (
-                step.rewards.items()
-                if isinstance(step.rewards, dict)
-                else [(r.receiver, r.value) for r in step.rewards]
-            )
+            rewards = [(r.receiver, r.value) for r in rewards_of(step.rewards)]
+            # Carried as Trialog's environments carry them (only those that count: the suite writes
+            # bad ones too), but every third tick's as records, as an environment in another
+            # language may write them: an actor takes both alike.
+            riding = split_carried([RewardOut(r, v) for r, v in rewards], actor_class)[0] if tick % 3 != 2 else {}
+            carried = {
+                r: float(o.value) for r, o in riding.items() if reward_bounds_problem(float(o.value), 1.0) is None
+            }
             await self.bus.publish_all(
-                EVENTS, [Reward(trial_id, tick=tick, receiver=r, value=float(v), sender="env") for r, v in rewards]
+                EVENTS,
+                [
+                    Reward(trial_id, tick=tick, receiver=r, value=float(v), sender="env")
+                    for r, v in rewards
+                    if r not in carried
+                ],
             )
             observations = step.observations
             done = step.done or all(step.terminated.get(a) or step.truncated.get(a) for a in actor_class)

@@ -52,6 +52,8 @@ public final class CheckVectors {
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final String FORMAT = "trialog-vectors/1";
   private static final String TENSOR = "trialog.Tensor";
+  private static final String OBSERVATION = "trialog.Observation";
+  private static final double MAX_REWARD_VALUE = 1e12; // |value| of a reward that counts
   private static final int MAX_PROBLEMS = 12; // per vector: enough to see the pattern
 
   private final Path dir;
@@ -232,6 +234,39 @@ public final class CheckVectors {
     // 6. An event carrying a payload: the payload is itself a single-object encoding.
     if (v.has("payload_vector")) {
       checkPayload(datum, v.get("payload_vector").asText(), out);
+    }
+
+    // 7. An observation carrying a reward (schema v2) says so in its record's headers, which
+    // readers check it by: read here from the decoded body, not from what Python meant.
+    if (v.has("kafka") && OBSERVATION.equals(reader.getFullName())) {
+      checkCarriedReward((IndexedRecord) datum, v.get("kafka").path("headers"), out);
+    }
+  }
+
+  /**
+   * The rule of docs/protocol.md, "A reward an observation carries": the header {@code reward} is
+   * "1" if and only if the body carries a reward, which is never at tick 0 and is a finite number
+   * with |v| &lt;= 1e12, as a reward's value.
+   */
+  private static void checkCarriedReward(IndexedRecord obs, JsonNode headers, List<String> out) {
+    Schema.Field field = obs.getSchema().getField("reward");
+    Object reward = field == null ? null : obs.get(field.pos());
+    JsonNode said = headers.get("reward");
+    if (reward == null) {
+      if (said != null) {
+        out.add("kafka: reward header " + said + " on an observation that carries no reward");
+      }
+      return;
+    }
+    if (said == null || !"1".equals(said.asText())) {
+      out.add("kafka: an observation carrying a reward needs the header reward=1, has " + said);
+    }
+    if ((Long) obs.get(obs.getSchema().getField("tick").pos()) < 1) {
+      out.add("$.reward: an observation of tick 0 carries no reward");
+    }
+    double value = (Double) reward;
+    if (!(Math.abs(value) <= MAX_REWARD_VALUE)) {
+      out.add("$.reward: " + value + " is not a finite number between -1e12 and 1e12");
     }
   }
 
