@@ -28,6 +28,7 @@ from trialog.errors import BadRecord, CodecError, TopicMissingError, TrialError
 from trialog.protocol.cannot_play import cannot_play_reason
 from trialog.protocol.events import (
     BY_KIND,
+    HEADER_KIND,
     HEADER_RECEIVER,
     HEADER_SENDER,
     HEADER_TICK,
@@ -253,7 +254,8 @@ class OrchestratorHandler(Handler):
             case TrialEnded():
                 self._on_ended(record, event)
             case Reward():
-                self._check_reward(trial, event)
+                # One an observation carries comes with the tick after its own: live all the same.
+                self._check_reward(trial, event, carried=record.header(HEADER_KIND) == Observation.KIND)
             case Message():
                 self._check_message(trial, event)
                 if event.sender in trial.actors and (why := cannot_play_reason(event)) is not None:
@@ -309,7 +311,7 @@ class OrchestratorHandler(Handler):
             return ended
         raise BadRecord(f"{kind} for trial {tid!r}, which is not running ({self._why_not(tid)})")
 
-    def _check_reward(self, trial: _Live | None, reward: Reward) -> None:
+    def _check_reward(self, trial: _Live | None, reward: Reward, carried: bool = False) -> None:
         current, actors = self._current_tick(trial, reward.trial_id, Reward.KIND)
         problem = reward_problem(reward, current, actors)
         if problem:
@@ -317,7 +319,8 @@ class OrchestratorHandler(Handler):
         if trial is not None:
             trial.returns.add(reward)  # a reward after the trial's end is in the log, not in the index's returns
         if self.loop.is_live(EVENTS, self.loop.bus.partition_of(reward.trial_id)):
-            metrics.REWARDS.labels("live" if trial is not None and reward.tick >= trial.tick else "retroactive").inc()
+            live = trial is not None and (carried or reward.tick >= trial.tick)
+            metrics.REWARDS.labels("live" if live else "retroactive").inc()
 
     def _check_message(self, trial: _Live | None, message: Message) -> None:
         if trial is None or trial.status == "pending":

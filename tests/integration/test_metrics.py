@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.conftest import wait_for
 from trialog.bus.kafka import KafkaBus
 from trialog.controller import Controller
-from trialog.protocol.events import BY_KIND, HEADER_KIND, HEADER_TICK, DeadLetter
+from trialog.protocol.events import BY_KIND, HEADER_KIND, HEADER_REWARD, HEADER_TICK, DeadLetter
 from trialog.protocol.topics import DEAD_LETTERS, EVENTS
 from trialog.telemetry.metrics import reason_category
 from trialog.tools.campaign import start_service, stop_services, wait_ready
@@ -120,6 +120,8 @@ async def test_metrics_of_every_service_match_the_log(kafka_settings, tmp_path):
                     continue
                 tick = int(r.header(HEADER_TICK) or 0)
                 if kind == "observation":
+                    if r.header(HEADER_REWARD) is not None:  # the environment's reward it carries: live
+                        rewards["live"] += 1
                     latest[r.trial_id] = max(latest.get(r.trial_id, 0), tick)
                     if tick >= 1:
                         ticks.add((r.trial_id, tick))
