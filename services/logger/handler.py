@@ -27,7 +27,16 @@ from trialog.datalog.archive import Archive
 from trialog.datalog.replay import recall_start
 from trialog.datalog.samples import TrialFold
 from trialog.errors import TrialogError
-from trialog.protocol.events import HEADER_SENDER, Event, Reward, TrialEnded, TrialPending, TrialStarted
+from trialog.protocol.events import (
+    HEADER_REWARD,
+    HEADER_SENDER,
+    Event,
+    Observation,
+    Reward,
+    TrialEnded,
+    TrialPending,
+    TrialStarted,
+)
 from trialog.protocol.topics import EVENTS
 from trialog.runtime.handler import Handler, safe_point
 from trialog.telemetry.logs import get_logger
@@ -69,8 +78,9 @@ class LoggerHandler(Handler):
     # --- records -------------------------------------------------------------------------
     def should_decode(self, record: Record, kind: str | None) -> bool:
         entry = self.archive.entry(record.trial_id)
-        if entry is not None:  # archived: only rewards logged after its cut still matter
-            return kind == Reward.KIND and record.offset >= entry["cut_offset"]
+        if entry is not None:  # archived: only rewards logged after its cut still matter, carried ones too
+            carries = kind == Observation.KIND and record.header(HEADER_REWARD) is not None
+            return (kind == Reward.KIND or carries) and record.offset >= entry["cut_offset"]
         # A trial that started before our resume point was archived; other records are not trials.
         return record.trial_id in self.trials or kind in _FIRST
 
@@ -97,8 +107,9 @@ class LoggerHandler(Handler):
     def handle(self, record: Record, event: Event) -> None:
         tid = record.trial_id
         if self.archive.entry(tid) is not None:
-            if isinstance(event, Reward):
-                self.late.setdefault(tid, _Late(record.partition)).rewards.append((record.offset, event))
+            reward = event.carried_reward() if type(event) is Observation and event.reward is not None else event
+            if isinstance(reward, Reward):
+                self.late.setdefault(tid, _Late(record.partition)).rewards.append((record.offset, reward))
             return
         trial = self.trials.get(tid)
         if trial is None:

@@ -99,3 +99,33 @@ async def test_a_carried_reward_folds_as_the_record_it_stands_for(bus):
     expected, problems = folded(bus, tid, as_records, fast=False)[:2]
     assert problems == [] and {s[0]["reward"] for s in expected} - {0.0}  # the rounds were won and lost
     assert folded(bus, tid, records, fast=True)[:2] == folded(bus, tid, records, fast=False)[:2] == (expected, [])
+
+
+async def test_a_carried_reward_counts_after_the_end_as_its_record_would(bus):
+    """An observation logged after ``trial.ended`` (its environment raced the end) does not count;
+    the reward it carries does, as a reward record written after the end would (I-7): the fold gives
+    the same samples either way, in its fast and its general read."""
+    spec = load_spec(SPEC, bus.store)
+    async with deployment(bus, spec) as (_, ctl):
+        tid = await ctl.start_trial("rps", seed=5)
+        ended = await ctl.wait_ended(tid, timeout=20)
+    records = [r for r in bus.records(EVENTS) if r.trial_id == tid]
+    end = next(r for r in records if r.header("kind") == "trial.ended")
+    last = [r for r in records if r.header("kind") == Observation.KIND and r.header("tick") == str(ended.tick)]
+    assert len(last) == 2 and all(r.header("reward") for r in last)
+    raced = [r for r in records if r is not end and r not in last] + [end] + last
+
+    as_records = []
+    for r in raced:
+        e = bus.codec.decode(r.value, r.header("kind"))
+        if not isinstance(e, Observation) or e.reward is None:
+            as_records.append(r)
+            continue
+        for event in (e.carried_reward(), dataclasses.replace(e, reward=None)):
+            _, key, value, headers = bus.to_record(EVENTS, event)
+            as_records.append(Record(EVENTS, r.partition, r.offset, key, value, tuple(headers), r.timestamp_ms))
+
+    expected = folded(bus, tid, as_records, fast=False)[0]
+    last_round = [s[0]["reward"] for s in expected if s[0]["tick"] == ended.tick - 1]
+    assert len(last_round) == 2 and set(last_round) != {0.0}  # the last round was won and lost, after the end
+    assert folded(bus, tid, raced, fast=False)[0] == folded(bus, tid, raced, fast=True)[0] == expected

@@ -166,6 +166,28 @@ async def test_logger_archives_and_corrects_late_rewards(bus, tmp_path):
         assert loop.handler.stats["archived"] == 2
 
 
+async def test_logger_corrects_a_reward_an_observation_carries_after_the_archive(bus, tmp_path):
+    """An observation logged after its trial was archived (its environment raced the end) does not
+    count; the reward it carries does, as a reward record would: a correction, as replay reads it."""
+    spec = load_spec(SPEC, bus.store)
+    async with deployment(bus, spec) as (d, ctl):
+        d.add([logger_loop(bus, tmp_path, grace_s=0.1)])
+        tid, ended = await run_trial(bus, ctl, seed=3)
+        await wait_for(lambda: Archive(tmp_path).entry(tid), timeout=10, what="archive")
+        final = next(
+            e for e in events_of(bus, tid) if isinstance(e, Observation) and (e.tick, e.actor) == (ended.tick, "alice")
+        )
+        await bus.send_many([bus.to_record(EVENTS, dataclasses.replace(final, reward=7.0))])
+        await wait_for(
+            lambda: list((tmp_path / "corrections" / file_name(tid)).glob("*.parquet")), timeout=10, what="correction"
+        )
+        archived = Archive(tmp_path).read(tid)
+        replayed = [s async for s in replay(bus, tid)]
+    assert archived.samples == replayed
+    last = next(s for s in archived.samples if (s.tick, s.actor) == (ended.tick - 1, "alice"))
+    assert [r.value for r in last.reward_sources if r.sender == "env"] == [7.0]
+
+
 async def test_logger_restart_rewrites_nothing_and_loses_nothing(bus, tmp_path):
     """Stop the logger while trials are still in their grace period and let another
     instance of the group take over: every trial is archived once, complete."""

@@ -288,8 +288,10 @@ class TrialFold:
         building it cost more than folding it). ``reward``: the reward it carries
         (:meth:`Observation.carried_reward`), folded as the record it stands for, before it."""
         self.events += 1
-        if self.ended is not None:
-            return  # after the end only (retroactive) rewards count
+        if self.ended is not None:  # after the end only (retroactive) rewards count: the one it carries too
+            if reward is not None and actor in self._classes:
+                self._reward(carried_reward(self.trial_id, tick, actor, reward))
+            return
         if self._known(actor, Observation.KIND, tick):
             if reward is not None:
                 self._reward(carried_reward(self.trial_id, tick, actor, reward))
