@@ -330,7 +330,7 @@ func (s *envService) start(r *kgo.Record, started *TrialStarted) {
 		s.fail(t, "environment start failed: "+err.Error())
 		return
 	}
-	if s.emitObservations(t, 0, observations, Step{}, false, nil) {
+	if s.emitObservations(t, 0, observations, Step{}, false, nil, nil) {
 		s.beginWait(t)
 	}
 }
@@ -465,11 +465,16 @@ func (s *envService) maybeStep(t *hosted) {
 			return
 		}
 	}
-	// Each reward is a record of its own, written before the next observations: a form every
-	// reader takes (an observation could carry an actor's reward instead, one record fewer a
-	// step, as Python's environment runtime writes it; these carry none).
+	// A reward to an actor by name rides in its observation of the next tick, one record fewer a
+	// step (docs/protocol.md, "A reward an observation carries"); one to "*" or "class.*" is a
+	// record of its own, written before the observations, as Python's environment runtime does.
+	carried := map[string]float64{}
 	for _, rc := range receivers {
-		s.emit(t, "reward", "trialog.Reward", tick, rc, "", &Reward{TrialID: t.started.TrialID, Tick: tick, Receiver: rc, Value: step.Rewards[rc], Confidence: 1, Sender: "env"})
+		if t.active[rc] {
+			carried[rc] = step.Rewards[rc]
+		} else {
+			s.emitReward(t, tick, rc, step.Rewards[rc])
+		}
 	}
 	next := tick + 1
 	t.tick = next
@@ -491,7 +496,7 @@ func (s *envService) maybeStep(t *hosted) {
 	case t.terminating:
 		reason = "terminated"
 	}
-	if !s.emitObservations(t, next, step.Observations, step, reason != "", endedNow) {
+	if !s.emitObservations(t, next, step.Observations, step, reason != "", endedNow, carried) {
 		return
 	}
 	if reason != "" {
@@ -504,8 +509,17 @@ func (s *envService) maybeStep(t *hosted) {
 	s.beginWait(t)
 }
 
-// emitObservations writes one observation per active actor; false when the trial failed.
-func (s *envService) emitObservations(t *hosted, tick int64, observations map[string]any, step Step, final bool, ended map[string]bool) bool {
+// emitObservations writes one observation per active actor, each carrying its reward of carried
+// (actor → the reward of the tick before); false when the trial failed, and then those rewards
+// are written as records of their own first: every reward is logged.
+func (s *envService) emitObservations(t *hosted, tick int64, observations map[string]any, step Step, final bool, ended map[string]bool, carried map[string]float64) bool {
+	failed := func(details string) bool {
+		for _, rc := range sortedKeys(carried) {
+			s.emitReward(t, tick-1, rc, carried[rc])
+		}
+		s.fail(t, details)
+		return false
+	}
 	var missing []string
 	for _, a := range sortedKeys(t.active) {
 		if _, ok := observations[a]; !ok {
@@ -513,23 +527,30 @@ func (s *envService) emitObservations(t *hosted, tick int64, observations map[st
 		}
 	}
 	if len(missing) > 0 {
-		s.fail(t, fmt.Sprintf("environment returned no observation at tick %d for %s", tick, strings.Join(missing, ", ")))
-		return false
+		return failed(fmt.Sprintf("environment returned no observation at tick %d for %s", tick, strings.Join(missing, ", ")))
 	}
 	out := make([]*Observation, 0, len(t.active))
 	for _, a := range sortedKeys(t.active) {
 		payload, err := Encode(t.classes[t.classOf[a]].observation, observations[a])
 		if err != nil {
-			s.fail(t, fmt.Sprintf("observation for %s at tick %d does not match its schema: %v", a, tick, err))
-			return false
+			return failed(fmt.Sprintf("observation for %s at tick %d does not match its schema: %v", a, tick, err))
 		}
-		out = append(out, &Observation{TrialID: t.started.TrialID, Tick: tick, Actor: a, Payload: payload,
-			Terminated: step.Terminated[a], Truncated: step.Truncated[a], Final: final || ended[a]})
+		o := &Observation{TrialID: t.started.TrialID, Tick: tick, Actor: a, Payload: payload,
+			Terminated: step.Terminated[a], Truncated: step.Truncated[a], Final: final || ended[a]}
+		if v, ok := carried[a]; ok {
+			o.Reward = &v
+		}
+		out = append(out, o)
 	}
 	for _, o := range out {
 		s.emit(t, "observation", "trialog.Observation", tick, o.Actor, "", o)
 	}
 	return true
+}
+
+// emitReward writes the environment's reward of tick to receiver as a record of its own.
+func (s *envService) emitReward(t *hosted, tick int64, receiver string, value float64) {
+	s.emit(t, "reward", "trialog.Reward", tick, receiver, "", &Reward{TrialID: t.started.TrialID, Tick: tick, Receiver: receiver, Value: value, Confidence: 1, Sender: "env"})
 }
 
 func (s *envService) finish(t *hosted, tick int64, reason, details string) {

@@ -160,9 +160,10 @@ func newTestRps(tr *EnvTrial) (Environment, error) { return &echo{actors: tr.Act
 
 // echo observes the round and the opponent's last move; each round pays the player with ROCK +1.
 type echo struct {
-	actors []ActorSpec
-	round  int64
-	last   map[string]any
+	actors  []ActorSpec
+	round   int64
+	last    map[string]any
+	missing string // an actor whose observation Step leaves out (a broken environment)
 }
 
 func (e *echo) obs() map[string]any {
@@ -186,7 +187,9 @@ func (e *echo) Step(actions map[string]any) (Step, error) {
 			rewards[a] = 1
 		}
 	}
-	return Step{Observations: e.obs(), Rewards: rewards}, nil
+	observations := e.obs()
+	delete(observations, e.missing)
+	return Step{Observations: observations, Rewards: rewards}, nil
 }
 
 func (h *harness) record(kind, schema string, tick int64, sender, receiver string, value any, tagIDs ...string) *kgo.Record {
@@ -233,7 +236,11 @@ func kinds(rs []*kgo.Record) string {
 	var out []string
 	for _, r := range rs {
 		h := headers(r)
-		out = append(out, h[HeaderKind]+"@"+h[HeaderTick]+">"+h[HeaderReceiver])
+		k := h[HeaderKind] + "@" + h[HeaderTick] + ">" + h[HeaderReceiver]
+		if h[HeaderReward] == "1" {
+			k += "+reward" // an observation carrying its actor's reward of the tick before
+		}
+		out = append(out, k)
 	}
 	return strings.Join(out, " ")
 }
@@ -254,7 +261,7 @@ func TestEnvironmentStepsTimesOutAndDeadLetters(t *testing.T) {
 	}
 	h.action("bob", 0, "PAPER", "actors.go")
 	out := h.takeOut()
-	if got := kinds(out); got != "reward@0>alice observation@1>alice observation@1>bob" {
+	if got := kinds(out); got != "observation@1>alice+reward observation@1>bob" {
 		t.Fatalf("tick 0 stepped: %s", got)
 	}
 	for _, r := range out {
@@ -266,10 +273,11 @@ func TestEnvironmentStepsTimesOutAndDeadLetters(t *testing.T) {
 		if reason := h.keys.CheckAny(r, "t1", want); reason != "" {
 			t.Fatalf("%s to %s: %s", hs[HeaderKind], hs[HeaderReceiver], reason)
 		}
-		if hs[HeaderKind] == "observation" { // the current schema (v2), rewards in records of their own
+		if hs[HeaderKind] == "observation" { // the current schema (v2): alice's carries her reward for ROCK
 			var obs Observation
 			writer, err := h.store.Decode(r.Value, &obs)
-			if current, _ := h.store.ByName("trialog.Observation"); err != nil || writer != current || obs.Reward != nil || obs.CarriedProblem(hs) != "" {
+			carries := obs.Reward != nil && *obs.Reward == 1 && obs.CarriedReward().Tick == 0
+			if current, _ := h.store.ByName("trialog.Observation"); err != nil || writer != current || carries != (obs.Actor == "alice") || obs.CarriedProblem(hs) != "" {
 				t.Fatalf("observation to %s: %v, reward %v, headers %v", obs.Actor, err, obs.Reward, hs)
 			}
 		}
@@ -279,7 +287,7 @@ func TestEnvironmentStepsTimesOutAndDeadLetters(t *testing.T) {
 	h.s.trials["t1"].waitingSince = time.Now().Add(-2 * time.Minute)
 	h.s.timeouts()
 	h.s.timeouts() // once per tick
-	if got := kinds(h.takeOut()); got != "actor.timeout@1>bob reward@1>bob observation@2>alice observation@2>bob" {
+	if got := kinds(h.takeOut()); got != "actor.timeout@1>bob observation@2>alice observation@2>bob+reward" {
 		t.Fatalf("timeout applied when read back: %s", got)
 	}
 	h.action("bob", 1, "SCISSORS", "actors.go") // late: dead-lettered, nothing stepped
@@ -294,7 +302,7 @@ func TestEnvironmentDropPolicyAndMaxTicks(t *testing.T) {
 	h.action("alice", 0, "ROCK", "actors.py")
 	h.s.trials["t1"].waitingSince = time.Now().Add(-2 * time.Minute)
 	h.s.timeouts()
-	if got := kinds(h.takeOut()); got != "actor.timeout@0>bob actor.left@0>bob reward@0>alice observation@1>alice" {
+	if got := kinds(h.takeOut()); got != "actor.timeout@0>bob actor.left@0>bob observation@1>alice+reward" {
 		t.Fatalf("drop: %s", got)
 	}
 	max := int64(3)
@@ -303,15 +311,32 @@ func TestEnvironmentDropPolicyAndMaxTicks(t *testing.T) {
 	h.takeOut()
 	h.action("alice", 2, "ROCK", "actors.py")
 	out := h.takeOut()
-	if got := kinds(out); got != "reward@2>alice observation@3>alice environment.done@3>" {
+	if got := kinds(out); got != "observation@3>alice+reward environment.done@3>" {
 		t.Fatalf("max ticks: %s", got)
 	}
 	var obs Observation
-	h.store.Decode(out[1].Value, &obs)
+	h.store.Decode(out[0].Value, &obs)
+	var done EnvironmentDone
+	h.store.Decode(out[1].Value, &done)
+	if !obs.Final || obs.Reward == nil || done.Reason != "max_ticks" {
+		t.Fatalf("final %v, reason %q", obs.Final, done.Reason)
+	}
+}
+
+func TestEnvironmentWritesCarriedRewardsAsRecordsWhenItsObservationsFail(t *testing.T) {
+	h, _ := newHarness(t, "default_action", 60_000)
+	h.takeOut()
+	h.s.trials["t1"].env.(*echo).missing = "bob"
+	h.action("alice", 0, "ROCK", "actors.py")
+	h.action("bob", 0, "ROCK", "actors.go")
+	out := h.takeOut()
+	if got := kinds(out); got != "reward@0>alice reward@0>bob environment.done@1>" {
+		t.Fatalf("no observation for bob: %s", got)
+	}
 	var done EnvironmentDone
 	h.store.Decode(out[2].Value, &done)
-	if !obs.Final || done.Reason != "max_ticks" {
-		t.Fatalf("final %v, reason %q", obs.Final, done.Reason)
+	if done.Reason != "error" || !strings.Contains(done.Details, "no observation at tick 1 for bob") {
+		t.Fatalf("done: %+v", done)
 	}
 }
 
