@@ -70,6 +70,21 @@ def bus(memory_settings):
     return MemoryBus(memory_settings)
 
 
+def rewards_as_records(bus, records: list[Record]) -> list[Record]:
+    """The same records as an environment that writes every reward as a record of its own would
+    log them: each carried reward just before its observation, which then carries none."""
+    out: list[Record] = []
+    for r in records:
+        e = bus.codec.decode(r.value, r.header("kind"))
+        if not isinstance(e, Observation) or e.reward is None:
+            out.append(r)
+            continue
+        for event in (e.carried_reward(), dataclasses.replace(e, reward=None)):
+            _, key, value, headers = bus.to_record(EVENTS, event)
+            out.append(Record(EVENTS, r.partition, r.offset, key, value, tuple(headers), r.timestamp_ms))
+    return out
+
+
 async def test_a_carried_reward_folds_as_the_record_it_stands_for(bus):
     """Rock-paper-scissors rewards both players every round: the log holds no reward record, every
     observation after the first carries its player's; folded, the log gives the samples the same log
@@ -84,14 +99,7 @@ async def test_a_carried_reward_folds_as_the_record_it_stands_for(bus):
     observations = [e for e in events if isinstance(e, Observation)]
     assert all((o.reward is not None) == (o.tick > 0) for o in observations) and ended.tick > 3
 
-    as_records: list[Record] = []  # the same trial, as an environment that writes every reward as a record
-    for r, e in zip(records, events, strict=True):
-        if not isinstance(e, Observation) or e.reward is None:
-            as_records.append(r)
-            continue
-        for event in (e.carried_reward(), dataclasses.replace(e, reward=None)):
-            _, key, value, headers = bus.to_record(EVENTS, event)
-            as_records.append(Record(EVENTS, r.partition, r.offset, key, value, tuple(headers), r.timestamp_ms))
+    as_records = rewards_as_records(bus, records)
     written = [bus.codec.decode(r.value, Reward.KIND) for r in as_records if r.header("kind") == Reward.KIND]
     assert written == [e for e in with_carried_rewards(events) if isinstance(e, Reward)]
     assert len(written) == 2 * ended.tick
@@ -115,17 +123,7 @@ async def test_a_carried_reward_counts_after_the_end_as_its_record_would(bus):
     assert len(last) == 2 and all(r.header("reward") for r in last)
     raced = [r for r in records if r is not end and r not in last] + [end] + last
 
-    as_records = []
-    for r in raced:
-        e = bus.codec.decode(r.value, r.header("kind"))
-        if not isinstance(e, Observation) or e.reward is None:
-            as_records.append(r)
-            continue
-        for event in (e.carried_reward(), dataclasses.replace(e, reward=None)):
-            _, key, value, headers = bus.to_record(EVENTS, event)
-            as_records.append(Record(EVENTS, r.partition, r.offset, key, value, tuple(headers), r.timestamp_ms))
-
-    expected = folded(bus, tid, as_records, fast=False)[0]
+    expected = folded(bus, tid, rewards_as_records(bus, raced), fast=False)[0]
     last_round = [s[0]["reward"] for s in expected if s[0]["tick"] == ended.tick - 1]
     assert len(last_round) == 2 and set(last_round) != {0.0}  # the last round was won and lost, after the end
     assert folded(bus, tid, raced, fast=False)[0] == folded(bus, tid, raced, fast=True)[0] == expected
