@@ -36,6 +36,7 @@ from trialog.protocol.events import (
     TrialEnded,
     TrialPending,
     TrialStarted,
+    as_logged,
 )
 from trialog.protocol.topics import EVENTS
 from trialog.runtime.handler import Handler, safe_point
@@ -107,9 +108,9 @@ class LoggerHandler(Handler):
     def handle(self, record: Record, event: Event) -> None:
         tid = record.trial_id
         if self.archive.entry(tid) is not None:
-            reward = event.carried_reward() if type(event) is Observation and event.reward is not None else event
-            if isinstance(reward, Reward):
-                self.late.setdefault(tid, _Late(record.partition)).rewards.append((record.offset, reward))
+            for reward in as_logged(event):  # a reward record, or the one an observation carries
+                if isinstance(reward, Reward):
+                    self.late.setdefault(tid, _Late(record.partition)).rewards.append((record.offset, reward))
             return
         trial = self.trials.get(tid)
         if trial is None:
