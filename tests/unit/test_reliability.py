@@ -259,6 +259,31 @@ async def test_while_the_log_is_away_response_deadlines_wait_with_it(bus, monkey
     assert timeouts == [], f"the outage was counted against the actors: {timeouts}"
 
 
+async def test_a_commit_waiting_for_a_lost_coordinator_holds_up_no_tick(bus, monkeypatch):
+    """A group's coordinator lost (its broker gone, the partitions' leaders there): a commit
+    waits in the Kafka client until the coordinator moves. The actors' commits wait 4.5 s here,
+    longer than the spec's response timeout (3 s); the actors act meanwhile, none times out."""
+    spec = load_spec(SLOW, bus.store)
+    original = MemoryConsumer.commit
+    held = []
+
+    async def commit(self, offsets):
+        if self.group and "actors." in self.group and time.monotonic() < release:
+            held.append(self.group)
+            await asyncio.sleep(release - time.monotonic())
+        return await original(self, offsets)
+
+    async with deployment(bus, spec) as (_, ctl):
+        tid = await ctl.start_trial("trialtest", environment="slow", max_ticks=120)
+        release = time.monotonic() + 4.5
+        monkeypatch.setattr(MemoryConsumer, "commit", commit)
+        ended = await ctl.wait_ended(tid, timeout=30)
+    assert held, "no actor's commit was held"
+    assert (ended.reason, ended.tick) == ("max_ticks", 120)
+    timeouts = [e for e in events_of(bus, tid) if isinstance(e, ActorTimeout)]
+    assert timeouts == [], f"a commit held up the actors: {timeouts}"
+
+
 def watching(watch: log_watch.LogWatch, start: float, end: float, quiet) -> None:
     """A loop's watches every 0.2 s from ``start`` to ``end``; ``quiet(t)``: the client's quiet at t."""
     for n in range(round((end - start) / 0.2) + 1):

@@ -116,6 +116,7 @@ class ServiceLoop:
         self._out: list[tuple[str, Event]] = []
         self._flushing: asyncio.Task | None = None
         self._letters: set[asyncio.Task] = set()  # dead letters being sent
+        self._committing: asyncio.Task | None = None  # the periodic commit under way (see run)
         self._gave_up = False  # outputs given up while stopping: nothing may be committed any more
         # Records this loop wrote, until it reads them back: (key, value) -> (headers, event).
         # A record read back byte for byte is the event this loop sent: it is handled as sent,
@@ -217,9 +218,14 @@ class ServiceLoop:
                     last_periodic = now
                     self._watch_log(now)  # seconds matter here, not turns: off the per-record path
                     self.handler.periodic(time.time())
-                if now - last_commit >= 1.0 and self.group:
+                if now - last_commit >= 1.0 and self.group and (self._committing is None or self._committing.done()):
+                    # Beside the loop, not in it: a commit waits inside the Kafka client until the
+                    # group's coordinator answers, for as long as a lost one takes to move (~10 s),
+                    # while the partitions' leaders may well be there. Awaited here, it stalled
+                    # the tick (an actor's action late past its deadline). Offsets are taken when
+                    # it runs; one at a time, so an older one never lands after a newer one.
                     last_commit = now
-                    await self._commit()
+                    self._committing = asyncio.get_running_loop().create_task(self._commit())
                 self.turned_at = now
         finally:
             self.log.close()
@@ -443,6 +449,8 @@ class ServiceLoop:
     async def _drain_and_commit(self) -> None:
         """Before letting partitions go: everything sent, and the safe points committed."""
         await self._drain()
+        if self._committing is not None:
+            await self._committing  # the periodic one lands first: never after this newer one
         if self.group:
             try:
                 await self._commit()
