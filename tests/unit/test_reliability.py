@@ -284,6 +284,42 @@ async def test_a_commit_waiting_for_a_lost_coordinator_holds_up_no_tick(bus, mon
     assert timeouts == [], f"a commit held up the actors: {timeouts}"
 
 
+async def test_the_commit_before_stopping_lands_after_the_periodic_one_under_way(bus, monkeypatch):
+    """A periodic commit still waiting when the service stops (or hands its partitions back)
+    lands first: the last commit's offsets, the newest, are the ones that stay."""
+    spec = load_spec(SLOW, bus.store)
+    original = MemoryConsumer.commit
+    calls: dict[str, list[dict]] = {}
+    landed = []
+
+    async def commit(self, offsets):
+        if not (self.group and "actors." in self.group):
+            return await original(self, offsets)
+        calls.setdefault(self.group, []).append(dict(offsets))
+        if len(calls[self.group]) == 1:  # the first periodic one waits, as for a lost coordinator
+            await asyncio.sleep(1.0)
+        await original(self, offsets)
+        landed.append(self.group)
+
+    async with deployment(bus, spec) as (d, ctl):
+        tid = await ctl.start_trial("trialtest", environment="slow", max_ticks=200)
+        monkeypatch.setattr(MemoryConsumer, "commit", commit)
+        while not calls:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # the trial goes on meanwhile: the stop's offsets are newer
+        await d.stop()
+        assert not [e for e in events_of(bus, tid) if isinstance(e, TrialEnded)], "the trial ended before the stop"
+        for _ in range(40):  # every commit made has landed, the held one too
+            if len(landed) == sum(map(len, calls.values())):
+                break
+            await asyncio.sleep(0.05)
+    for group, made in calls.items():
+        assert len(made) >= 2, f"{group}: no commit after the held one"
+        newest = made[-1]
+        assert all(newest[rp][0] >= offset for rp, (offset, _) in made[0].items() if rp in newest)
+        assert {rp: bus.committed[group][rp] for rp in newest} == newest, f"{group}: an older commit landed last"
+
+
 def watching(watch: log_watch.LogWatch, start: float, end: float, quiet) -> None:
     """A loop's watches every 0.2 s from ``start`` to ``end``; ``quiet(t)``: the client's quiet at t."""
     for n in range(round((end - start) / 0.2) + 1):
