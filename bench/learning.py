@@ -11,10 +11,15 @@ per network seed, each with its own trial seeds. Trialog runs first. Every run f
 the same schedule, so the k-th evaluation of each comes after the same stretch of
 training (at env steps within a trial's length of each other: evaluations fall where
 trials end). Printed and plotted: the mean evaluation return per env step of Trialog
-and the seeds' min, median and max (each seed's curve in the JSON); checked: that
-Trialog's final evaluation reaches 475 and that each of its evaluations lies within the
-in-process seeds' min–max at the same evaluation (10 seeds by default: with 5, a run
-like them falls outside at an evaluation with probability 1/3).
+and the seeds' min, median and max (each seed's curve in the JSON), and how many of Trialog's
+evaluations lie within the seeds' min–max at the same evaluation. Checked: that Trialog's final
+evaluation reaches 475, and that its curve leaves the spread no more often than the in-process
+seeds' own curves do (:func:`outside_counts`): each of the eleven runs is counted against the
+min–max of the ten others, and Trialog fails if its count is higher than every seed's. A run
+drawn as the seeds are fails that with probability at most 1/11. "Every evaluation within the
+seeds' min–max", the rule before, failed 51 of the 100 in-process seeds of the stored figures
+(docs/learning/figures.json) held against their nine peers: it rejected the in-process algorithm
+itself (docs/learning.md, "The curve rule, calibrated").
 
 **PPO.** presets/ppo_cartpole.py through Trialog, then in-process, ``--pairs`` times in turn
 (3 by default; each pair on topics of its own): the machine's drift between runs falls on both
@@ -82,6 +87,27 @@ def spread_at(curves: list[list[tuple[int, float]]], index: int) -> tuple[float,
     return (min(values), max(values)) if values else None
 
 
+def outside_counts(runs: dict[str, list[tuple[int, float]]]) -> dict[str, int]:
+    """For each run, at how many of its evaluations its return lies outside the min–max of the
+    other runs' evaluation of the same number (where any other run has one)."""
+    counts = {}
+    for name, curve in runs.items():
+        others = [c for other, c in runs.items() if other != name]
+        counts[name] = sum(
+            1
+            for i, (_, r) in enumerate(curve)
+            if (at := [c[i][1] for c in others if i < len(c)]) and not min(at) <= r <= max(at)
+        )
+    return counts
+
+
+def like_the_seeds(trialog_outside: int, seeds_outside: list[int]) -> bool:
+    """The curve rule: Trialog's curve leaves the others' spread no more often than some
+    in-process seed's does (under the hypothesis that it is one more such run, it is the
+    strictly worst of the runs with probability at most one in their number)."""
+    return bool(seeds_outside) and trialog_outside <= max(seeds_outside)
+
+
 def spread_series(curves: dict[int, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
     """The in-process seeds as three lines (min, median, max at each evaluation, drawn at the
     seeds' median env steps): ten seeds' own lines would hide Trialog's; each seed's curve is in
@@ -122,6 +148,8 @@ def dqn(
         print(f"dqn in-process seed {seed}: final eval {final:.1f} ({run.seconds:.0f} s)", file=sys.stderr)
     spreads = [spread_at(list(curves.values()), i) for i in range(len(trialog_curve))]
     within = [sp is not None and sp[0] <= r <= sp[1] for (_, r), sp in zip(trialog_curve, spreads)]
+    outside = outside_counts({"trialog": trialog_curve, **{str(s): c for s, c in curves.items()}})
+    seeds_outside = {s: n for s, n in outside.items() if s != "trialog"}
     files = plot(preset, result, out / "dqn_cartpole.png", extra=spread_series(curves))
     final_in_process = [c[-1][1] for c in curves.values()]
     return {
@@ -133,10 +161,13 @@ def dqn(
         "in_process_final_mean": sum(final_in_process) / len(final_in_process),
         "evaluations_within_spread": f"{sum(within)}/{len(within)}",
         # Coach's rule: the threshold is reached at some evaluation (the preset's validation);
-        # the bar here is stricter: the final evaluation too, and the whole curve within the spread.
+        # the bar here is stricter: the final evaluation too, and a curve like the seeds' curves.
         "reached_threshold": any(r >= THRESHOLD for _, r in trialog_curve),
         "final_reached_threshold": bool(trialog_curve) and trialog_curve[-1][1] >= THRESHOLD,
         "all_within_spread": bool(within) and all(within),
+        "outside_others": outside["trialog"],  # evaluations outside the ten seeds' min–max
+        "seeds_outside_others": seeds_outside,  # each seed's, against the nine others and Trialog
+        "curve_like_seeds": like_the_seeds(outside["trialog"], list(seeds_outside.values())),
         "trialog_seconds": result.seconds,
         "in_process_seconds": {str(s): t for s, t in seconds.items()},
         "plot": str(files.png),
@@ -384,7 +415,9 @@ def main(argv: list[str] | None = None) -> int:
             f"DQN CartPole-v1: through Trialog best eval {d['trialog_best']}, final {d['trialog_final']}; "
             f"in-process mean final {d['in_process_final_mean']:.1f}, "
             f"best per seed {d['in_process_best']}; "
-            f"Trialog evaluations within the in-process spread: {d['evaluations_within_spread']}; plot {d['plot']}"
+            f"Trialog evaluations within the in-process spread: {d['evaluations_within_spread']}; "
+            f"outside the other runs' spread: Trialog at {d['outside_others']}, the seeds at "
+            f"{min(d['seeds_outside_others'].values())}–{max(d['seeds_outside_others'].values())}; plot {d['plot']}"
         )
     if args.only in (None, "ppo"):
         figures["ppo"] = ppo(settings, out, 1 if args.short else args.pairs, args.short)
@@ -404,9 +437,10 @@ def main(argv: list[str] | None = None) -> int:
         d = figures["dqn"]
         if not d["final_reached_threshold"]:
             failed.append(f"DQN through Trialog: final evaluation {d['trialog_final']} below {THRESHOLD}")
-        if not d["all_within_spread"]:
+        if not d["curve_like_seeds"]:
             failed.append(
-                f"DQN through Trialog: only {d['evaluations_within_spread']} evaluations within the in-process spread"
+                f"DQN through Trialog: {d['outside_others']} evaluations outside the other runs' spread, more than "
+                f"any in-process seed's (at most {max(d['seeds_outside_others'].values())})"
             )
     if not args.short and "ppo" in figures:
         for i, pair in enumerate(figures["ppo"]["pairs"], 1):
