@@ -93,11 +93,8 @@ def outside_counts(runs: dict[str, list[tuple[int, float]]]) -> dict[str, int]:
     counts = {}
     for name, curve in runs.items():
         others = [c for other, c in runs.items() if other != name]
-        counts[name] = sum(
-            1
-            for i, (_, r) in enumerate(curve)
-            if (at := [c[i][1] for c in others if i < len(c)]) and not min(at) <= r <= max(at)
-        )
+        spreads = (spread_at(others, i) for i in range(len(curve)))
+        counts[name] = sum(1 for (_, r), sp in zip(curve, spreads) if sp is not None and not sp[0] <= r <= sp[1])
     return counts
 
 
