@@ -185,6 +185,20 @@ class Consumer(abc.ABC):
         await self.stop()
 
 
+_UNDECODED_PER_KEY = 8  # values of one key a reader of a compacted topic keeps undecoded (read_latest)
+
+
+def _newest_decoded(values: list[bytes], decode: Callable[[bytes], Any]) -> list[tuple[bytes, Any]]:
+    """[(value, decoded)] of the newest of ``values`` that decodes, or [] if none does: a
+    broken or forged record does not replace a good value."""
+    for value in reversed(values):
+        try:
+            return [(value, decode(value))]
+        except Exception:  # noqa: BLE001, S112 - the next older one, then
+            continue
+    return []
+
+
 class Bus(abc.ABC):
     """Producer, consumers and topic admin for one deployment (one settings object)."""
 
@@ -371,15 +385,22 @@ class Bus(abc.ABC):
     async def read_latest(self, role: str, decode: Callable[[bytes], Any]) -> dict[str, Any]:
         """Read a compacted topic (``trials``, ``analytics.*``) to its current end: the latest
         decoded value per key. A value that does not decode is skipped; a tombstone deletes its key."""
-        latest: dict[str, Any] = {}
+        # Values kept per key as read and decoded newest first at the end: a key's older values (a
+        # trial's index has several before compaction) need no decoding. A key updated often keeps
+        # its newest good value only, so what is kept stays small.
+        values: dict[str, list[bytes]] = {}
         async for record in self.read_to_end(role):
             if not record.value:
-                latest.pop(record.trial_id, None)
+                values.pop(record.trial_id, None)
                 continue
-            try:
-                latest[record.trial_id] = decode(record.value)
-            except Exception:  # a broken or forged record does not replace a good value
-                pass
+            kept = values.setdefault(record.trial_id, [])
+            kept.append(record.value)
+            if len(kept) > _UNDECODED_PER_KEY:
+                kept[:] = [v for v, _ in _newest_decoded(kept, decode)]
+        latest: dict[str, Any] = {}
+        for key, kept in values.items():
+            for _, decoded in _newest_decoded(kept, decode):
+                latest[key] = decoded
         return latest
 
     # --- admin -------------------------------------------------------------------------------

@@ -307,10 +307,14 @@ class Feeder:
         pos += len(tick[1])
         if not value.startswith(actor[1], pos):
             return None
-        read = _varint_at(value, pos + len(actor[1]))
-        if read is None:
-            return None
-        size, pos = read
+        pos += len(actor[1])
+        if pos < len(value) and value[pos] < 0x80:  # a payload under 64 bytes: its size in one byte
+            size, pos = (value[pos] >> 1) ^ -(value[pos] & 1), pos + 1
+        else:
+            read = _varint_at(value, pos)
+            if read is None:
+                return None
+            size, pos = read
         end = pos + size
         if size < 0 or end > len(value):
             return None
