@@ -263,3 +263,32 @@ def test_trials_share_the_hashed_role_keys(keyring):
     second_plan = trust._tag_plan("t-2", "observation", "env", "alice")
     assert [mac for _, mac in first_plan[1]] and [mac for _, mac in first_plan[1]] == [mac for _, mac in second_plan[1]]
     assert all(a is b for (_, a), (_, b) in zip(first_plan[1], second_plan[1]))
+
+
+def test_trials_share_the_check_of_what_a_role_writes_and_it_still_refuses(core, keyring):
+    """A lifecycle or environment record is checked the same way in every trial: one plan,
+    made once. Shared, it still refuses what it refused per trial: an untagged record, a
+    stranger's tag, a record moved from one trial to another, and a forged sender."""
+    second = dataclasses.replace(STARTED, trial_id="t-2")
+    core.learn(second)
+    for event in (TrialEnded(TRIAL, tick=3, reason="terminated"), Observation(TRIAL, tick=1, actor="alice")):
+        key, headers, value = record(event, core)
+        other = dataclasses.replace(event, trial_id="t-2")
+        key2, headers2, value2 = record(other, core)
+        assert core.check(key, headers, value) is None and core.check(key2, headers2, value2) is None
+        plan = core._plans[key][(event.KIND.encode(), event.SENDER.encode())]
+        assert plan is core._plans[key2][(event.KIND.encode(), event.SENDER.encode())], event.KIND
+        assert "does not match" in core.check(key2, headers, value)  # the first trial's record, moved
+        assert "not tagged" in core.check(key2, [h for h in headers2 if not h[0].startswith("mac.")], value2)
+        stranger = Authenticator(Keyring.generate())
+        stranger.learn(second)
+        assert "does not match" in core.check(key2, *record(other, stranger)[1:])
+    # An actor's action is no role's: its check stays per trial (its key is the actor's).
+    action_plan = core._check_plan(TRIAL, b"action", b"alice")
+    assert action_plan is not core._check_plan("t-2", b"action", b"alice")
+    # Forged senders of a role's kind cannot grow the shared plans without bound either.
+    key, headers, value = record(TrialEnded(TRIAL, tick=3), core)
+    for i in range(3 * Authenticator.PLANS_KEPT):
+        forged = [(k, f"mallory-{i}".encode() if k == "sender" else v) for k, v in headers]
+        assert core.check(key, forged, value) is not None
+        assert len(core._role_checks) <= Authenticator.PLANS_KEPT

@@ -220,7 +220,9 @@ class TrialFold:
         # actor -> (tick, decoded observation) of the last sample() asked for: a learner asks for
         # each observation twice, as the one after a step and then as the next step's.
         self._last_observation: dict[str, tuple[int, Any]] = {}
-        self._expected_at: dict[int, list[str]] = {}  # tick -> actors observed then (not finally): the barrier
+        # tick -> actors observed then (not finally): the barrier. Tuples, not lists: the collector stops
+        # tracking a tuple of strings, so a replay's folds do not grow the heap it traverses.
+        self._expected_at: dict[int, tuple[str, ...]] = {}
         # By tick, so that one sample's rewards and messages are found without a scan of the trial's.
         self._rewards: dict[int, dict[tuple[str, str], Reward]] = {}  # tick -> (sender, receiver) -> reward
         self._messages: dict[int, dict[tuple, Message]] = {}  # tick -> identity -> message
@@ -299,7 +301,7 @@ class TrialFold:
             if key not in self._observations:  # a repeat is the same event (I-8)
                 self._observations[key] = (payload, terminated, truncated, final)
                 if not final:
-                    self._expected_at.setdefault(tick, []).append(actor)
+                    self._expected_at[tick] = self._expected_at.get(tick, ()) + (actor,)
             if tick > self.tick:
                 self.tick = tick
 

@@ -63,6 +63,8 @@ ADDRESSED_KINDS = _kinds(Reward, Message, ParametersChanged)
 REQUEST_KINDS = _kinds(StartRequest, TerminateRequest)
 # What the core sends to actors: what an actor service or seat accepts under its own key.
 TO_ACTORS = LIFECYCLE_KINDS | _kinds(Observation, ActorTimeout, ActorLeft, Reward, Message)
+# Records only a role's key writes, whoever the trial's actors are (sender_keys).
+ROLE_WRITTEN = LIFECYCLE_KINDS | ENVIRONMENT_KINDS | REQUEST_KINDS
 
 _same = hmac.compare_digest  # bound once: every record read is checked
 
@@ -92,6 +94,9 @@ class Authenticator:
         # and kind instead of once per record (it is on every record's path). Dropped when
         # what it depends on changes (roster, seats).
         self._plans: dict[bytes, dict[tuple, object]] = {}
+        # (kind, sender) -> how to check a record written by a role (ROLE_WRITTEN), which is the
+        # same in every trial: made once, not once per trial (a trial's start and end records).
+        self._role_checks: dict[tuple[bytes, bytes], object] = {}
         self._mac_keys: dict[bytes, MacKey] = {}
 
     def _forget_plans(self, trial_id: str) -> None:
@@ -291,6 +296,9 @@ class Authenticator:
         """([(tag header, key id, MacKey)] this process verifies such records with, the reason if
         none of those tags is there, the reason if none matches), or why such a record is
         refused whatever its tags."""
+        shared = self._role_checks.get((kind_bytes, sender_bytes))
+        if shared is not None:
+            return shared
         try:
             kind, sender = kind_bytes.decode(), sender_bytes.decode()
         except UnicodeDecodeError:
@@ -299,11 +307,21 @@ class Authenticator:
         if isinstance(allowed, str):
             return allowed
         held = [k for k in allowed if self.keyring.key(k, trial_id) is not None]
+        if held and kind in ROLE_WRITTEN:  # role keys only: nothing here depends on the trial
+            return self._remember(
+                self._role_checks, (kind_bytes, sender_bytes), self._verifying(kind, sender, allowed, held, trial_id)
+            )
         if not held and kind in TO_ACTORS:
             # An actor service or a seat: records the core addressed to it carry its own key.
             held = [*self.keyring.own_actor_keys(), *(seat_key_id(a) for (t, a) in self._seats if t == trial_id)]
         if not held:
             return f"{kind} needs a tag by {' or '.join(allowed)}; this service holds none of those keys"
+        return self._verifying(kind, sender, allowed, held, trial_id)
+
+    def _verifying(
+        self, kind: str, sender: str, allowed: Sequence[str], held: list[str], trial_id: str
+    ) -> tuple[list, str, tuple[str, str]]:
+        """The check plan of :meth:`_check_plan` that verifies with the keys ``held``."""
         verifiers = [
             (MAC_PREFIX + k, k, self._mac_key(secret))
             for k in held
