@@ -188,15 +188,15 @@ class Consumer(abc.ABC):
 _UNDECODED_PER_KEY = 8  # values of one key a reader of a compacted topic keeps undecoded (read_latest)
 
 
-def _newest_decoded(values: list[bytes], decode: Callable[[bytes], Any]) -> list[tuple[bytes, Any]]:
-    """[(value, decoded)] of the newest of ``values`` that decodes, or [] if none does: a
+def _newest_decoded(values: list[bytes], decode: Callable[[bytes], Any]) -> tuple[bytes, Any] | None:
+    """(value, decoded) of the newest of ``values`` that decodes, or None if none does: a
     broken or forged record does not replace a good value."""
     for value in reversed(values):
         try:
-            return [(value, decode(value))]
+            return value, decode(value)
         except Exception:  # noqa: BLE001, S112 - the next older one, then
             continue
-    return []
+    return None
 
 
 class Bus(abc.ABC):
@@ -396,11 +396,12 @@ class Bus(abc.ABC):
             kept = values.setdefault(record.trial_id, [])
             kept.append(record.value)
             if len(kept) > _UNDECODED_PER_KEY:
-                kept[:] = [v for v, _ in _newest_decoded(kept, decode)]
+                good = _newest_decoded(kept, decode)
+                kept[:] = [good[0]] if good else []
         latest: dict[str, Any] = {}
         for key, kept in values.items():
-            for _, decoded in _newest_decoded(kept, decode):
-                latest[key] = decoded
+            if good := _newest_decoded(kept, decode):
+                latest[key] = good[1]
         return latest
 
     # --- admin -------------------------------------------------------------------------------

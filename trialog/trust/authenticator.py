@@ -66,8 +66,6 @@ TO_ACTORS = LIFECYCLE_KINDS | _kinds(Observation, ActorTimeout, ActorLeft, Rewar
 # Records only a role's key writes, whoever the trial's actors are (sender_keys).
 ROLE_WRITTEN = LIFECYCLE_KINDS | ENVIRONMENT_KINDS | REQUEST_KINDS
 
-_same = hmac.compare_digest  # bound once: every record read is checked
-
 
 class Authenticator:
     """Tags the records one process writes and checks the ones it reads (a Bus has one: ``bus.trust``).
@@ -284,7 +282,7 @@ class Authenticator:
                     message = mac_input(key, h, value or b"")
                 except TypeError:  # a header without a value (None) counts as empty
                     message = mac_input(key, {k: v or b"" for k, v in h.items()}, value or b"")
-            if _same(mac.tag(message), tag):
+            if hmac.compare_digest(mac.tag(message), tag):
                 return None
         if message is None:
             return untagged
