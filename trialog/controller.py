@@ -55,9 +55,11 @@ from trialog.protocol.events import (
 from trialog.protocol.owners import check_headers, reward_problem
 from trialog.protocol.rewards import Returns, reward_bounds_problem
 from trialog.protocol.topics import CONTROL, EVENTS, TRIALS
+from trialog.telemetry.logs import get_logger
 from trialog.trust.join_tokens import mint_join_token
 from trialog.trust.keys import Keyring
 
+log = get_logger(__name__)
 LIFECYCLE = frozenset({TrialPending.KIND, TrialStarted.KIND, TrialRejected.KIND, TrialEnded.KIND})
 
 
@@ -108,6 +110,7 @@ class Controller:
         self._listeners: list[asyncio.Queue] = []
         self._consumer: Consumer | None = None
         self._task: asyncio.Task | None = None
+        self._stopped: TrialError | None = None  # why the watch loop ended, if it failed
         self.ticks_seen = 0  # ticks reached by all trials seen, for progress figures
         self._last_tick: dict[str, int] = {}
         self._returns: dict[str, Returns] = {}  # following events: the trials this controller started
@@ -121,6 +124,7 @@ class Controller:
             )
             await self._consumer.start()
             self._task = asyncio.create_task(self._watch_loop())
+            self._task.add_done_callback(self._watch_loop_ended)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -247,6 +251,8 @@ class Controller:
         if w is None:
             loop = asyncio.get_running_loop()
             w = self._watches[trial_id] = _Watch(loop.create_future(), loop.create_future())
+            if self._stopped is not None:
+                self._fail(w, self._stopped)
         return w
 
     async def wait_started(self, trial_id: str, timeout: float | None = 60) -> TrialStarted:
@@ -298,7 +304,10 @@ class Controller:
         self._listeners.append(queue)
         try:
             while True:
-                yield await queue.get()
+                event = await queue.get()
+                if isinstance(event, TrialError):
+                    raise event
+                yield event
         finally:
             self._listeners.remove(queue)
 
@@ -308,6 +317,20 @@ class Controller:
         while True:
             for record in await self._consumer.poll(timeout_ms=500):
                 see(record)
+
+    def _watch_loop_ended(self, task: asyncio.Task) -> None:
+        """A watch loop that failed (an error of the Kafka client it could not get past) fails
+        every wait on it, now and later, with the error: a caller is told, not left waiting for
+        trials it can no longer see."""
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        self._stopped = TrialError(f"controller {self.name!r} stopped reading the log: {type(error).__name__}: {error}")
+        log.error("controller stopped reading the log", controller=self.name, error=repr(error))
+        for w in self._watches.values():
+            self._fail(w, self._stopped)
+        for q in self._listeners:
+            q.put_nowait(self._stopped)
 
     def _see_index(self, record: Record) -> None:
         if self.bus.refusal(record) is not None:

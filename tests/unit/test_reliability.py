@@ -365,3 +365,26 @@ def test_a_loop_that_did_not_turn_for_seconds_counts_as_the_log_away_from_its_la
     assert watch.sure
     assert abs((time.monotonic() - watch.time()) - (back_at - 101.0)) < 1e-3
     watch.close()
+
+
+async def test_a_controller_whose_reading_fails_tells_every_waiter_rather_than_leaving_it_waiting(bus, monkeypatch):
+    from trialog.controller import Controller
+    from trialog.errors import TrialError
+
+    async with Controller(bus) as ctl:
+        waiting = asyncio.create_task(ctl.wait_ended("trial-000000000001", timeout=30))
+        watching = ctl.watch()
+        listening = asyncio.create_task(anext(watching))
+        await asyncio.sleep(0.05)
+
+        async def refused(self, timeout_ms=100, max_records=None):
+            raise TransportError("the cluster refused the fetch")
+
+        monkeypatch.setattr(MemoryConsumer, "poll", refused)
+        with pytest.raises(TrialError, match="stopped reading the log: TransportError: the cluster refused"):
+            await asyncio.wait_for(waiting, 5)  # the loop's poll in flight ends within its 500 ms
+        with pytest.raises(TrialError, match="stopped reading the log"):
+            await asyncio.wait_for(listening, 1)
+        with pytest.raises(TrialError, match="stopped reading the log"):  # and a wait begun afterwards
+            await ctl.wait_started("trial-000000000002", timeout=1)
+        await watching.aclose()
