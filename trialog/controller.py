@@ -300,6 +300,8 @@ class Controller:
         """Lifecycle events (pending, started, rejected, ended) of every trial, as they happen."""
         if not self.watching:
             raise TrialError(f"controller {self.name!r} does not watch the log (watch=False)")
+        if self._stopped is not None:
+            raise self._stopped
         queue: asyncio.Queue = asyncio.Queue()
         self._listeners.append(queue)
         try:

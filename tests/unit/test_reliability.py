@@ -387,4 +387,6 @@ async def test_a_controller_whose_reading_fails_tells_every_waiter_rather_than_l
             await asyncio.wait_for(listening, 1)
         with pytest.raises(TrialError, match="stopped reading the log"):  # and a wait begun afterwards
             await ctl.wait_started("trial-000000000002", timeout=1)
+        with pytest.raises(TrialError, match="stopped reading the log"):
+            await asyncio.wait_for(anext(ctl.watch()), 1)
         await watching.aclose()
