@@ -324,9 +324,8 @@ class Controller:
         """A watch loop that failed (an error of the Kafka client it could not get past) fails
         every wait on it, now and later, with the error: a caller is told, not left waiting for
         trials it can no longer see."""
-        if task.cancelled() or task.exception() is None:
+        if task.cancelled() or (error := task.exception()) is None:
             return
-        error = task.exception()
         self._stopped = TrialError(f"controller {self.name!r} stopped reading the log: {type(error).__name__}: {error}")
         log.error("controller stopped reading the log", controller=self.name, error=repr(error))
         for w in self._watches.values():

@@ -15,8 +15,9 @@ import structlog
 from tests.harness import deployment
 from tests.unit.test_datalog import events_of, run_trial
 from trialog.bus.memory import MemoryBus, MemoryConsumer
+from trialog.controller import Controller
 from trialog.datalog.samples import TrialFold
-from trialog.errors import CodecError, TransportError
+from trialog.errors import CodecError, TransportError, TrialError
 from trialog.protocol.events import Action, ActorTimeout, Message, Observation, Reward, TrialEnded
 from trialog.protocol.owners import check_headers, owner_of, reward_problem
 from trialog.protocol.roles import ACTORS, ENVIRONMENT, ORCHESTRATOR
@@ -368,9 +369,6 @@ def test_a_loop_that_did_not_turn_for_seconds_counts_as_the_log_away_from_its_la
 
 
 async def test_a_controller_whose_reading_fails_tells_every_waiter_rather_than_leaving_it_waiting(bus, monkeypatch):
-    from trialog.controller import Controller
-    from trialog.errors import TrialError
-
     async with Controller(bus) as ctl:
         waiting = asyncio.create_task(ctl.wait_ended("trial-000000000001", timeout=30))
         watching = ctl.watch()
