@@ -222,7 +222,7 @@ def _field_codec(kind: Any) -> tuple[Encoder, Decoder] | None:
 class FlatCodec:
     """Encoder and decoder of one flat record schema (see the module docstring)."""
 
-    __slots__ = ("names", "encoders", "defaults", "decoders")
+    __slots__ = ("names", "encoders", "defaults", "decoders", "_named_decoders")
 
     def __init__(self, fields: list[tuple[str, Encoder, Decoder, Any]]):
         """``fields``: (name, encoder, decoder, default or _MISSING) in schema order."""
@@ -230,6 +230,7 @@ class FlatCodec:
         self.encoders = tuple(encode for _, encode, _, _ in fields)
         self.decoders = tuple(decode for _, _, decode, _ in fields)
         self.defaults = tuple(default for _, _, _, default in fields)
+        self._named_decoders = tuple(zip(self.names, self.decoders))
 
     def encode(self, value: Any, header: bytes) -> bytes:
         """``header`` followed by the Avro body of ``value`` (a mapping of field names).
@@ -262,7 +263,12 @@ class FlatCodec:
     def decode(self, data: bytes, pos: int) -> dict[str, Any]:
         """The record whose body starts at ``pos`` and ends the data. Raises ValueError or
         IndexError on bytes that are not such a record."""
-        return dict(zip(self.names, self.decode_row(data, pos)))
+        out = {}  # filled field by field: no row list, no zip (a replay decodes two payloads a step)
+        for name, decode in self._named_decoders:
+            out[name], pos = decode(data, pos)
+        if pos != len(data):
+            raise ValueError(f"{len(data) - pos} trailing bytes")
+        return out
 
 
 def compile_flat(parsed: Any) -> FlatCodec | None:
