@@ -110,7 +110,12 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
     b = data[pos]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
-    z, shift = b & 0x7F, 7
+    c = data[pos + 1]
+    if c < 0x80:  # two bytes: sizes of 64 B to 8 KB
+        z = (b & 0x7F) | (c << 7)
+        return (z >> 1) ^ -(z & 1), pos + 2
+    z, shift = (b & 0x7F) | ((c & 0x7F) << 7), 14
+    pos += 1
     while True:
         pos += 1
         b = data[pos]
@@ -129,6 +134,10 @@ def _read_integer(kind: str) -> Decoder:
         b = data[pos]
         if b < 0x80:
             return (b >> 1) ^ -(b & 1), pos + 1
+        c = data[pos + 1]
+        if c < 0x80:  # two bytes (64 <= |n| < 8192: ticks, counts) inline, as read_varint has them: in range
+            z = (b & 0x7F) | (c << 7)
+            return (z >> 1) ^ -(z & 1), pos + 2
         n, pos = read_varint(data, pos)
         if not low <= n <= high:
             raise ValueError(f"{n} is out of range for an Avro {kind}")
