@@ -39,7 +39,11 @@ ALL_PRIMITIVES = STORE.register(
     }
 )
 
-EDGE_LONGS = [0, 1, -1, 63, 64, -64, -65, 127, 128, 2**31 - 1, -(2**31), 2**53, 2**63 - 1, -(2**63)]
+# One-, two- and three-byte varints at their bounds (two bytes are read without the general loop).
+EDGE_LONGS = [
+    *(0, 1, -1, 63, 64, -64, -65, 127, 128, 8191, 8192, -8192, -8193),
+    *(2**31 - 1, -(2**31), 2**53, 2**63 - 1, -(2**63)),
+]
 
 
 def _value(rng: random.Random, kind):
@@ -136,6 +140,7 @@ def test_bytes_that_are_not_such_a_record_are_codec_errors():
     body = good[HEADER_SIZE:]
     bad = {
         "truncated": good[:-1],
+        "a two-byte varint cut short": good[:-2] + b"\x02\xc8",  # policy_version 100 without its second byte
         "trailing bytes": good + b"\x00",
         "a length past the end": good[:HEADER_SIZE] + b"\x7e" + body[1:],  # trial_id claims 63 bytes
         "negative length": good[:HEADER_SIZE] + b"\x01" + body[1:],
