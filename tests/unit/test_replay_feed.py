@@ -228,3 +228,25 @@ async def test_read_trials_folds_in_small_polls_with_full_collections_put_off(bu
     [fold] = folds
     samples = [(s.to_json(), s.observation_avro, s.action_avro) for s in fold.samples()]
     assert (samples, fold.problems) == folded(bus, tid, records, fast=False)[:2]
+
+
+async def test_the_readers_caches_stay_bounded_whatever_keys_come(bus, monkeypatch):
+    """The records are untrusted input: their keys and headers fill the reader's caches, each
+    emptied once it holds ``CACHED`` entries — the cache of body prefixes too, kept per schema."""
+    tid, records = await logged(bus)
+    monkeypatch.setattr(Feeder, "CACHED", 8)
+    reader = Feeder(bus)
+    obs = next(r for r in records if r.header("kind") == Observation.KIND and r.header("tick") == "2")
+    act = next(r for r in records if r.header("kind") == Action.KIND and r.header("tick") == "2")
+    for i in range(50):
+        for r in (obs, act):
+            other = retagged(bus, r, headers=with_header(r, "tick", str(100 + i).encode()))
+            reader(TrialFold(tid, bus.store), other)  # a new tick each: one entry more in the ticks' cache
+    observation = bus.codec.decode(obs.value, Observation.KIND)
+    for i in range(50):
+        other = dataclasses.replace(observation, trial_id=f"{tid}-{i}")
+        record = retagged(bus, obs, key=other.trial_id.encode(), value=bus.codec.encode(other))
+        assert reader(TrialFold(other.trial_id, bus.store), record) is not None  # read, not refused
+    assert 0 < len(reader._ticks) <= Feeder.CACHED  # noqa: SLF001
+    assert len(reader._heads) == 2  # noqa: SLF001 - the observations' schema and the actions'
+    assert all(0 < len(by_key) <= Feeder.CACHED for by_key in reader._heads.values())  # noqa: SLF001
