@@ -111,7 +111,7 @@ def read_varint(data: bytes, pos: int) -> tuple[int, int]:
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
     c = data[pos + 1]
-    if c < 0x80:  # two bytes: sizes of 64 B to 8 KB
+    if c < 0x80:  # two bytes (sizes of 64 B to 8 KB): no loop
         z = (b & 0x7F) | (c << 7)
         return (z >> 1) ^ -(z & 1), pos + 2
     z, shift = (b & 0x7F) | ((c & 0x7F) << 7), 14
@@ -135,7 +135,7 @@ def _read_integer(kind: str) -> Decoder:
         if b < 0x80:
             return (b >> 1) ^ -(b & 1), pos + 1
         c = data[pos + 1]
-        if c < 0x80:  # two bytes (64 <= |n| < 8192: ticks, counts) inline, as read_varint has them: in range
+        if c < 0x80:  # two bytes, as read_varint reads them (n from 64 to 8191 or -65 to -8192: in range)
             z = (b & 0x7F) | (c << 7)
             return (z >> 1) ^ -(z & 1), pos + 2
         n, pos = read_varint(data, pos)
