@@ -224,8 +224,10 @@ class Feeder:
         self.bus = bus
         self.observation = _tick_schema(bus, Observation, _OBSERVATION_FIELDS)
         self.action = _tick_schema(bus, Action, _ACTION_FIELDS)
-        # Per schema (observations', actions'): key -> the schema header + the key as an Avro string
-        self._heads: dict[bytes, dict[bytes | None, bytes | None]] = {}
+        # Per schema read here (observations', actions'): key -> the schema header + the key as an Avro string
+        self._heads: dict[bytes, dict[bytes | None, bytes | None]] = {
+            schema.header: {} for schema in (self.observation, self.action) if schema is not None
+        }
         self._ticks: dict[bytes | None, tuple[int, bytes] | None] = {}  # tick header -> (tick, as an Avro long)
         self._names: dict[bytes | None, tuple[str, bytes] | None] = {}  # name header -> (name, as an Avro string)
 
@@ -290,9 +292,7 @@ class Feeder:
         """(tick, actor, payload, the bytes after it) of a body that starts with the schema's
         header, the record key as its trial ID, the tick header's tick and the actor
         header's name, as Avro encodes them, then a well-formed payload; else None."""
-        heads = self._heads.get(schema.header)  # by schema first: no pair made per record
-        if heads is None:
-            heads = self._heads[schema.header] = {}
+        heads = self._heads[schema.header]  # by schema first: no pair made per record
         head = heads.get(key, _UNSEEN)
         if head is _UNSEEN:
             head = self._remember(heads, key, _avro_string(key, schema.header))

@@ -134,10 +134,6 @@ def _read_integer(kind: str) -> Decoder:
         b = data[pos]
         if b < 0x80:
             return (b >> 1) ^ -(b & 1), pos + 1
-        c = data[pos + 1]
-        if c < 0x80:  # two bytes, as read_varint reads them (n from 64 to 8191 or -65 to -8192: in range)
-            z = (b & 0x7F) | (c << 7)
-            return (z >> 1) ^ -(z & 1), pos + 2
         n, pos = read_varint(data, pos)
         if not low <= n <= high:
             raise ValueError(f"{n} is out of range for an Avro {kind}")
