@@ -3,9 +3,10 @@
 Each record's answer must name the partition, offset and timestamp the log has for it
 (a service reading its own records back in place takes them from the answer), and a
 partition's records must be logged in the order they were given — also when they fill
-more than one of the producer's batches, and when several tasks write at once, their
-records sharing batches. aiokafka answers every record of a batch with the timestamp of
-the batch's first.
+more than one batch, and when several tasks write to the same partitions at once.
+``send_many`` builds a partition's batches itself and hands each to the producer whole;
+aiokafka answers a batch with its first record's offset (the others follow it) and with
+the timestamp of its first record.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ async def test_each_record_is_where_its_answer_says_in_the_order_given(kafka_set
         # 6 KB records: the producer's batches hold 16 KB, so a partition's records fill several.
         large = _items("large", trials=3, per_trial=6, size=6_000)
         answers = [await bus.send_many(small), await bus.send_many(large)]
-        # Two tasks at once on the same partitions: their records share batches.
+        # Two tasks at once on the same partitions: each one's batches wait for the other's.
         together = [_items("a", 8, 4, 60), _items("b", 8, 4, 60)]
         answers += await asyncio.gather(*(bus.send_many(items) for items in together))
         logged = await _logged(bus)

@@ -123,57 +123,71 @@ class KafkaBus(Bus):
             producer, self._producer = self._producer, None
             await self._stop_producer(producer)
 
+    async def _submit(self, producer: AIOKafkaProducer, items, refused: dict[int, str], stamp: int) -> list:
+        """Hand the records to the producer: (future, indices) per batch, in order. The records of
+        one partition of a keyed role go as batches built here, one future each, in their order
+        (aiokafka's per-record ``send`` costs a coroutine, a metadata check and a future per
+        record: docs/performance.md); a batch's future answers with its first record's offset,
+        and the others follow it. The records of other roles (no partition of ours) one by one."""
+        batches: dict[tuple[str, int], tuple] = {}  # (topic, partition) -> (builder, indices)
+        sent: list = []
+        for i, (role, key, value, headers) in enumerate(items):
+            if i in refused:
+                continue
+            topic = self.settings.topic(role)
+            if role not in KEYED or not key:
+                sent.append((await producer.send(topic, value=value, key=key, headers=headers, timestamp_ms=stamp), [i]))
+                continue
+            # Keyed roles share the partition count of events: the partition we already know,
+            # rather than have the producer hash the key again.
+            where = (topic, self.partition_of(key.decode()))
+            builder, indices = batches.get(where) or (None, None)
+            if builder is None or builder.append(key=key, value=value, timestamp=stamp, headers=headers) is None:
+                if builder is not None:  # full: it goes, and a new one starts
+                    sent.append((await producer.send_batch(builder, where[0], partition=where[1]), indices))
+                builder, indices = producer.create_batch(), []
+                builder.append(key=key, value=value, timestamp=stamp, headers=headers)  # an empty batch takes any record
+                batches[where] = (builder, indices)
+            indices.append(i)
+        for (topic, partition), (builder, indices) in batches.items():
+            sent.append((await producer.send_batch(builder, topic, partition=partition), indices))
+        return sent
+
     async def send_many(self, items, *, retry: bool = True):
         producer = self._producer
         if producer is None:
             raise TransportError("the bus is not started: use `async with bus:` or `await bus.start()`")
         if _stopped(producer._sender.sender_task):  # noqa: SLF001
             # Records given to it now would wait forever. Checked before the sends: these
-            # do not suspend while the topic's metadata is known, so the sender cannot stop
-            # between here and the last send, and its end fails every record it holds.
+            # suspend only while another task's batch for the same partition waits its turn, and
+            # then at most for the producer's request timeout (a KafkaTimeoutError); the sender's
+            # end fails every record it holds.
             await self._replace_producer(producer, why=_ended_with(producer._sender.sender_task))  # noqa: SLF001
             producer = self._producer
         refused = self.oversized(items)
-        sent: list[int] = []
-        futures = []
         # The records' timestamp, given rather than left to the producer: aiokafka answers every
         # record of a batch with the timestamp of the batch's first, which may be another call's.
         stamp = int(time.time() * 1000)
         try:
-            for i, (role, key, value, headers) in enumerate(items):
-                if i in refused:
-                    continue
-                # Keyed roles share the partition count of events: give the partition we already
-                # know rather than have the producer hash the key again.
-                partition = self.partition_of(key.decode()) if role in KEYED and key else None
-                futures.append(
-                    await producer.send(
-                        self.settings.topic(role),
-                        value=value,
-                        key=key,
-                        headers=headers,
-                        partition=partition,
-                        timestamp_ms=stamp,
-                    )
-                )
-                sent.append(i)
+            sent = await self._submit(producer, items, refused, stamp)
         except KafkaError as exc:
             raise TransportError(f"Kafka refused a record: {exc}") from exc
-        results = await asyncio.gather(*futures, return_exceptions=True)
+        results = await asyncio.gather(*(future for future, _ in sent), return_exceptions=True)
         delivered: dict[int, Delivered] = {}
         failed: dict[int, BaseException] = {}
-        for i, result in zip(sent, results):
-            if isinstance(result, (MessageSizeTooLargeError, RecordTooLargeError)):
-                refused[i] = (
-                    f"the broker refused a record of trial {items[i][1].decode(errors='replace')} "
-                    f"for its size ({result})"
-                )
-            elif isinstance(result, BaseException):
-                failed[i] = result
-            else:
-                # Create time (type 0): the log has ours; log append time: the broker's, in the answer.
-                at = stamp if result.timestamp_type == 0 else result.timestamp
-                delivered[i] = Delivered(items[i][0], result.partition, result.offset, at)
+        for (_, indices), result in zip(sent, results):
+            for position, i in enumerate(indices):
+                if isinstance(result, (MessageSizeTooLargeError, RecordTooLargeError)):
+                    refused[i] = (
+                        f"the broker refused a record of trial {items[i][1].decode(errors='replace')} "
+                        f"for its size ({result})"
+                    )
+                elif isinstance(result, BaseException):
+                    failed[i] = result
+                else:
+                    # Create time (type 0): the log has ours; log append time: the broker's, in the answer.
+                    at = stamp if result.timestamp_type == 0 else result.timestamp
+                    delivered[i] = Delivered(items[i][0], result.partition, result.offset + position, at)
         if any(isinstance(r, _POISONING) for r in results):
             await self._replace_producer(producer, why="a record was refused: its sequence numbers are spent")
             if failed and retry:  # sent behind the refused record: once more, in order, on the fresh producer
