@@ -136,7 +136,8 @@ class KafkaBus(Bus):
                 continue
             topic = self.settings.topic(role)
             if role not in KEYED or not key:
-                sent.append((await producer.send(topic, value=value, key=key, headers=headers, timestamp_ms=stamp), [i]))
+                one = await producer.send(topic, value=value, key=key, headers=headers, timestamp_ms=stamp)
+                sent.append((one, [i]))
                 continue
             # Keyed roles share the partition count of events: the partition we already know,
             # rather than have the producer hash the key again.
@@ -146,7 +147,8 @@ class KafkaBus(Bus):
                 if builder is not None:  # full: it goes, and a new one starts
                     sent.append((await producer.send_batch(builder, where[0], partition=where[1]), indices))
                 builder, indices = producer.create_batch(), []
-                builder.append(key=key, value=value, timestamp=stamp, headers=headers)  # an empty batch takes any record
+                # An empty batch takes a record of any size (larger ones were refused above).
+                builder.append(key=key, value=value, timestamp=stamp, headers=headers)
                 batches[where] = (builder, indices)
             indices.append(i)
         for (topic, partition), (builder, indices) in batches.items():
