@@ -145,15 +145,22 @@ class KafkaBus(Bus):
             builder, indices = batches.get(where) or (None, None)
             if builder is None or builder.append(key=key, value=value, timestamp=stamp, headers=headers) is None:
                 if builder is not None:  # full: it goes, and a new one starts
-                    sent.append((await producer.send_batch(builder, where[0], partition=where[1]), indices))
+                    sent.append((await self._send_batch(producer, builder, where), indices))
                 builder, indices = producer.create_batch(), []
                 # An empty batch takes a record of any size (larger ones were refused above).
                 builder.append(key=key, value=value, timestamp=stamp, headers=headers)
                 batches[where] = (builder, indices)
             indices.append(i)
-        for (topic, partition), (builder, indices) in batches.items():
-            sent.append((await producer.send_batch(builder, topic, partition=partition), indices))
+        for where, (builder, indices) in batches.items():
+            sent.append((await self._send_batch(producer, builder, where), indices))
         return sent
+
+    @staticmethod
+    async def _send_batch(producer: AIOKafkaProducer, builder, where: tuple[str, int]):
+        # Closed first: an open batch waiting its turn would take other records aiokafka's `send`
+        # gives that partition meanwhile, after ours (our offsets would hold, but it is ours alone).
+        builder.close()
+        return await producer.send_batch(builder, where[0], partition=where[1])
 
     async def send_many(self, items, *, retry: bool = True):
         producer = self._producer
