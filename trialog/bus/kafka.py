@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import (
@@ -124,53 +124,53 @@ class KafkaBus(Bus):
             await self._stop_producer(producer)
 
     async def _submit(self, producer: AIOKafkaProducer, items, refused: dict[int, str], stamp: int) -> list:
-        """Hand the records to the producer: (future, indices) per batch, in order. The records of
-        one partition of a keyed role go as batches built here, one future each, in their order
-        (aiokafka's per-record ``send`` costs a coroutine, a metadata check and a future per
-        record: docs/performance.md); a batch's future answers with its first record's offset,
-        and the others follow it. The records of other roles (no partition of ours) one by one."""
+        """Hand the records to the producer: (future, indices) per batch, in order. aiokafka's
+        per-record ``send`` costs a coroutine, a metadata check and a future per record
+        (docs/performance.md); so a partition's records go as batches built here, one future each,
+        answered with the offset of their first record (the others follow it). Not where a batch
+        already waits its turn for the partition (another task's): a batch handed over then would
+        wait for it to go, and each task writing to that partition in turn would wait once more;
+        records given one by one join the waiting batch. Nor the records of other roles (no
+        partition of ours)."""
+        waiting = producer._message_accumulator._batches  # noqa: SLF001 - partition -> its batches not yet sent
         batches: dict[tuple[str, int], tuple] = {}  # (topic, partition) -> (builder, indices)
         sent: list = []
         for i, (role, key, value, headers) in enumerate(items):
             if i in refused:
                 continue
             topic = self.settings.topic(role)
-            if role not in KEYED or not key:
-                one = await producer.send(topic, value=value, key=key, headers=headers, timestamp_ms=stamp)
-                sent.append((one, [i]))
-                continue
             # Keyed roles share the partition count of events: the partition we already know,
             # rather than have the producer hash the key again.
-            where = (topic, self.partition_of(key.decode()))
+            partition = self.partition_of(key.decode()) if role in KEYED and key else None
+            where = (topic, partition)
             builder, indices = batches.get(where) or (None, None)
+            if builder is None and (partition is None or waiting.get(TopicPartition(topic, partition))):
+                one = await producer.send(
+                    topic, value=value, key=key, headers=headers, partition=partition, timestamp_ms=stamp
+                )
+                sent.append((one, [i]))
+                continue
             if builder is None or builder.append(key=key, value=value, timestamp=stamp, headers=headers) is None:
                 if builder is not None:  # full: it goes, and a new one starts
-                    sent.append((await self._send_batch(producer, builder, where), indices))
+                    sent.append((await producer.send_batch(builder, topic, partition=partition), indices))
                 builder, indices = producer.create_batch(), []
                 # An empty batch takes a record of any size (larger ones were refused above).
                 builder.append(key=key, value=value, timestamp=stamp, headers=headers)
                 batches[where] = (builder, indices)
             indices.append(i)
-        for where, (builder, indices) in batches.items():
-            sent.append((await self._send_batch(producer, builder, where), indices))
+        for (topic, partition), (builder, indices) in batches.items():
+            sent.append((await producer.send_batch(builder, topic, partition=partition), indices))
         return sent
-
-    @staticmethod
-    async def _send_batch(producer: AIOKafkaProducer, builder, where: tuple[str, int]):
-        # Closed first: an open batch waiting its turn would take other records aiokafka's `send`
-        # gives that partition meanwhile, after ours (our offsets would hold, but it is ours alone).
-        builder.close()
-        return await producer.send_batch(builder, where[0], partition=where[1])
 
     async def send_many(self, items, *, retry: bool = True):
         producer = self._producer
         if producer is None:
             raise TransportError("the bus is not started: use `async with bus:` or `await bus.start()`")
         if _stopped(producer._sender.sender_task):  # noqa: SLF001
-            # Records given to it now would wait forever. Checked before the sends: these
-            # suspend only while another task's batch for the same partition waits its turn, and
-            # then at most for the producer's request timeout (a KafkaTimeoutError); the sender's
-            # end fails every record it holds.
+            # Records given to it now would wait forever. Checked before the sends: these do
+            # not suspend while the topic's metadata is known and the batches waiting their turn
+            # have room (else at most for the producer's request timeout), so the sender cannot
+            # stop between here and the last send, and its end fails every record it holds.
             await self._replace_producer(producer, why=_ended_with(producer._sender.sender_task))  # noqa: SLF001
             producer = self._producer
         refused = self.oversized(items)
