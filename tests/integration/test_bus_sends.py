@@ -15,7 +15,7 @@ import asyncio
 
 import pytest
 
-from trialog.bus.kafka import KafkaBus
+from trialog.bus.kafka import BATCH_BYTES, KafkaBus
 from trialog.datalog.replay import partition_records
 from trialog.protocol.topics import EVENTS
 
@@ -45,8 +45,9 @@ async def test_each_record_is_where_its_answer_says_in_the_order_given(kafka_set
     await bus.create_topics()
     async with bus:
         small = _items("small", trials=12, per_trial=5, size=60)
-        # 6 KB records: the producer's batches hold 16 KB, so a partition's records fill several.
-        large = _items("large", trials=3, per_trial=6, size=6_000)
+        # 200 KB records: a batch holds BATCH_BYTES (512 KB), so a partition's records fill several.
+        large = _items("large", trials=3, per_trial=6, size=200_000)
+        assert 6 * 200_000 > 2 * BATCH_BYTES, "each trial's records must fill more than two batches"
         answers = [await bus.send_many(small), await bus.send_many(large)]
         # Two tasks at once on the same partitions: each one's batches wait for the other's.
         together = [_items("a", 8, 4, 60), _items("b", 8, 4, 60)]

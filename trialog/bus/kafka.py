@@ -37,11 +37,12 @@ from trialog.bus.base import BATCH_WAIT_MS, RECORD_OVERHEAD, Bus, Delivered
 from trialog.bus.kafka_consumer import ASK_AGAIN_S, KafkaConsumer, partitions_of
 from trialog.bus.kafka_tasks import _ended_with, _stopped, _watch_metadata
 from trialog.errors import RecordsTooLarge, TransportError
-from trialog.protocol.topics import CONTROL, EVENTS, TRIALS, plan
+from trialog.protocol.topics import CONTROL, EVENTS, RECORD_LIMIT, TRIALS, plan
 from trialog.telemetry.logs import get_logger
 
 TOPICS_KNOWN_WITHIN_S = 30.0  # topics created and still unknown to the cluster after this: an error
 KEYED = frozenset({CONTROL, EVENTS, TRIALS})  # partitioned by trial ID, same count (I-2)
+BATCH_BYTES = RECORD_LIMIT // 2  # the most a producer's batch holds (see _new_producer)
 
 log = get_logger(__name__)
 
@@ -80,6 +81,11 @@ class KafkaBus(Bus):
             enable_idempotence=True,
             acks="all",
             linger_ms=0,
+            # A partition's batch may hold a whole flush: a request carries one batch a partition,
+            # and the next waits for its answer, so a flush of 32 Overcooked observations (3.6 KB
+            # each) went as eight requests, one after the other, in aiokafka's 16 KB batches.
+            # Below every topic's record limit (RECORD_LIMIT), which a batch must fit as a whole.
+            max_batch_size=BATCH_BYTES,
             # The largest record any of our topics takes: larger ones are refused before
             # they get here (Bus.oversized), with the topic's own limit in the message.
             max_request_size=max(self.record_limits.values()) + RECORD_OVERHEAD,
