@@ -190,18 +190,19 @@ class KafkaBus(Bus):
         results = await asyncio.gather(*(future for future, _ in sent), return_exceptions=True)
         delivered: dict[int, Delivered] = {}
         failed: dict[int, BaseException] = {}
-        for (_, indices), result in zip(sent, results):
-            for position, i in enumerate(indices):
-                if isinstance(result, (MessageSizeTooLargeError, RecordTooLargeError)):
+        for (_, indices), result in zip(sent, results):  # a batch's answer is each of its records'
+            if isinstance(result, (MessageSizeTooLargeError, RecordTooLargeError)):
+                for i in indices:
                     refused[i] = (
                         f"the broker refused a record of trial {items[i][1].decode(errors='replace')} "
                         f"for its size ({result})"
                     )
-                elif isinstance(result, BaseException):
-                    failed[i] = result
-                else:
-                    # Create time (type 0): the log has ours; log append time: the broker's, in the answer.
-                    at = stamp if result.timestamp_type == 0 else result.timestamp
+            elif isinstance(result, BaseException):
+                failed.update(dict.fromkeys(indices, result))
+            else:
+                # Create time (type 0): the log has ours; log append time: the broker's, in the answer.
+                at = stamp if result.timestamp_type == 0 else result.timestamp
+                for position, i in enumerate(indices):
                     delivered[i] = Delivered(items[i][0], result.partition, result.offset + position, at)
         if any(isinstance(r, _POISONING) for r in results):
             await self._replace_producer(producer, why="a record was refused: its sequence numbers are spent")

@@ -60,7 +60,7 @@ _DTYPES = {name: np.dtype(name).newbyteorder("<") for name in SUPPORTED_DTYPES}
 _NATIVE = {name: np.dtype(name) for name in SUPPORTED_DTYPES}  # what a decoded tensor holds
 # A dtype's name by the dtype: NumPy makes ``dtype.name`` anew on each call (1.6 µs against a lookup's
 # 0.04), and every observation of a Box space is a tensor. Other byte orders are named the slow way.
-_NAMES = {**{dtype: name for name, dtype in _NATIVE.items()}, **{dtype: name for name, dtype in _DTYPES.items()}}
+_NAMES = {dtype: name for table in (_NATIVE, _DTYPES) for name, dtype in table.items()}
 
 
 def schemas_dir() -> Path:
