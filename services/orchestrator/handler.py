@@ -65,6 +65,7 @@ from trialog.trust.seats import SeatBook, seat_headers
 log = get_logger(__name__)
 
 _ENDED_OFFSETS_KEPT = 1_000_000  # ended trials whose offsets are remembered (to recall one from the log: two ints each)
+_TIMINGS = {True: "live", False: "retroactive"}  # trialog_rewards' label: for the current tick, or an earlier one
 ENVIRONMENT_TIMEOUT_S = 30.0  # a running trial with no observation by then has no environment service
 
 
@@ -128,6 +129,9 @@ class OrchestratorHandler(Handler):
         # index, read again after each assignment when first needed, and from the ends we read.
         self.ended_at: RecentlyEnded[tuple[int, int]] = RecentlyEnded(_ENDED_OFFSETS_KEPT)
         self.index_read = False
+        # The rewards counter's two children ('live', 'retroactive'), looked up once: a labelled
+        # child costs a lookup under a lock, and nearly every observation carries a reward.
+        self._rewards_counted = {live: metrics.REWARDS.labels(timing) for live, timing in _TIMINGS.items()}
 
     def must_judge(self, record: Record, kind: str | None) -> bool:
         if record.role == CONTROL or owner_of(kind) == ORCHESTRATOR:
@@ -320,7 +324,7 @@ class OrchestratorHandler(Handler):
             trial.returns.add(reward)  # a reward after the trial's end is in the log, not in the index's returns
         if self.loop.is_live(EVENTS, self.loop.bus.partition_of(reward.trial_id)):
             live = trial is not None and (carried or reward.tick >= trial.tick)
-            metrics.REWARDS.labels("live" if live else "retroactive").inc()
+            self._rewards_counted[live].inc()
 
     def _check_message(self, trial: _Live | None, message: Message) -> None:
         if trial is None or trial.status == "pending":
