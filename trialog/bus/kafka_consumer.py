@@ -35,6 +35,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import OffsetAndMetadata
 
 from trialog.bus.base import BATCH_WAIT_MS, AssignmentCallback, Consumer, Record
+from trialog.bus.kafka_records import MADE_IN_PLACE, RecordMaker
 from trialog.bus.kafka_tasks import _ended_with, _stopped, _watch_metadata
 from trialog.errors import TopicMissingError, TransportError
 from trialog.protocol.topics import TRANSACTIONAL_PREFIX
@@ -142,6 +143,7 @@ class KafkaConsumer(Consumer):
             **settings.kafka_client_options(),
             client_id=f"{settings.client_id}-{self.group or 'reader'}",
             group_id=self.group,
+            key_deserializer=RecordMaker(self._topic_roles),  # its batches hand out Records (kafka_records)
             enable_auto_commit=False,
             auto_offset_reset="earliest" if self.from_start else "latest",
             partition_assignment_strategy=(RangePartitionAssignor,),
@@ -271,9 +273,12 @@ class KafkaConsumer(Consumer):
     def _records(self, batches) -> list[Record]:
         out: list[Record] = []
         for tp, messages in batches.items():
-            role = self._topic_roles[tp.topic]
-            for m in messages:
-                out.append(Record(role, tp.partition, m.offset, m.key, m.value, tuple(m.headers or ()), m.timestamp))
+            if MADE_IN_PLACE:
+                out += messages
+            else:
+                role = self._topic_roles[tp.topic]
+                out += (Record(role, tp.partition, m.offset, m.key, m.value, tuple(m.headers or ()), m.timestamp)
+                        for m in messages)  # fmt: skip
             if messages:
                 self._next[tp] = messages[-1].offset + 1
         return out
