@@ -42,6 +42,12 @@ def test_a_consumer_of_ours_gets_records_with_the_fields_of_aiokafkas():
     ]
     assert ours[0].headers == tuple(HEADERS) and ours[1].key is None and ours[1].value is None
     assert ours[0].timestamp_ms == 1_700_000_000_123
+    # Made the same way when aiokafka names its arguments.
+    named = fetcher.PartitionRecords(
+        TP, MemoryRecords(_batch()), [], 0, key_deserializer=RecordMaker({"p.events": "events"}),
+        value_deserializer=None, check_crcs=True, isolation_level=0,
+    )  # fmt: skip
+    assert [(r.offset, r.key, r.headers) for r in named] == [(r.offset, r.key, r.headers) for r in ours]
 
 
 def test_any_other_consumer_reads_with_aiokafkas_own_class():

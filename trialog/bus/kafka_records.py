@@ -47,11 +47,12 @@ class _Unpacked(_AIOKAFKAS):
         )  # fmt: skip
 
 
-def _partition_records(tp, records, aborted_transactions, fetch_offset, key_deserializer, *rest):
+def _partition_records(*args, **kwargs):
     """What aiokafka's fetcher makes for each partition of a fetch: ours for a consumer of ours,
-    aiokafka's own, untouched, for any other."""
-    kind = _Unpacked if type(key_deserializer) is RecordMaker else _AIOKAFKAS
-    return kind(tp, records, aborted_transactions, fetch_offset, key_deserializer, *rest)
+    aiokafka's own, untouched, for any other. Its arguments as aiokafka's class takes them (the
+    key deserializer fifth)."""
+    marked = kwargs.get("key_deserializer", args[4] if len(args) > 4 else None)
+    return (_Unpacked if type(marked) is RecordMaker else _AIOKAFKAS)(*args, **kwargs)
 
 
 # Installed where aiokafka's fetcher makes them, if it makes them as this module knows (a
