@@ -9,8 +9,8 @@ consumer that reader makes the Record itself (:class:`_Unpacked`), with the fiel
 Any other consumer in the process (a benchmark's raw floor, a tool's) reads with aiokafka's own
 class and gets its ``ConsumerRecord`` as before.
 
-A replay of the benchmark's log read 8 % more records a second this way, its CPU a record
-9.3–10.6 → 8.8–9.4 µs (docs/performance.md).
+A replay of the benchmark's log read about 5 % more records a second this way, its CPU a record
+9.30–10.32 → 8.76–9.75 µs (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -35,28 +35,26 @@ class RecordMaker:
 
 
 _AIOKAFKAS = fetcher.PartitionRecords
-
-
-class _Unpacked(_AIOKAFKAS):
-    """aiokafka's records of one partition of a fetch, as Records for a consumer of ours."""
-
-    def _consumer_record(self, tp, record):
-        return Record(
-            self._key_deserializer.roles[tp.topic], tp.partition, record.offset, record.key, record.value,
-            tuple(record.headers), record.timestamp,
-        )  # fmt: skip
-
-
-def _partition_records(*args, **kwargs):
-    """What aiokafka's fetcher makes for each partition of a fetch: ours for a consumer of ours,
-    aiokafka's own, untouched, for any other. Its arguments as aiokafka's class takes them (the
-    key deserializer fifth)."""
-    marked = kwargs.get("key_deserializer", args[4] if len(args) > 4 else None)
-    return (_Unpacked if type(marked) is RecordMaker else _AIOKAFKAS)(*args, **kwargs)
-
-
-# Installed where aiokafka's fetcher makes them, if it makes them as this module knows (a
-# ConsumerRecord a record, by ``_consumer_record``); otherwise the consumer copies as before.
+# Installed where aiokafka's fetcher makes them, if it makes them as this module knows (a class
+# making a ConsumerRecord a record, by ``_consumer_record``); otherwise the consumer copies as before.
 MADE_IN_PLACE = isinstance(_AIOKAFKAS, type) and callable(getattr(_AIOKAFKAS, "_consumer_record", None))
+
 if MADE_IN_PLACE:
+
+    class _Unpacked(_AIOKAFKAS):
+        """aiokafka's records of one partition of a fetch, as Records for a consumer of ours."""
+
+        def _consumer_record(self, tp, record):
+            return Record(
+                self._key_deserializer.roles[tp.topic], tp.partition, record.offset, record.key, record.value,
+                tuple(record.headers), record.timestamp,
+            )  # fmt: skip
+
+    def _partition_records(*args, **kwargs):
+        """What aiokafka's fetcher makes for each partition of a fetch: ours for a consumer of ours,
+        aiokafka's own, untouched, for any other. Its arguments as aiokafka's class takes them (the
+        key deserializer fifth)."""
+        marked = kwargs.get("key_deserializer", args[4] if len(args) > 4 else None)
+        return (_Unpacked if type(marked) is RecordMaker else _AIOKAFKAS)(*args, **kwargs)
+
     fetcher.PartitionRecords = _partition_records
