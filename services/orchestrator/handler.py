@@ -65,7 +65,6 @@ from trialog.trust.seats import SeatBook, seat_headers
 log = get_logger(__name__)
 
 _ENDED_OFFSETS_KEPT = 1_000_000  # ended trials whose offsets are remembered (to recall one from the log: two ints each)
-_TIMINGS = {True: "live", False: "retroactive"}  # trialog_rewards' label: for the current tick, or an earlier one
 ENVIRONMENT_TIMEOUT_S = 30.0  # a running trial with no observation by then has no environment service
 
 
@@ -129,9 +128,9 @@ class OrchestratorHandler(Handler):
         # index, read again after each assignment when first needed, and from the ends we read.
         self.ended_at: RecentlyEnded[tuple[int, int]] = RecentlyEnded(_ENDED_OFFSETS_KEPT)
         self.index_read = False
-        # The rewards counter's two children ('live', 'retroactive'), looked up once: a labelled
+        # The rewards counter's two children (live: for the current tick), looked up once: a labelled
         # child costs a lookup under a lock, and nearly every observation carries a reward.
-        self._rewards_counted = {live: metrics.REWARDS.labels(timing) for live, timing in _TIMINGS.items()}
+        self._rewards_counted = {True: metrics.REWARDS.labels("live"), False: metrics.REWARDS.labels("retroactive")}
 
     def must_judge(self, record: Record, kind: str | None) -> bool:
         if record.role == CONTROL or owner_of(kind) == ORCHESTRATOR:

@@ -9,8 +9,9 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.structs import ConsumerRecord, TopicPartition
 
+from trialog.bus import kafka_records
 from trialog.bus.base import Record
-from trialog.bus.kafka_records import MADE_IN_PLACE, RecordMaker
+from trialog.bus.kafka_records import MADE_IN_PLACE, RecordMaker, as_records
 
 TP = TopicPartition("p.events", 3)
 HEADERS = [("kind", b"observation"), ("tick", b"7"), ("mac.environment", b"x" * 32), ("empty", b"")]
@@ -48,6 +49,19 @@ def test_a_consumer_of_ours_gets_records_with_the_fields_of_aiokafkas():
         value_deserializer=None, check_crcs=True, isolation_level=0,
     )  # fmt: skip
     assert [(r.offset, r.key, r.headers) for r in named] == [(r.offset, r.key, r.headers) for r in ours]
+
+
+def test_where_aiokafka_is_not_as_known_its_records_are_copied_into_the_same_records(monkeypatch):
+    roles = {"p.events": "events"}
+    made = as_records(roles, TP, _read(RecordMaker(roles)))
+    assert made and all(type(r) is Record for r in made)
+    monkeypatch.setattr(kafka_records, "MADE_IN_PLACE", False)
+    copied = as_records(roles, TP, _read(None))
+    assert [vars_of(r) for r in copied] == [vars_of(r) for r in made]
+
+
+def vars_of(r: Record) -> tuple:
+    return (r.role, r.partition, r.offset, r.key, r.value, r.headers, r.timestamp_ms, r.problem, r.span)
 
 
 def test_any_other_consumer_reads_with_aiokafkas_own_class():

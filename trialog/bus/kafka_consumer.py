@@ -35,7 +35,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 from aiokafka.structs import OffsetAndMetadata
 
 from trialog.bus.base import BATCH_WAIT_MS, AssignmentCallback, Consumer, Record
-from trialog.bus.kafka_records import MADE_IN_PLACE, RecordMaker
+from trialog.bus.kafka_records import RecordMaker, as_records
 from trialog.bus.kafka_tasks import _ended_with, _stopped, _watch_metadata
 from trialog.errors import TopicMissingError, TransportError
 from trialog.protocol.topics import TRANSACTIONAL_PREFIX
@@ -273,12 +273,7 @@ class KafkaConsumer(Consumer):
     def _records(self, batches) -> list[Record]:
         out: list[Record] = []
         for tp, messages in batches.items():
-            if MADE_IN_PLACE:
-                out += messages
-            else:
-                role = self._topic_roles[tp.topic]
-                out += (Record(role, tp.partition, m.offset, m.key, m.value, tuple(m.headers or ()), m.timestamp)
-                        for m in messages)  # fmt: skip
+            out += as_records(self._topic_roles, tp, messages)
             if messages:
                 self._next[tp] = messages[-1].offset + 1
         return out

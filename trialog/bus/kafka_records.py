@@ -58,3 +58,12 @@ if MADE_IN_PLACE:
         return (_Unpacked if type(marked) is RecordMaker else _AIOKAFKAS)(*args, **kwargs)
 
     fetcher.PartitionRecords = _partition_records
+
+
+def as_records(roles: dict[str, str], tp, messages: list) -> list[Record]:
+    """The records one partition of a ``getmany`` handed out, as Records: as they are where they
+    were made in place, else copied out of aiokafka's ConsumerRecords (the same fields)."""
+    if MADE_IN_PLACE:
+        return messages
+    role = roles[tp.topic]
+    return [Record(role, tp.partition, m.offset, m.key, m.value, tuple(m.headers or ()), m.timestamp) for m in messages]
