@@ -7,9 +7,9 @@ events from its start offset before following the tail. That is why any gateway
 instance can serve any seat, and why a reconnect — to this instance or another —
 resumes from the log.
 
-Ordering: a subscriber is registered on the tail *before* its catch-up reader
-measures the partition's end; records below that end come from the catch-up,
-records at or above it from the tail. Nothing is seen twice or missed.
+Ordering: a subscriber is registered on the tail *before* the partition's end is
+measured for it; records below that end come from the catch-up, records at or
+above it from the tail. Nothing is seen twice or missed.
 
 Bounds (:class:`~trialog.services.gateway.door.Limits`): catch-up reads run a few at a time
 per process, one per partition at a time on a reader kept while they queue, each
@@ -210,6 +210,13 @@ class Feed:
 
     async def _records(self, sub: _Subscriber, indexed: TrialRecord) -> AsyncIterator[Record | None]:
         partition = indexed.partition
+        # The history ends where the partition ends now, the subscriber being on the tail: measured
+        # before the catch-up waits for its turn, not once it has it. What the partition gains while
+        # it waits reaches the subscriber through the tail either way; read again by the catch-up, a
+        # crowd of pages joining the trials of one partition at once read it over and over (each
+        # catch-up every other trial's ticks since its own start: 4.5 times the log in
+        # bench/gateway.py's ramp, docs/performance.md).
+        end = (await self._tail.end_offsets([(EVENTS, partition)]))[(EVENTS, partition)]
         lock = self._reader_locks[partition]
         self._queued[partition] += 1
         try:
@@ -232,7 +239,6 @@ class Feed:
         try:
             deadline = asyncio.get_running_loop().time() + CATCHUP_WITHIN_S
             reader = await self._reader(partition)
-            end = (await reader.end_offsets([(EVENTS, partition)]))[(EVENTS, partition)]
             reader.seek(EVENTS, partition, indexed.start_offset or 0)
             position = indexed.start_offset or 0
             while position < end:
@@ -240,7 +246,9 @@ class Feed:
                     raise Refused(
                         f"this page took over {CATCHUP_WITHIN_S:g} s to read the trial's history; reload it", SLOW
                     )
-                for i, record in enumerate(await reader.poll(timeout_ms=500), 1):
+                # No more records than the history has left: aiokafka makes a record as it hands it out,
+                # and what a fetch holds past the end (the tail's records) is not made for nothing.
+                for i, record in enumerate(await reader.poll(timeout_ms=500, max_records=end - position), 1):
                     position = record.next_offset
                     if record.offset >= end:
                         break
@@ -250,6 +258,8 @@ class Feed:
                         # A page's send seldom waits, so a poll's worth of history would go out
                         # in one stretch of the event loop: give the live seats a turn.
                         await asyncio.sleep(0)
+                # Offsets with no record (compaction, control markers) count as read.
+                position = max(position, reader.position_hint(EVENTS, partition) or 0)
         except (Refused, GeneratorExit, asyncio.CancelledError):
             raise
         except Exception:
