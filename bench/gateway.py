@@ -28,12 +28,13 @@ import time
 import uuid
 from pathlib import Path
 
-import websockets
+import orjson
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import people  # noqa: E402
 from bench.core import percentile, read_records  # noqa: E402
 from bench.floor import two_hop  # noqa: E402
 from trialog.bus import connect  # noqa: E402
@@ -68,21 +69,24 @@ def seat_socket(url: str, holder: str) -> str:
 
 
 async def person(url: str, holder: str, round_trips: list[float] | None = None) -> int:
-    """Play ROCK at every observation until the end; returns the actions sent."""
+    """Play ROCK at every observation until the end; returns the actions sent. The socket is
+    :mod:`bench.people`'s: the people share the machine with what they measure."""
     sent, last = 0, None
-    async with websockets.connect(seat_socket(url, holder), open_timeout=60, max_queue=None) as ws:
-        async for raw in ws:
-            msg = json.loads(raw)
-            if msg["type"] == "observation":
-                if last is not None and round_trips is not None:
-                    round_trips.append((time.perf_counter() - last) * 1000)
-                    last = None
-                if not msg["final"]:
-                    last = time.perf_counter()
-                    await ws.send(json.dumps({"type": "action", "tick": msg["tick"], "action": "ROCK"}))
-                    sent += 1
-            elif msg["type"] in ("end", "refused"):
-                return sent
+
+    def on_message(ws: people.Socket, raw: bytes) -> bool:
+        nonlocal sent, last
+        msg = orjson.loads(raw)
+        if msg["type"] == "observation":
+            if last is not None and round_trips is not None:
+                round_trips.append((time.perf_counter() - last) * 1000)
+                last = None
+            if not msg["final"]:
+                last = time.perf_counter()
+                ws.send(orjson.dumps({"type": "action", "tick": msg["tick"], "action": "ROCK"}))
+                sent += 1
+        return msg["type"] not in ("end", "refused")
+
+    await people.talk(seat_socket(url, holder), on_message)
     return sent
 
 
