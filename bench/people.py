@@ -1,12 +1,12 @@
 """The gateway benchmark's simulated people: a WebSocket client (RFC 6455) small enough that
 the benchmark's load costs the machine little beside the services it measures.
 
-A seat's page is a browser, on another machine. The benchmark runs every simulated person
-in its own process on the two cores the services share, so each person's CPU is taken
-from the gateway and the services under test. With the ``websockets`` client, the people
-cost 78–92 µs of CPU a seat-tick (one observation received, one action sent) at 128–256
-seats; this client 52–57 µs (docs/performance.md, "The benchmark's people"). The gateway
-sees the same bytes from either: a handshake, masked text frames, a close answered.
+A seat's page is a browser, on another machine. The benchmark runs the simulated people in its
+own process, on the two cores the services share, so their CPU is taken from the gateway and the
+services under test. With the ``websockets`` client, the people cost 78–92 µs of CPU a seat-tick
+(one observation received, one action sent) at 128–256 seats; with this client, 46–57 µs
+(docs/performance.md, "A page's catch-up, and the benchmark's people"). The gateway sees the same
+bytes from either: a handshake, masked text frames, a close answered.
 
 Only what a seat's socket uses is here: text and binary messages (fragmented or not),
 pings answered, the close handshake. No extensions are offered (the gateway compresses
@@ -64,7 +64,6 @@ class Socket(asyncio.Protocol):
         self.key = base64.b64encode(os.urandom(16))
         self.buffer = bytearray()
         self.parts: list[bytes] = []
-        self.opened = False
         self.closing = False
         loop = asyncio.get_running_loop()
         self.ready: asyncio.Future[None] = loop.create_future()  # the handshake's outcome
@@ -93,7 +92,7 @@ class Socket(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        if not self.opened and not self._handshake():
+        if not self.ready.done() and not self._handshake():
             return
         buffer = self.buffer
         while len(buffer) >= 2 and not self.closed.done():
@@ -129,7 +128,6 @@ class Socket(asyncio.Protocol):
         if lines[0].split(b" ")[1:2] != [b"101"] or fields.get(b"sec-websocket-accept") != accept_for(self.key):
             self._end(HandshakeRefused(head.decode("latin-1")[:500]))
             return False
-        self.opened = True
         self.ready.set_result(None)
         return True
 

@@ -211,13 +211,11 @@ class Feed:
     async def _records(self, sub: _Subscriber, indexed: TrialRecord) -> AsyncIterator[Record | None]:
         partition = indexed.partition
         # The history ends where the partition ends now, the subscriber being on the tail: measured
-        # before the catch-up waits for its turn, not once it has it. What the partition gains while
-        # it waits reaches the subscriber through the tail either way; read again by the catch-up, a
-        # crowd of pages joining the trials of one partition at once read it over and over (each
-        # catch-up every other trial's ticks since its own start: 4.5 times the log in
-        # bench/gateway.py's ramp, docs/performance.md). Asked of the broker, not taken from the tail's
-        # position: the tail lags the log, and a reloaded page then missed its own last action in its
-        # history (tests/integration/test_gateway.py).
+        # before the catch-up waits for its turn. What comes while it waits reaches the subscriber
+        # through the tail; read by the catch-up too, a crowd of pages joining at once read every other
+        # trial's ticks over and over (4.4 times the log in one run: docs/performance.md). Asked of the
+        # broker, not taken from the tail's position: the tail lags the log, and a reloaded page then
+        # missed its own last action in its history (tests/integration/test_gateway.py).
         end = (await self._tail.end_offsets([(EVENTS, partition)]))[(EVENTS, partition)]
         lock = self._reader_locks[partition]
         self._queued[partition] += 1

@@ -19,7 +19,7 @@ async def _write(bus: MemoryBus, trial_id: str, n: int, start: int = 0) -> None:
 
 
 async def _index(bus: MemoryBus, trial_id: str) -> None:
-    (p,) = {bus.partition_of(trial_id)}
+    p = bus.partition_of(trial_id)
     start = len(bus.logs[EVENTS][p])
     record = TrialRecord(trial_id, status="running", partition=p, start_offset=start)
     await bus.send_many([(TRIALS, trial_id.encode(), bus.codec.encode(record), [])])
