@@ -11,6 +11,10 @@ on the broker at TRIALOG_BOOTSTRAP_SERVERS; people are simulated WebSocket clien
    observation written by the environment → the person's action written by the
    gateway. One gateway process holds N seats when that p99 stays under the tick
    interval and no seat misses a deadline.
+3. **Pages back after a restart**: N seats play T ticks, every page leaves, and all come
+   back at once, as a restarted gateway's pages do; each page's seconds from its connect
+   to its welcome (its trial's history read and folded). Beside them, the raw read of
+   the whole log (consume+fastavro, ``bench/floor.py``): what one read of it costs.
 
     python bench/gateway.py [--short] [--json FILE]
 """
@@ -36,12 +40,14 @@ sys.path.insert(0, str(ROOT))
 
 from bench import people  # noqa: E402
 from bench.core import percentile, read_records  # noqa: E402
-from bench.floor import two_hop  # noqa: E402
+from bench.cpu import cpu_seconds  # noqa: E402
+from bench.floor import consume_decode, two_hop  # noqa: E402
 from trialog.bus import connect  # noqa: E402
 from trialog.commands.parts import run_async  # noqa: E402
 from trialog.controller import Controller  # noqa: E402
 from trialog.protocol.topics import TRIALS  # noqa: E402
 from trialog.settings import Settings  # noqa: E402
+from trialog.spec import load_spec  # noqa: E402
 from trialog.tools.campaign import create_topics, local_services  # noqa: E402
 
 SPEC = ROOT / "bench" / "gateway.yaml"
@@ -68,18 +74,31 @@ def seat_socket(url: str, holder: str) -> str:
     return f"{base.replace('http://', 'ws://', 1)}/ws/seat?{query}&holder={holder}"
 
 
-async def person(url: str, holder: str, round_trips: list[float] | None = None) -> int:
-    """Play ROCK at every observation until the end; returns the actions sent. The socket is
-    :mod:`bench.people`'s: the people share the machine with what they measure."""
-    sent, last = 0, None
+async def person(
+    url: str,
+    holder: str,
+    round_trips: list[float] | None = None,
+    *,
+    leave_after: int | None = None,
+    welcomed: list[float] | None = None,
+) -> int:
+    """Play ROCK at every observation until the end, or until ``leave_after`` actions were sent
+    (then the page leaves); returns the actions sent. ``welcomed`` gets the seconds from the
+    connect to the welcome. The socket is :mod:`bench.people`'s: the people share the machine
+    with what they measure."""
+    sent, last, t0 = 0, None, time.perf_counter()
 
     def on_message(ws: people.Socket, raw: bytes) -> bool:
         nonlocal sent, last
         msg = orjson.loads(raw)
+        if msg["type"] == "welcome" and welcomed is not None:
+            welcomed.append(time.perf_counter() - t0)
         if msg["type"] == "observation":
             if last is not None and round_trips is not None:
                 round_trips.append((time.perf_counter() - last) * 1000)
                 last = None
+            if leave_after is not None and sent >= leave_after:
+                return False
             if not msg["final"]:
                 last = time.perf_counter()
                 ws.send(orjson.dumps({"type": "action", "tick": msg["tick"], "action": "ROCK"}))
@@ -118,6 +137,31 @@ async def round_trip(settings: Settings, ticks: int) -> dict:
         "p99": percentile(warm, 99),
         "floor_p50": percentile(floor, 50),
         "floor_p99": percentile(floor, 99),
+    }
+
+
+async def reconnect(settings: Settings, spec: Path, gateway_pid: int, seats: int, ticks: int) -> dict:
+    async with Controller(connect(settings), name="bench", follow=TRIALS) as ctl:
+        tids = [await ctl.start_trial("gw-bench", max_ticks=ticks + 2) for _ in range(seats)]
+        urls = [next(iter(ctl.join_links(t, ["bob"]).values())) for t in tids]
+        await asyncio.gather(*(person(u, f"bench-{i}", leave_after=ticks) for i, u in enumerate(urls)))
+        welcomed: list[float] = []
+        cpu0 = cpu_seconds(gateway_pid)
+        await asyncio.gather(*(person(u, f"bench-{i}", welcomed=welcomed) for i, u in enumerate(urls)))
+        cpu = cpu_seconds(gateway_pid) - cpu0
+        ends = [await ctl.wait_ended(t, timeout=120) for t in tids]
+        load_spec(spec, ctl.bus.store)  # the payloads' schemas, for the floor's decoding
+        floor_s, records = await consume_decode(settings, ctl.bus.store, settings.partitions)
+    if len(welcomed) < seats or any(e.reason != "max_ticks" for e in ends):
+        raise SystemExit(f"reconnect: {len(welcomed)} of {seats} pages welcomed back, ends {[e.reason for e in ends]}")
+    return {
+        "seats": seats,
+        "ticks": ticks,
+        "welcome_p50_s": percentile(welcomed, 50),
+        "welcome_max_s": max(welcomed),
+        "gateway_cpu_s": cpu,
+        "log_records": records,
+        "floor_s": floor_s,
     }
 
 
@@ -190,6 +234,14 @@ async def main_async(args) -> dict:
             )
             if not row["held"]:
                 break
+    again = settings(f"gwbench-{uuid.uuid4().hex[:8]}.")
+    await create_topics(again)
+    with local_services(
+        again, str(spec_file(folder, None)), gateway_port=port, gateway_args=ONE_ADDRESS, log_dir=str(folder)
+    ) as procs:
+        out["reconnect"] = await reconnect(
+            again, spec_file(folder, None), procs["gateway"].pid, *((16, 100) if args.short else (64, 600))
+        )
     out["logs"] = str(folder)
     return out
 
@@ -212,6 +264,12 @@ def table(out: dict) -> str:
         f"seats one gateway process holds at a {TICK_MS} ms tick (p99 < {TICK_MS} ms, no deadline missed): "
         f"{max(held) if held else 'fewer than the fewest tried'}"
     )
+    rc = out["reconnect"]
+    label = f"pages back at once: {rc['seats']} at tick {rc['ticks']}, to welcome p50 / max (s)"
+    lines.append(
+        f"{label:58} {rc['welcome_p50_s']:>7.2f} / {rc['welcome_max_s']:<7.2f} {rc['floor_s']:>7.2f} s"
+        f" (the log, {rc['log_records']:,} records, read once raw); gateway CPU {rc['gateway_cpu_s']:.1f} s"
+    )
     return "\n".join(lines)
 
 
@@ -233,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(out))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2, default=str))
-    return 0 if out["round_trip"]["ticks"] and out["capacity"] else 1
+    return 0 if out["round_trip"]["ticks"] and out["capacity"] and out["reconnect"] else 1
 
 
 if __name__ == "__main__":

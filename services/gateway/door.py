@@ -42,8 +42,8 @@ class Limits:
     body_bytes: int = 64 * 1024  # the largest request body of the JSON API
     send_queue: int = 2048  # log records waiting for one socket; a socket that falls further behind is closed
     send_timeout_s: float = 10.0  # one message to a page that does not read for this long: the socket is closed
-    catchups: int = 4  # catch-up reads of the log (a socket's trial from its first event) at once per process
-    catchup_wait_s: float = 30.0  # how long a socket waits for a catch-up turn before it is refused
+    catchups: int = 4  # catch-up rounds (a partition read once for the sockets waiting on it) at once per process
+    catchup_wait_s: float = 30.0  # how long a socket waits for its catch-up round before it is refused
     takeover_after_s: float = 10.0  # a seat may be taken over once its holder has been silent this long
 
     def __post_init__(self) -> None:

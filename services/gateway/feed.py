@@ -11,12 +11,19 @@ Ordering: a subscriber is registered on the tail *before* the partition's end is
 measured for it; records below that end come from the catch-up, records at or
 above it from the tail. Nothing is seen twice or missed.
 
-Bounds (:class:`~trialog.services.gateway.door.Limits`): catch-up reads run a few at a time
-per process, one per partition at a time on a reader kept while they queue, each
-within :data:`CATCHUP_WITHIN_S`; a subscriber's queue of live
-records is bounded, and a subscriber that falls further behind is dropped
-(:class:`~trialog.services.gateway.door.Refused` with the ``SLOW`` close code) rather than
-buffered without bound.
+Catch-ups are read in rounds, one partition's at a time: a round takes every catch-up
+waiting for that partition and reads the partition once, from the oldest of their trials'
+starts to the furthest of their ends, handing each subscriber its own trial's records.
+Pages that come together — a crowd joining, or every page of a restarted gateway
+reconnecting — cost one read of the partition, not one each (docs/humans.md#limits).
+
+Bounds (:class:`~trialog.services.gateway.door.Limits`): rounds run a few at a time per
+process on a reader kept per partition while catch-ups queue, each within
+:data:`CATCHUP_WITHIN_S`; a page waits for its round at most ``catchup_wait_s``. A
+subscriber's queues (history, then live records) are bounded: a round waits for a page to
+take its history at most ``send_timeout_s``, and a subscriber that falls further behind the
+tail is dropped (:class:`~trialog.services.gateway.door.Refused` with the ``SLOW`` close
+code) rather than buffered without bound.
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ from trialog.telemetry.logs import get_logger
 log = get_logger(__name__)
 
 CAUGHT_UP = None  # marker a subscription yields once the trial's history has been read
-CATCHUP_WITHIN_S = 30.0  # a catch-up read (a trial's history to one page) that takes longer is dropped
-CATCHUP_TURN_EVERY = 64  # history records read between two turns the catch-up gives the event loop
+CATCHUP_WITHIN_S = 30.0  # a round of catch-ups (its pages' histories) that takes longer drops the pages left
+CATCHUP_TURN_EVERY = 64  # history records read between two turns a round gives the event loop
+_DONE = object()  # the end of a catch-up's history in its queue
 
 
 def _keep_all(record: Record) -> bool:
@@ -74,20 +82,35 @@ class _Subscriber:
         return record
 
 
+@dataclass(eq=False)
+class _Catchup:
+    """One subscriber's history: its trial's records below ``end``, the partition's end when it
+    subscribed. A round puts them in ``queue``, then :data:`_DONE` or what ended it."""
+
+    sub: _Subscriber
+    start: int
+    end: int
+    queue: asyncio.Queue
+    started: asyncio.Event = field(default_factory=asyncio.Event)  # its round took it
+    finished: bool = False  # its round put its last item
+    gone: bool = False  # the page left: its round passes it over
+
+
 class Feed:
     """Started once per gateway process (``async with Feed(bus)``)."""
 
     def __init__(self, bus: Bus, limits: Limits | None = None):
         self.bus = bus
         self.limits = limits or Limits()
-        self._catchups = asyncio.Semaphore(self.limits.catchups)
-        self._readers: dict[int, Consumer] = {}  # partition -> its catch-up reader (one catch-up at a time each)
-        self._reader_locks: dict[int, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._queued: dict[int, int] = defaultdict(int)  # partition -> catch-ups under way or waiting for its reader
+        self._catchups = asyncio.Semaphore(self.limits.catchups)  # rounds reading at once
+        self._readers: dict[int, Consumer] = {}  # partition -> its catch-up reader (one round at a time each)
+        self._waiting: dict[int, list[_Catchup]] = defaultdict(list)  # partition -> catch-ups for its next round
+        self._rounds: dict[int, asyncio.Task] = {}  # partition -> the task reading its rounds
         self.index: dict[str, TrialRecord] = {}
         self._index_changed = asyncio.Condition()
         self._subscribers: dict[str, set[_Subscriber]] = defaultdict(set)
         self._tail: Consumer | None = None
+        self._ends: Consumer | None = None  # asks partitions' ends; reads nothing (see _records)
         self._tasks: list[asyncio.Task] = []
         self.index_ready = asyncio.Event()
         self.watchers: list[Callable[[Record], None]] = []  # see every tail record (the dashboard's tick count)
@@ -96,17 +119,21 @@ class Feed:
         await self.bus.start()
         self._tail = self.bus.consumer([EVENTS], from_start=False)
         await self._tail.start()
+        self._ends = self.bus.consumer([EVENTS], partitions=[])
+        await self._ends.start()
         self._tasks = [asyncio.create_task(self._follow_tail()), asyncio.create_task(self._follow_index())]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._rounds.values()]
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         for partition in list(self._readers):
             await self._drop_reader(partition)
-        if self._tail is not None:
-            await self._tail.stop()
+        for consumer in (self._tail, self._ends):
+            if consumer is not None:
+                await consumer.stop()
         await self.bus.stop()
 
     # --- the trials index --------------------------------------------------------------
@@ -168,10 +195,9 @@ class Feed:
                         sub.put(record)  # (before the catch-up ends: kept until it decides)
 
     async def _reader(self, partition: int) -> Consumer:
-        """The catch-up reader of one ``events`` partition, kept while catch-ups of that
-        partition queue for it: a crowd of sockets to one trial seeks one reader rather than
-        paying for a new Kafka consumer (connections, metadata) each; stopped when none
-        waits, since an idle consumer goes on fetching."""
+        """The catch-up reader of one ``events`` partition, kept while its rounds follow one
+        another rather than paying for a new Kafka consumer (connections, metadata) each;
+        stopped when no catch-up waits, since an idle consumer goes on fetching."""
         reader = self._readers.get(partition)
         if reader is None:
             reader = self.bus.consumer([EVENTS], partitions=[partition])
@@ -209,69 +235,41 @@ class Feed:
                 del self._subscribers[trial_id]
 
     async def _records(self, sub: _Subscriber, indexed: TrialRecord) -> AsyncIterator[Record | None]:
-        partition = indexed.partition
+        partition, start = indexed.partition, indexed.start_offset or 0
         # The history ends where the partition ends now, the subscriber being on the tail: measured
-        # before the catch-up waits for its turn. What comes while it waits reaches the subscriber
+        # before the catch-up waits for its round. What comes while it waits reaches the subscriber
         # through the tail; read by the catch-up too, a crowd of pages joining at once read every other
         # trial's ticks over and over (4.4 times the log in one run: docs/performance.md). Asked of the
         # broker, not taken from the tail's position: the tail lags the log, and a reloaded page then
-        # missed its own last action in its history (tests/integration/test_gateway.py).
-        end = (await self._tail.end_offsets([(EVENTS, partition)]))[(EVENTS, partition)]
-        lock = self._reader_locks[partition]
-        self._queued[partition] += 1
-        try:
-            await asyncio.wait_for(self._catchups.acquire(), self.limits.catchup_wait_s)
+        # missed its own last action in its history (tests/integration/test_gateway.py). Asked by a
+        # consumer that fetches nothing: a broker answers a connection's requests in turn, and the
+        # tail's fetch of a quiet partition is held up to its wait (500 ms) before the question.
+        end = (await self._ends.end_offsets([(EVENTS, partition)]))[(EVENTS, partition)]
+        if start < end:
+            catchup = _Catchup(sub, start, end, asyncio.Queue(self.limits.send_queue))
+            self._waiting[partition].append(catchup)
+            if partition not in self._rounds:
+                self._rounds[partition] = asyncio.create_task(self._read_rounds(partition))
             try:
-                await asyncio.wait_for(lock.acquire(), self.limits.catchup_wait_s)
-            except BaseException:
-                self._catchups.release()
-                raise
-        except TimeoutError:
-            self._queued[partition] -= 1
-            raise Refused(
-                f"this gateway is busy reading other trials for other pages "
-                f"(waited {self.limits.catchup_wait_s:g} s); try again",
-                LIMITED,
-            ) from None
-        except BaseException:
-            self._queued[partition] -= 1
-            raise
-        try:
-            deadline = asyncio.get_running_loop().time() + CATCHUP_WITHIN_S
-            reader = await self._reader(partition)
-            reader.seek(EVENTS, partition, indexed.start_offset or 0)
-            position = indexed.start_offset or 0
-            while position < end:
-                if asyncio.get_running_loop().time() > deadline:
-                    raise Refused(
-                        f"this page took over {CATCHUP_WITHIN_S:g} s to read the trial's history; reload it", SLOW
-                    )
-                # No more records than the history has left: aiokafka makes a record as it hands it out,
-                # and what a fetch holds past the end (the tail's records) is not made for nothing.
-                for i, record in enumerate(await reader.poll(timeout_ms=500, max_records=end - position), 1):
-                    position = record.next_offset
-                    if record.offset >= end:
-                        break
-                    if record.trial_id == sub.trial_id and not sub.skip(record):
-                        yield record
-                    if i % CATCHUP_TURN_EVERY == 0:
-                        # A page's send seldom waits, so a poll's worth of history would go out
-                        # in one stretch of the event loop: give the live seats a turn.
-                        await asyncio.sleep(0)
-                # Offsets with no record (compaction, control markers) count as read.
-                position = max(position, reader.position_hint(EVENTS, partition) or 0)
-        except (Refused, GeneratorExit, asyncio.CancelledError):
-            raise
-        except Exception:
-            await self._drop_reader(partition)  # a fresh one for the next catch-up
-            raise
-        finally:
-            self._queued[partition] -= 1
-            if not self._queued[partition]:
-                # No catch-up waits for this partition: an idle reader would go on fetching.
-                await self._drop_reader(partition)
-            lock.release()
-            self._catchups.release()
+                try:
+                    await asyncio.wait_for(catchup.started.wait(), self.limits.catchup_wait_s)
+                except TimeoutError:
+                    if not catchup.started.is_set():
+                        raise Refused(
+                            f"this gateway is busy reading other trials for other pages "
+                            f"(waited {self.limits.catchup_wait_s:g} s); try again",
+                            LIMITED,
+                        ) from None
+                while (item := await catchup.queue.get()) is not _DONE:
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item
+            finally:
+                catchup.gone = True
+                with contextlib.suppress(ValueError):
+                    self._waiting[partition].remove(catchup)
+                while not catchup.queue.empty():  # frees a round waiting for room in it
+                    catchup.queue.get_nowait()
         # From here on the tail: drop what it queued that the catch-up already gave.
         sub.live_from = end
         held, sub.queue = sub.queue, asyncio.Queue(sub.size)
@@ -282,3 +280,94 @@ class Feed:
         yield CAUGHT_UP
         while True:
             yield await sub.get()
+
+    async def _read_rounds(self, partition: int) -> None:
+        """Read one partition's rounds of catch-ups until none waits: each round takes every
+        catch-up waiting when it gets its turn among the process's ``catchups``."""
+        try:
+            while self._waiting.get(partition):
+                async with self._catchups:
+                    round_ = [c for c in self._waiting.pop(partition, ()) if not c.gone]
+                    for catchup in round_:
+                        catchup.started.set()
+                    if round_:
+                        await self._read_round(partition, round_)
+        finally:
+            # No catch-up waits (nothing suspends between that check and this): an idle reader would go
+            # on fetching. One that comes while it stops starts a task and a reader of its own.
+            self._rounds.pop(partition, None)
+            await self._drop_reader(partition)
+
+    async def _read_round(self, partition: int, round_: list[_Catchup]) -> None:
+        """Read the partition once for the round: each catch-up gets its trial's records below its
+        end, in order, then :data:`_DONE` as soon as the read passes its end."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CATCHUP_WITHIN_S
+        left = sorted(round_, key=lambda c: c.end)  # finished from the front as the read passes their ends
+        by_key: dict[bytes, list[_Catchup]] = defaultdict(list)
+        for catchup in round_:
+            by_key[catchup.sub.trial_id.encode()].append(catchup)
+        position, end = min(c.start for c in round_), left[-1].end
+        try:
+            reader = await self._reader(partition)
+            reader.seek(EVENTS, partition, position)
+            while left:
+                if loop.time() > deadline:
+                    for catchup in left:
+                        self._end(catchup, Refused(
+                            f"this page's trial history took over {CATCHUP_WITHIN_S:g} s to read; reload it", SLOW
+                        ))  # fmt: skip
+                    return
+                # No more records than the round has left to read: aiokafka makes a record as it hands it
+                # out, and what a fetch holds past the end (the tail's records) is not made for nothing.
+                for i, record in enumerate(await reader.poll(timeout_ms=500, max_records=end - position), 1):
+                    position = record.next_offset
+                    if record.offset >= end:
+                        break
+                    for catchup in by_key.get(record.key, ()):
+                        if record.offset < catchup.end and not catchup.gone and not catchup.sub.skip(record):
+                            await self._hand(catchup, record)
+                    if i % CATCHUP_TURN_EVERY == 0:
+                        # A page's send seldom waits, so a poll's worth of history would go out
+                        # in one stretch of the event loop: give the live seats a turn.
+                        await asyncio.sleep(0)
+                # Offsets with no record (compaction, control markers) count as read.
+                position = max(position, reader.position_hint(EVENTS, partition) or 0)
+                while left and left[0].end <= position:
+                    await self._hand(left.pop(0), _DONE)
+        except Exception as exc:
+            await self._drop_reader(partition)  # a fresh one for the next round
+            for catchup in left:
+                self._end(catchup, exc)
+        except asyncio.CancelledError:
+            for catchup in left:
+                self._end(catchup, Refused("this gateway is stopping; reconnect", LIMITED))
+            raise
+
+    async def _hand(self, catchup: _Catchup, item: object) -> None:
+        """Put a history record (or :data:`_DONE`) in a catch-up's queue, waiting for room at
+        most as long as a page's send may wait: the round reads for every page of it."""
+        if catchup.gone or catchup.finished:
+            return
+        if catchup.queue.full():
+            try:
+                await asyncio.wait_for(catchup.queue.put(item), self.limits.send_timeout_s)
+            except TimeoutError:
+                self._end(
+                    catchup,
+                    Refused(f"this page did not read its trial's history for {self.limits.send_timeout_s:g} s", SLOW),
+                )
+                return
+        else:
+            catchup.queue.put_nowait(item)
+        catchup.finished = item is _DONE
+
+    @staticmethod
+    def _end(catchup: _Catchup, failure: BaseException) -> None:
+        """End a catch-up with ``failure``: what it had not read yet is dropped with it."""
+        if catchup.gone or catchup.finished:
+            return
+        catchup.finished = True
+        if catchup.queue.full():
+            catchup.queue = asyncio.Queue(1)
+        catchup.queue.put_nowait(failure)
