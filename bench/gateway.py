@@ -11,7 +11,7 @@ on the broker at TRIALOG_BOOTSTRAP_SERVERS; people are simulated WebSocket clien
    observation written by the environment → the person's action written by the
    gateway. One gateway process holds N seats when that p99 stays under the tick
    interval and no seat misses a deadline.
-3. **Pages back after a restart**: N seats play T ticks, every page leaves, and all come
+3. **Pages back at once**: N seats play T ticks, every page leaves, and all come
    back at once, as a restarted gateway's pages do; each page's seconds from its connect
    to its welcome (its trial's history read and folded). Beside them, the raw read of
    the whole log (consume+fastavro, ``bench/floor.py``): what one read of it costs.
@@ -141,6 +141,7 @@ async def round_trip(settings: Settings, ticks: int) -> dict:
 
 
 async def reconnect(settings: Settings, spec: Path, gateway_pid: int, seats: int, ticks: int) -> dict:
+    """Part 3 (module doc): each page's seconds to its welcome, back at once after ``ticks``."""
     async with Controller(connect(settings), name="bench", follow=TRIALS) as ctl:
         tids = [await ctl.start_trial("gw-bench", max_ticks=ticks + 2) for _ in range(seats)]
         urls = [next(iter(ctl.join_links(t, ["bob"]).values())) for t in tids]
