@@ -213,11 +213,10 @@ async def main_async(args) -> dict:
     def settings(prefix: str) -> Settings:
         return Settings.load({**base, "topic_prefix": prefix, "gateway_url": f"http://127.0.0.1:{port}"}, environ={})
 
+    unpaced = spec_file(folder, None)  # the round trip's and the reconnect's: no tick interval
     plain = settings(f"gwbench-{uuid.uuid4().hex[:8]}.")
     await create_topics(plain)
-    with local_services(
-        plain, str(spec_file(folder, None)), gateway_port=port, gateway_args=ONE_ADDRESS, log_dir=str(folder)
-    ):
+    with local_services(plain, str(unpaced), gateway_port=port, gateway_args=ONE_ADDRESS, log_dir=str(folder)):
         out["round_trip"] = await round_trip(plain, 60 if args.short else 300)
     paced = settings(f"gwbench-{uuid.uuid4().hex[:8]}.")
     await create_topics(paced)
@@ -237,11 +236,9 @@ async def main_async(args) -> dict:
                 break
     again = settings(f"gwbench-{uuid.uuid4().hex[:8]}.")
     await create_topics(again)
-    with local_services(
-        again, str(spec_file(folder, None)), gateway_port=port, gateway_args=ONE_ADDRESS, log_dir=str(folder)
-    ) as procs:
+    with local_services(again, str(unpaced), gateway_port=port, gateway_args=ONE_ADDRESS, log_dir=str(folder)) as procs:
         out["reconnect"] = await reconnect(
-            again, spec_file(folder, None), procs["gateway"].pid, *((16, 100) if args.short else (64, 600))
+            again, unpaced, procs["gateway"].pid, *((16, 100) if args.short else (64, 600))
         )
     out["logs"] = str(folder)
     return out

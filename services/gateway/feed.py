@@ -237,11 +237,9 @@ class Feed:
     async def _records(self, sub: _Subscriber, indexed: TrialRecord) -> AsyncIterator[Record | None]:
         partition, start = indexed.partition, indexed.start_offset or 0
         # The history ends where the partition ends now, the subscriber being on the tail: measured
-        # before the catch-up waits for its round. What comes while it waits reaches the subscriber
-        # through the tail; read by the catch-up too, a crowd of pages joining at once read every other
-        # trial's ticks over and over (4.4 times the log in one run: docs/performance.md). Asked of the
-        # broker, not taken from the tail's position: the tail lags the log, and a reloaded page then
-        # missed its own last action in its history (tests/integration/test_gateway.py). Asked by a
+        # before the catch-up waits for its round, so what comes meanwhile reaches it through the tail
+        # only. Asked of the broker, not taken from the tail's position: the tail lags the log, and a
+        # reloaded page then missed its own last action (tests/integration/test_gateway.py). Asked by a
         # consumer that fetches nothing: a broker answers a connection's requests in turn, and the
         # tail's fetch of a quiet partition is held up to its wait (500 ms) before the question.
         end = (await self._ends.end_offsets([(EVENTS, partition)]))[(EVENTS, partition)]
@@ -287,7 +285,7 @@ class Feed:
         try:
             while self._waiting.get(partition):
                 async with self._catchups:
-                    round_ = [c for c in self._waiting.pop(partition, ()) if not c.gone]
+                    round_ = self._waiting.pop(partition, [])  # (a page that left took itself out)
                     for catchup in round_:
                         catchup.started.set()
                     if round_:
@@ -325,8 +323,8 @@ class Feed:
                     if record.offset >= end:
                         break
                     for catchup in by_key.get(record.key, ()):
-                        if record.offset < catchup.end and not catchup.gone and not catchup.sub.skip(record):
-                            await self._hand(catchup, record)
+                        if record.offset < catchup.end and not catchup.sub.skip(record):
+                            await self._hand(catchup, record)  # (passes over a page that left)
                     if i % CATCHUP_TURN_EVERY == 0:
                         # A page's send seldom waits, so a poll's worth of history would go out
                         # in one stretch of the event loop: give the live seats a turn.
