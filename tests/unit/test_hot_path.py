@@ -136,16 +136,17 @@ class Answerer(Recorder):
         if isinstance(event, Message) and event.sender == "alice":
             if self.meddle:
                 self.meddle()
+            answer = f"a-{event.message_id}"
             self.loop.emit(
-                Message(event.trial_id, tick=0, sender="bob", receivers=("alice",), payload="{}", message_id="a")
+                Message(event.trial_id, tick=0, sender="bob", receivers=("alice",), payload="{}", message_id=answer)
             )
 
 
-async def _answered(bus, handler, expect: int, *, slow_reader=False):
-    """Run ``handler`` in a loop, publish alice's message, wait for ``expect`` records
-    handled: ((the loop's position, the consumer's), the (first, after) of each skip).
-    ``slow_reader``: the loop reads nothing more until the answer is in the log (a fetch
-    still on its way while the answer is written)."""
+async def _answered(bus, handler, expect: int, *, slow_reader=False, asked=1):
+    """Run ``handler`` in a loop, publish ``asked`` messages of alice's at once, wait for
+    ``expect`` records handled: ((the loop's position, the consumer's), the (first, after)
+    of each skip). ``slow_reader``: the loop reads nothing more until the answer is in the
+    log (a fetch still on its way while the answer is written)."""
     loop = ServiceLoop(bus, handler, group="answerer")
     skipped = []
     task = asyncio.create_task(loop.run())
@@ -168,8 +169,12 @@ async def _answered(bus, handler, expect: int, *, slow_reader=False):
     loop.consumer.skip_written = recorded
     if slow_reader:
         loop.consumer.poll = slow_poll
-    await bus.publish(
-        EVENTS, Message(STARTED.trial_id, tick=0, sender="alice", receivers=("bob",), payload="{}", message_id="q")
+    await bus.publish_all(
+        EVENTS,
+        [
+            Message(STARTED.trial_id, tick=0, sender="alice", receivers=("bob",), payload="{}", message_id=f"q{i}")
+            for i in range(asked)
+        ],
     )
     while len(handler.handled) < expect:
         await asyncio.sleep(0.01)
@@ -192,6 +197,20 @@ async def test_a_loop_handles_what_it_writes_as_read_back_without_fetching_it(me
     assert [(o, e.sender) for o, e in handler.handled] == [(0, "alice"), (1, "bob")]
     assert skipped == [(1, 2)]
     assert position == (2, 2) and len(bus.records(EVENTS)) == 2
+
+
+async def test_a_loop_that_reads_many_records_a_poll_still_skips_what_it_wrote(memory_settings):
+    # Trials in lockstep (a training run's 26 in flight) read a dozen records a poll and
+    # answer them all at once: their answers are still the next records of the log.
+    bus = MemoryBus(memory_settings)
+    bus.trust.keyring = Keyring.generate()
+    bus.trust.learn(STARTED)
+    handler = Answerer()
+    position, skipped = await _answered(bus, handler, 24, asked=12)
+    assert [e.sender for _, e in handler.handled] == ["alice"] * 12 + ["bob"] * 12
+    assert [o for o, _ in handler.handled] == list(range(24))
+    assert skipped == [(12, 24)]
+    assert position == (24, 24) and len(bus.records(EVENTS)) == 24
 
 
 async def test_a_loop_reads_what_it_wrote_when_another_record_came_first(memory_settings):

@@ -76,7 +76,6 @@ def _judged(mark: str) -> int:
 NOT_READ_BACK_KEPT = 100_000
 TURN_EVERY_S = 0.05  # the longest the loop handles records without giving the event loop a turn
 RECORDS_PER_FLUSH = 32  # records handled between two flushes, the most one poll returns (measured: docs/performance.md)
-QUIET_RECORDS = 4  # a poll of at most this many records: the loop reads little (see ServiceLoop._read_own)
 HOLD_BACKOFF_MAX = 1024  # the most emits that go without holding their partition after a skip failed (_read_own)
 RETRY_BACKOFF_MAX_S = 2.0  # the longest wait between two attempts to publish while Kafka refuses
 
@@ -131,10 +130,12 @@ class ServiceLoop:
         # On the tick path, a record this loop writes to a partition it reads is handled as read
         # back without fetching it back: the consumer holds its fetches while the record is on
         # its way, and skips past it once acknowledged, if it is the next to read (_read_own).
+        # However many records a poll returns: trials in lockstep answer a poll's records at
+        # once, and their answers are still the next to read (measured: docs/performance.md);
+        # where others write in between, the backoff holds less often.
         self._reads_own = not handler.batched
         self._hold_backoff = 0  # after a skip failed: how many emits go without holding (doubling, see _read_own)
         self._unheld = 0  # emits left to go without holding
-        self._quiet = False  # reads own, and its last poll returned at most QUIET_RECORDS: it reads little
         self._held: set[int] = set()  # events partitions written to while fetches are held (until acknowledged)
         self.consumer: Consumer | None = None
         self.ready = asyncio.Event()  # set once the first assignment's catch-up is done
@@ -154,7 +155,7 @@ class ServiceLoop:
                         part.expected[key] = self.bus.codec.encode(event)
                         part.expected_order.append((key, event))
                     return
-                if self._quiet and p not in self._held:
+                if self._reads_own and p not in self._held:
                     if self._unheld:
                         self._unheld -= 1
                     elif self._held or self.consumer.hold():
@@ -196,7 +197,6 @@ class ServiceLoop:
                 # of a busy host would otherwise move in lockstep, one side idle while the other works).
                 timeout_ms = int(self.tick_interval * 1000)
                 records = await self.consumer.poll(timeout_ms=timeout_ms, max_records=RECORDS_PER_FLUSH)
-                self._quiet = self._reads_own and len(records) <= QUIET_RECORDS
                 for record in records:
                     if self._recalls:
                         await self._recall(record)
