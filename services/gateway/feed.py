@@ -264,8 +264,9 @@ class Feed:
                     yield item
             finally:
                 catchup.gone = True
-                with contextlib.suppress(ValueError):
-                    self._waiting[partition].remove(catchup)
+                waiting = self._waiting.get(partition, [])  # (not made anew: its round may have taken it)
+                if catchup in waiting:
+                    waiting.remove(catchup)
                 while not catchup.queue.empty():  # frees a round waiting for room in it
                     catchup.queue.get_nowait()
         # From here on the tail: drop what it queued that the catch-up already gave.

@@ -23,6 +23,14 @@ from trialog.trust.keys import Keyring
 from trialog.trust.tags import MacKey
 
 
+def _trusting_bus(settings) -> MemoryBus:
+    """An in-memory bus with a keyring, that knows STARTED's trial (its records are tagged)."""
+    bus = MemoryBus(settings)
+    bus.trust.keyring = Keyring.generate()
+    bus.trust.learn(STARTED)
+    return bus
+
+
 @pytest.mark.parametrize("size", [0, 1, 32, 64, 65, 200])
 def test_mac_key_is_hmac_sha256(size):
     secret = bytes(range(size % 256))[:size] or b""
@@ -93,9 +101,7 @@ class Recorder(Handler):
 
 
 async def test_a_record_read_back_as_written_is_not_decoded_again_and_a_copy_is(memory_settings):
-    bus = MemoryBus(memory_settings)
-    bus.trust.keyring = Keyring.generate()
-    bus.trust.learn(STARTED)
+    bus = _trusting_bus(memory_settings)
     handler = Recorder()
     loop = ServiceLoop(bus, handler, group="recorder")
     decoded = []
@@ -187,9 +193,7 @@ async def _answered(bus, handler, expect: int, *, slow_reader=False, asked=1):
 
 
 async def test_a_loop_handles_what_it_writes_as_read_back_without_fetching_it(memory_settings):
-    bus = MemoryBus(memory_settings)
-    bus.trust.keyring = Keyring.generate()
-    bus.trust.learn(STARTED)
+    bus = _trusting_bus(memory_settings)
     handler = Answerer()
     position, skipped = await _answered(bus, handler, 2)
     # The answer is the next record of the log: handled as read back, once, in log order,
@@ -202,9 +206,7 @@ async def test_a_loop_handles_what_it_writes_as_read_back_without_fetching_it(me
 async def test_a_loop_that_reads_many_records_a_poll_still_skips_what_it_wrote(memory_settings):
     # Trials in lockstep (a training run's 26 in flight) read a dozen records a poll and
     # answer them all at once: their answers are still the next records of the log.
-    bus = MemoryBus(memory_settings)
-    bus.trust.keyring = Keyring.generate()
-    bus.trust.learn(STARTED)
+    bus = _trusting_bus(memory_settings)
     handler = Answerer()
     position, skipped = await _answered(bus, handler, 24, asked=12)
     assert [e.sender for _, e in handler.handled] == ["alice"] * 12 + ["bob"] * 12
@@ -214,9 +216,7 @@ async def test_a_loop_that_reads_many_records_a_poll_still_skips_what_it_wrote(m
 
 
 async def test_a_loop_reads_what_it_wrote_when_another_record_came_first(memory_settings):
-    bus = MemoryBus(memory_settings)
-    bus.trust.keyring = Keyring.generate()
-    bus.trust.learn(STARTED)
+    bus = _trusting_bus(memory_settings)
     stranger = Message(STARTED.trial_id, tick=0, sender="carol", receivers=("bob",), payload="{}", message_id="s")
     record = bus.to_record(EVENTS, stranger)
     log = bus.logs[EVENTS][bus.partition_of(STARTED.trial_id)]
@@ -327,9 +327,7 @@ async def test_the_loop_gives_other_tasks_a_turn_through_a_long_backlog(memory_s
     """Heartbeats run in tasks of the same event loop: a backlog served from records already
     fetched must not starve them (the group would drop the member), nor get a turn per poll
     (each poll's outputs would then go out in a produce request of their own)."""
-    bus = MemoryBus(memory_settings)
-    bus.trust.keyring = Keyring.generate()
-    bus.trust.learn(STARTED)
+    bus = _trusting_bus(memory_settings)
     backlog = 1600  # about a second of handling, 32 records per flush
     await bus.publish_all(
         EVENTS,
