@@ -21,7 +21,12 @@ has read the last action and the orchestrator the last record. Unlike Trialog's 
 the roles fetch back what they wrote even when they read little: not a strict floor for one
 trial's tick (docs/performance.md).
 
-    python -m bench.topology ROLE --bootstrap-servers H:P --topic T --records FILE
+With ``--lean`` the environment and the actors write as Trialog's loop does when it can: fetches
+held while their records are on their way, then the consumer moved past them if they are the
+next in the log (:func:`_send_skipping`). That is the floor of a tick for Trialog's own work:
+the design's shape, with nothing fetched back that need not be.
+
+    python -m bench.topology ROLE --bootstrap-servers H:P --topic T --records FILE [--lean]
 
 is one role (the benchmark starts them); :func:`tick_shape` runs all three.
 """
@@ -39,7 +44,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench import floor
 from trialog.bus.base import Record
@@ -66,7 +71,9 @@ def _plain(records: list[Record]) -> list[tuple]:
     return out
 
 
-async def tick_shape(settings: Settings, name: str, records: list[Record], partitions: int) -> tuple[float, float]:
+async def tick_shape(
+    settings: Settings, name: str, records: list[Record], partitions: int, lean: bool = False
+) -> tuple[float, float]:
     """Seconds for the three roles to carry these records in the tick's shape (module doc), and the
     median time (ms) between a trial's observations of tick t and of tick t+1, as the environment
     wrote them: the tick latency, when the records are one trial's."""
@@ -79,7 +86,8 @@ async def tick_shape(settings: Settings, name: str, records: list[Record], parti
         def start(role: str) -> subprocess.Popen:
             return subprocess.Popen(
                 [sys.executable, "-m", "bench.topology", role, "--bootstrap-servers", settings.bootstrap_servers,
-                 "--topic", topic, "--records", file.name, "--partitions", str(partitions)],
+                 "--topic", topic, "--records", file.name, "--partitions", str(partitions),
+                 *(["--lean"] if lean else [])],
                 cwd=ROOT, stdout=subprocess.PIPE, text=True,
             )  # fmt: skip
 
@@ -117,7 +125,9 @@ def _consumer(settings: Settings, batched: bool) -> AIOKafkaConsumer:
     )
 
 
-async def _role(role: str, settings: Settings, topic: str, records: list[tuple], partitions: int) -> None:
+async def _role(
+    role: str, settings: Settings, topic: str, records: list[tuple], partitions: int, lean: bool = False
+) -> None:
     consumer = _consumer(settings, batched=role == "orchestrator")
     producer = floor.producer(settings)
     await consumer.start()
@@ -126,6 +136,9 @@ async def _role(role: str, settings: Settings, topic: str, records: list[tuple],
     pending = []  # acknowledgements, awaited at the end
 
     async def send(items) -> None:
+        if lean and items:
+            await _send_skipping(consumer, producer, topic, items)
+            return
         for key, value, headers, *_ in items:
             pending.append(await producer.send(topic, value, key=key, headers=headers))
 
@@ -155,6 +168,32 @@ async def _role(role: str, settings: Settings, topic: str, records: list[tuple],
     finally:
         await producer.stop()
         await consumer.stop()
+
+
+async def _send_skipping(consumer: AIOKafkaConsumer, producer, topic: str, items) -> None:
+    """Write ``items`` without fetching them back, as Trialog's service loop does when it can
+    (``ServiceLoop._read_own``): fetches held while they are on their way, then the consumer moved
+    past them if they are the next records of their partition. Not while a fetch is on its way
+    (its answer brings them back anyway)."""
+    fetcher = consumer._fetcher  # noqa: SLF001
+    held = not fetcher._in_flight  # noqa: SLF001
+    if held:
+        consumer.pause(*consumer.assignment())
+    futures = [await producer.send(topic, value, key=key, headers=headers) for key, value, headers, *_ in items]
+    written = await asyncio.gather(*futures)
+    if not held:
+        return
+    by_partition: dict[int, list[int]] = defaultdict(list)
+    for meta in written:
+        by_partition[meta.partition].append(meta.offset)
+    for partition, offsets in by_partition.items():
+        tp = TopicPartition(topic, partition)
+        first, last = min(offsets), max(offsets)
+        if not fetcher._in_flight and last - first + 1 == len(offsets) and await consumer.position(tp) == first:  # noqa: SLF001
+            consumer.seek(tp, last + 1)
+    consumer.resume(*consumer.assignment())
+    for waiter in list(fetcher._fetch_waiters):  # noqa: SLF001 - a poll under way sees what came meanwhile
+        fetcher._notify(waiter)  # noqa: SLF001
 
 
 def _answers(records: list[tuple]) -> dict[tuple, tuple]:
@@ -214,10 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--topic", required=True)
     p.add_argument("--records", required=True, type=Path)
     p.add_argument("--partitions", type=int, default=1)
+    p.add_argument("--lean", action="store_true", help="write without fetching back, as Trialog's loop does")
     args = p.parse_args(argv)
     records = pickle.loads(args.records.read_bytes())
     settings = Settings(bootstrap_servers=args.bootstrap_servers)
-    run_async(_role(args.role, settings, args.topic, records, args.partitions))
+    run_async(_role(args.role, settings, args.topic, records, args.partitions, args.lean))
     return 0
 
 
