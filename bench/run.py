@@ -439,9 +439,7 @@ def _shape(shape: float | None, floor_figure: float, trialog: float, unit: str) 
 def _lean(lean: float | None, floor_figure: float, trialog: float) -> str:
     """The same shape writing without fetching back what it wrote, as Trialog's loop does when it
     can (``bench/topology.py --lean``): the floor of a tick for Trialog's own work."""
-    if not lean:
-        return ""
-    return f"; not reading back {lean:.2f} ms: {lean / floor_figure:.2f}× floor, Trialog {trialog / lean:.2f}× it"
+    return f"; not reading back {_shape(lean, floor_figure, trialog, 'ms')}" if lean else ""
 
 
 def _yes(ok: bool) -> str:

@@ -47,6 +47,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench import floor
+from trialog.bus import kafka_consumer
 from trialog.bus.base import Record
 from trialog.bus.kafka_consumer import BATCH_MIN_BYTES, BATCH_WAIT_MS
 from trialog.protocol.events import HEADER_KIND, HEADER_RECEIVER, HEADER_SENDER, HEADER_TICK, Action, Observation
@@ -173,12 +174,9 @@ async def _role(
 async def _send_skipping(consumer: AIOKafkaConsumer, producer, topic: str, items) -> None:
     """Write ``items`` without fetching them back, as Trialog's service loop does when it can
     (``ServiceLoop._read_own``): fetches held while they are on their way, then the consumer moved
-    past them if they are the next records of their partition. Not while a fetch is on its way
-    (its answer brings them back anyway)."""
-    fetcher = consumer._fetcher  # noqa: SLF001
-    held = not fetcher._in_flight  # noqa: SLF001
-    if held:
-        consumer.pause(*consumer.assignment())
+    past them if they are the next records of their partition (the same hold and release as
+    Trialog's Kafka consumer). Not while a fetch is on its way (its answer brings them back anyway)."""
+    held = kafka_consumer.hold(consumer)
     futures = [await producer.send(topic, value, key=key, headers=headers) for key, value, headers, *_ in items]
     written = await asyncio.gather(*futures)
     if not held:
@@ -189,11 +187,13 @@ async def _send_skipping(consumer: AIOKafkaConsumer, producer, topic: str, items
     for partition, offsets in by_partition.items():
         tp = TopicPartition(topic, partition)
         first, last = min(offsets), max(offsets)
-        if not fetcher._in_flight and last - first + 1 == len(offsets) and await consumer.position(tp) == first:  # noqa: SLF001
+        if (
+            not kafka_consumer.fetching(consumer)
+            and last - first + 1 == len(offsets)
+            and await consumer.position(tp) == first
+        ):
             consumer.seek(tp, last + 1)
-    consumer.resume(*consumer.assignment())
-    for waiter in list(fetcher._fetch_waiters):  # noqa: SLF001 - a poll under way sees what came meanwhile
-        fetcher._notify(waiter)  # noqa: SLF001
+    kafka_consumer.release(consumer)
 
 
 def _answers(records: list[tuple]) -> dict[tuple, tuple]:

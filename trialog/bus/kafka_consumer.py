@@ -64,6 +64,31 @@ RESTART_PATIENCE_S = 300.0  # how long a replacement consumer keeps trying to st
 BATCH_MIN_BYTES = 256 * 1024
 
 
+def fetching(client: AIOKafkaConsumer) -> bool:
+    """A fetch is on its way (aiokafka's fetcher has a request in flight)."""
+    return bool(client._fetcher._in_flight)  # noqa: SLF001
+
+
+def hold(client: AIOKafkaConsumer) -> bool:
+    """Fetch nothing more for any of its partitions until :func:`release`, unless a fetch is on
+    its way (then False: it brings back what is written meanwhile anyway). See
+    :meth:`trialog.bus.base.Consumer.hold`."""
+    if fetching(client):
+        return False
+    client.pause(*client.assignment())
+    return True
+
+
+def release(client: AIOKafkaConsumer) -> None:
+    client.resume(*client.assignment())
+    # A fetch that returned while held left its records waiting; a poll under way would
+    # not see them before its timeout (no new fetch wakes it, as none is made while
+    # records wait): wake it now.
+    fetcher = client._fetcher  # noqa: SLF001
+    for waiter in list(fetcher._fetch_waiters):  # noqa: SLF001
+        fetcher._notify(waiter)  # noqa: SLF001
+
+
 class _Listener(ConsumerRebalanceListener):
     def __init__(self, consumer: KafkaConsumer, client: AIOKafkaConsumer):
         self.consumer, self.client = consumer, client
@@ -340,26 +365,12 @@ class KafkaConsumer(Consumer):
         self._next[tp] = offset
         self._unreadable.pop(tp, None)
 
-    def _fetching(self) -> bool:
-        """A fetch is on its way (aiokafka's fetcher has a request in flight)."""
-        return bool(self._consumer._fetcher._in_flight)  # noqa: SLF001
-
     def hold(self) -> bool:
-        if self._consumer is None or self._fetching():
-            return False
-        self._consumer.pause(*self._consumer.assignment())
-        return True
+        return self._consumer is not None and hold(self._consumer)
 
     def release(self) -> None:
-        if self._consumer is None:
-            return
-        self._consumer.resume(*self._consumer.assignment())
-        # A fetch that returned while held left its records waiting; a poll under way would
-        # not see them before its timeout (no new fetch wakes it, as none is made while
-        # records wait): wake it now.
-        fetcher = self._consumer._fetcher  # noqa: SLF001
-        for waiter in list(fetcher._fetch_waiters):  # noqa: SLF001
-            fetcher._notify(waiter)  # noqa: SLF001
+        if self._consumer is not None:
+            release(self._consumer)
 
     def skip_written(self, role: str, partition: int, first: int, after: int) -> bool:
         tp = self._tp(role, partition)
@@ -369,7 +380,7 @@ class KafkaConsumer(Consumer):
             self._consumer is None
             or self._unreadable
             or self._next.get(tp) != first
-            or self._fetching()
+            or fetching(self._consumer)
             or tp not in self._consumer.assignment()
         ):
             return False
