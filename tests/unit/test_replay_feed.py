@@ -19,6 +19,7 @@ from trialog.datalog.collector import PUT_OFF
 from trialog.datalog.replay import Feeder, feed
 from trialog.datalog.samples import TrialFold
 from trialog.protocol.events import Action, Observation
+from trialog.protocol.in_place import TickBodies
 from trialog.protocol.topics import EVENTS
 from trialog.spec import load_spec
 
@@ -234,7 +235,7 @@ async def test_the_readers_caches_stay_bounded_whatever_keys_come(bus, monkeypat
     """The records are untrusted input: their keys and headers fill the reader's caches, each
     emptied once it holds ``CACHED`` entries — the cache of body prefixes too, kept per schema."""
     tid, records = await logged(bus)
-    monkeypatch.setattr(Feeder, "CACHED", 8)
+    monkeypatch.setattr(TickBodies, "CACHED", 8)
     reader = Feeder(bus)
     obs = next(r for r in records if r.header("kind") == Observation.KIND and r.header("tick") == "2")
     act = next(r for r in records if r.header("kind") == Action.KIND and r.header("tick") == "2")
@@ -247,6 +248,7 @@ async def test_the_readers_caches_stay_bounded_whatever_keys_come(bus, monkeypat
         other = dataclasses.replace(observation, trial_id=f"{tid}-{i}")
         record = retagged(bus, obs, key=other.trial_id.encode(), value=bus.codec.encode(other))
         assert reader(TrialFold(other.trial_id, bus.store), record) is not None  # read, not refused
-    assert 0 < len(reader._ticks) <= Feeder.CACHED  # noqa: SLF001
-    assert len(reader._heads) == 2  # noqa: SLF001 - the observations' schema and the actions'
-    assert all(0 < len(by_key) <= Feeder.CACHED for by_key in reader._heads.values())  # noqa: SLF001
+    bodies = reader.bodies
+    assert 0 < len(bodies._ticks) <= TickBodies.CACHED  # noqa: SLF001
+    assert len(bodies._heads) == 2  # noqa: SLF001 - the observations' schema and the actions'
+    assert all(0 < len(by_key) <= TickBodies.CACHED for by_key in bodies._heads.values())  # noqa: SLF001

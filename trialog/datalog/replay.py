@@ -22,9 +22,7 @@ its sample was yielded are not reflected (replay it again, or read the archive).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
-import struct
 from collections.abc import AsyncIterator, Callable
 
 from trialog.bus.base import Bus, Record
@@ -32,24 +30,18 @@ from trialog.controller import Controller
 from trialog.datalog.collector import full_collections_put_off
 from trialog.datalog.samples import Sample, TrialFold
 from trialog.errors import CodecError
-from trialog.protocol.codec import Schema
-from trialog.protocol.codec_flat import read_varint, varint
 from trialog.protocol.events import (
-    HEADER_ID,
     HEADER_KIND,
     HEADER_RECEIVER,
-    HEADER_REWARD,
-    HEADER_SENDER,
     HEADER_TICK,
-    Action,
     Observation,
     ResolvedTrial,
     TrialEnded,
     TrialRecord,
     TrialStarted,
 )
+from trialog.protocol.in_place import ACTION, OBSERVATION, TickBodies
 from trialog.protocol.owners import check_headers
-from trialog.protocol.rewards import reward_bounds_problem
 from trialog.protocol.topics import EVENTS
 
 
@@ -204,32 +196,21 @@ def _decode_into(fold: TrialFold, bus: Bus, record: Record) -> bool:
 
 class Feeder:
     """:func:`feed`, with the tick's records — observations and actions, nearly every record
-    of a trial — read straight into the fold: their Avro bodies compared with what their key
-    and headers say and their other fields read in place, and folded without building the
-    events (:meth:`TrialFold.observe`, :meth:`TrialFold.act`). On a replay of the benchmark's
+    of a trial — read straight into the fold: their bodies read in place
+    (:class:`~trialog.protocol.in_place.TickBodies`) and folded without building the events
+    (:meth:`TrialFold.observe`, :meth:`TrialFold.act`). On a replay of the benchmark's
     trials, decoding a body into an event and checking its headers cost twice the record's
     tag check; read this way, less than half of it.
 
-    A record is read this way only if it is what :func:`feed` would decode and accept — the
-    current schema's fingerprint, its key, tick and actor header encoded in the body as Avro
-    writes them, every other field well formed and nothing after them — and the fold gets
-    the same fields :func:`feed` would give it. Any other record (an older schema, a header
-    that does not match, bytes that do not decode) takes :func:`feed`'s way, which says
-    what is wrong with it. Tags are checked first, for every record, as :func:`feed` does.
-    The learner service folds its trials' observations and actions with one too."""
-
-    CACHED = 100_000  # entries per cache below: keys and headers are untrusted input
+    The fold gets the same fields :func:`feed` would give it. Any other record (an older
+    schema, a header that does not match, bytes that do not decode) takes :func:`feed`'s way,
+    which says what is wrong with it. Tags are checked first, for every record, as
+    :func:`feed` does. The learner service folds its trials' observations and actions with
+    one too."""
 
     def __init__(self, bus: Bus):
         self.bus = bus
-        self.observation = _tick_schema(bus, Observation, _OBSERVATION_FIELDS)
-        self.action = _tick_schema(bus, Action, _ACTION_FIELDS)
-        # Per schema read here (observations', actions'): key -> the schema header + the key as an Avro string
-        self._heads: dict[bytes, dict[bytes | None, bytes | None]] = {
-            schema.header: {} for schema in (self.observation, self.action) if schema is not None
-        }
-        self._ticks: dict[bytes | None, tuple[int, bytes] | None] = {}  # tick header -> (tick, as an Avro long)
-        self._names: dict[bytes | None, tuple[str, bytes] | None] = {}  # name header -> (name, as an Avro string)
+        self.bodies = TickBodies(bus.store)
 
     def __call__(self, fold: TrialFold, record: Record) -> dict[str, bytes] | None:
         """Fold the record as :func:`feed` does. If it was folded (its tags hold and it decodes),
@@ -242,155 +223,17 @@ class Feeder:
         value = record.value
         if type(value) is bytes:
             kind = h.get(HEADER_KIND)
-            if kind == _OBSERVATION and self.observation is not None:
-                if self._observation(fold, record.key, h, value):
+            if kind == OBSERVATION:
+                read = self.bodies.observation(record.key, h, value)
+                if read is not None:
+                    fold.observe(*read)
                     return h
-            elif kind == _ACTION and self.action is not None and self._action(fold, record, h, value):
-                return h
+            elif kind == ACTION:
+                read = self.bodies.action(record.key, h, value)
+                if read is not None:
+                    fold.act(*read, record.headers)
+                    return h
         return h if _decode_into(fold, self.bus, record) else None
-
-    def _observation(self, fold: TrialFold, key: bytes | None, h: dict, value: bytes) -> bool:
-        read = self._tick_actor(self.observation, key, h.get(HEADER_TICK), h.get(HEADER_RECEIVER), value)
-        if read is None or h.get(HEADER_SENDER) != _ENVIRONMENT or h.get(HEADER_ID, b"") != b"":
-            return False
-        tick, actor, payload, tail = read
-        if len(tail) < 4 or tail[0] > 1 or tail[1] > 1 or tail[2] > 1:
-            return False
-        if tail[3:] == b"\x00":  # reward: the union's null
-            if HEADER_REWARD in h:
-                return False
-            reward = None
-        elif len(tail) == 12 and tail[3] == 2 and h.get(HEADER_REWARD) == b"1" and tick >= 1:  # its double
-            reward = _DOUBLE.unpack_from(tail, 4)[0]
-            if reward_bounds_problem(reward, 1.0) is not None:
-                return False
-        else:
-            return False
-        fold.observe(tick, actor, payload, tail[0] == 1, tail[1] == 1, tail[2] == 1, reward)
-        return True
-
-    def _action(self, fold: TrialFold, record: Record, h: dict, value: bytes) -> bool:
-        read = self._tick_actor(self.action, record.key, h.get(HEADER_TICK), h.get(HEADER_SENDER), value)
-        if read is None or h.get(HEADER_RECEIVER) != b"" or h.get(HEADER_ID, b"") != b"":
-            return False
-        tick, actor, payload, tail = read
-        if tail == b"\x00":  # policy_version: the union's null
-            policy_version = None
-        elif tail[:1] == b"\x02":  # its long
-            read = _varint_at(tail, 1)
-            if read is None or read[1] != len(tail) or not _LONG_MIN <= read[0] <= _LONG_MAX:
-                return False
-            policy_version = read[0]
-        else:
-            return False
-        fold.act(tick, actor, payload, policy_version, record.headers)
-        return True
-
-    def _tick_actor(
-        self, schema: Schema, key: bytes | None, tick_header: bytes | None, actor_header: bytes | None, value: bytes
-    ) -> tuple[int, str, bytes, bytes] | None:
-        """(tick, actor, payload, the bytes after it) of a body that starts with the schema's
-        header, the record key as its trial ID, the tick header's tick and the actor
-        header's name, as Avro encodes them, then a well-formed payload; else None."""
-        heads = self._heads[schema.header]  # by schema first: no pair made per record
-        head = heads.get(key, _UNSEEN)
-        if head is _UNSEEN:
-            head = self._remember(heads, key, _avro_string(key, schema.header))
-        tick = self._ticks.get(tick_header, _UNSEEN)
-        if tick is _UNSEEN:
-            tick = self._remember(self._ticks, tick_header, _avro_tick(tick_header))
-        actor = self._names.get(actor_header, _UNSEEN)
-        if actor is _UNSEEN:
-            name = _avro_string(actor_header)
-            actor = self._remember(self._names, actor_header, None if name is None else (actor_header.decode(), name))
-        if head is None or tick is None or actor is None or not value.startswith(head):
-            return None
-        pos = len(head)
-        if not value.startswith(tick[1], pos):
-            return None
-        pos += len(tick[1])
-        if not value.startswith(actor[1], pos):
-            return None
-        pos += len(actor[1])
-        if pos < len(value) and value[pos] < 0x80:  # a payload under 64 bytes: its size in one byte
-            size, pos = (value[pos] >> 1) ^ -(value[pos] & 1), pos + 1
-        else:
-            read = _varint_at(value, pos)
-            if read is None:
-                return None
-            size, pos = read
-        end = pos + size
-        if size < 0 or end > len(value):
-            return None
-        return tick[0], actor[0], value[pos:end], value[end:]
-
-    def _remember(self, cache: dict, key: object, found: object) -> object:
-        if len(cache) >= self.CACHED:
-            cache.clear()
-        cache[key] = found
-        return found
-
-
-_OBSERVATION, _ACTION, _ENVIRONMENT = Observation.KIND.encode(), Action.KIND.encode(), Observation.SENDER.encode()
-_OBSERVATION_FIELDS = [
-    ("trial_id", "string"), ("tick", "long"), ("actor", "string"), ("payload", "bytes"),
-    ("terminated", "boolean"), ("truncated", "boolean"), ("final", "boolean"), ("reward", ["null", "double"]),
-]  # fmt: skip
-_DOUBLE = struct.Struct("<d")  # Avro's double: 8 bytes, little-endian
-_ACTION_FIELDS = [("trial_id", "string"), ("tick", "long"), ("actor", "string"), ("payload", "bytes"),
-                  ("policy_version", ["null", "long"])]  # fmt: skip
-_LONG_MIN, _LONG_MAX = -(1 << 63), (1 << 63) - 1
-_UNSEEN = object()
-
-
-def _tick_schema(bus: Bus, cls: type[Observation] | type[Action], fields: list) -> Schema | None:
-    """The schema ``cls`` is written with, if it is the one :class:`Feeder` reads (its fields,
-    in the order of the event's); None otherwise, and every such record takes feed's way."""
-    try:
-        schema = bus.store.get(cls.SCHEMA)
-    except CodecError:
-        return None
-    if (
-        not isinstance(schema.parsed, dict)
-        or [(f["name"], f["type"]) for f in schema.parsed.get("fields", ())] != fields
-    ):
-        return None
-    if [name for name, _ in fields] != [f.name for f in dataclasses.fields(cls)]:
-        return None
-    return schema
-
-
-def _avro_string(raw: bytes | None, prefix: bytes = b"") -> bytes | None:
-    """``prefix`` then ``raw`` as an Avro string, if it is UTF-8 (a string of the body the
-    codec would decode); None if it is not, or absent."""
-    if raw is None:
-        return None
-    try:
-        raw.decode()
-    except UnicodeDecodeError:
-        return None
-    return prefix + varint(len(raw)) + raw
-
-
-def _avro_tick(header: bytes | None) -> tuple[int, bytes] | None:
-    """(tick, as an Avro long) of a tick header written as the body's tick is compared
-    (``str(tick)``); None for any other header."""
-    try:
-        tick = int(header)
-    except (TypeError, ValueError):
-        return None
-    if str(tick).encode() != header or not _LONG_MIN <= tick <= _LONG_MAX:
-        return None
-    return tick, varint(tick)
-
-
-def _varint_at(data: bytes, pos: int) -> tuple[int, int] | None:
-    """(the zigzag varint at ``pos``, the position after it); None where the codec fails on it
-    (past the end, longer than 10 bytes)."""
-    try:
-        return read_varint(data, pos)
-    except (IndexError, ValueError):
-        return None
 
 
 async def read_trial(bus: Bus, trial_id: str) -> TrialFold:
