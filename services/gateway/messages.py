@@ -30,6 +30,7 @@ from trialog.protocol.events import (
     TrialEnded,
     View,
 )
+from trialog.protocol.in_place import TickBodies
 from trialog.protocol.owners import check_headers
 from trialog.protocol.trial import ClassSchemas, class_schemas, loads
 
@@ -140,6 +141,7 @@ class Decoded:
 
     def __init__(self, bus: Bus):
         self.bus = bus
+        self._bodies = TickBodies(bus.store)
         # Oldest first, dropped in O(1): deleting a plain dict's first key scans the deleted
         # slots before it, ~10 µs a record once the cache is full (measured).
         self._events: OrderedDict[tuple[int, int], Event | None] = OrderedDict()
@@ -161,10 +163,15 @@ class Decoded:
 
     def _decode(self, record: Record) -> Event | None:
         bus = self.bus
-        if bus.refusal(record) is not None:
+        h = dict(record.headers)  # as the tag check and check_headers read them: the last of a name counts
+        if bus.refusal(record, h) is not None:
             return None
+        kind = record.header(HEADER_KIND)
+        event = self._bodies.event(record.key, h, record.value, kind)  # a tick's record, read in place
+        if event is not None:
+            return event
         try:
-            event = bus.codec.decode(record.value, record.header(HEADER_KIND))
+            event = bus.codec.decode(record.value, kind)
             check_headers(record.key, record.headers, event)
         except CodecError:
             return None

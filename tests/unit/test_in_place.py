@@ -117,3 +117,20 @@ async def test_a_loop_judges_each_record_as_the_general_way_does(bus, monkeypatc
                     handler.handle(record, event)
             judged[in_place] = (handler.events, letters)
         assert judged[True] == judged[False], name
+
+
+class _Never:
+    """A reader in place that reads nothing: every record takes the general way."""
+
+    def event(self, key, h, value, kind):
+        return None
+
+
+async def test_the_gateway_gives_its_seats_the_events_the_general_way_gives(bus):
+    from trialog.services.gateway.messages import Decoded
+
+    tid, records = await logged(bus)
+    for name, altered in variants(bus, tid, records).items():
+        fast, general_way = Decoded(bus), Decoded(bus)
+        general_way._bodies = _Never()  # noqa: SLF001
+        assert [fast(r) for r in altered] == [general_way(r) for r in altered], name
