@@ -112,7 +112,7 @@ class ServiceLoop:
         self.group = group
         self.tick_interval = tick_interval
         # Observations and actions read in place, not decoded then checked: the same events, for less (TickBodies).
-        self._bodies: TickBodies | None = TickBodies(bus.store)
+        self._bodies = TickBodies(bus.store)
         handler.loop = self
         self.parts: dict[tuple[str, int], _Partition] = {}
         self._out: list[tuple[str, Event]] = []
@@ -325,10 +325,9 @@ class ServiceLoop:
         if refused is not None:
             self._refuse(record, owned, kind, refused)
             return None
-        if self._bodies is not None:  # a tick's record, read in place; anything else the general way
-            event = self._bodies.event(record.key, h, record.value, kind)
-            if event is not None:
-                return event
+        event = self._bodies.event(record.key, h, record.value, kind)  # a tick's record, read in place
+        if event is not None:
+            return event
         try:
             event = self.bus.codec.decode(record.value, kind)
         except CodecError as exc:
